@@ -1,0 +1,470 @@
+#include "program/program_builder.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_set>
+
+namespace nimble {
+
+const char* slot_role_name(SlotRole role) {
+  switch (role) {
+    case SlotRole::kInput:
+      return "input";
+    case SlotRole::kState:
+      return "state";
+    case SlotRole::kConstant:
+      return "constant";
+    case SlotRole::kBuffer:
+      return "buffer";
+    case SlotRole::kView:
+      return "view";
+    case SlotRole::kTransient:
+      return "transient";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string op_name(const c10::OperatorHandle& handle) {
+  const auto& name = handle.operator_name();
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+// Ops that change a tensor's sizes, strides or storage in place. Replaying them on a
+// tensor that outlives the replay would compound the change, so their targets must be
+// produced anew on every replay.
+bool changes_metadata_in_place(const std::string& name) {
+  static const std::set<std::string> kOps = {
+      "aten::as_strided_", "aten::resize_", "aten::resize_as_", "aten::squeeze_",
+      "aten::unsqueeze_",  "aten::t_",      "aten::transpose_", "aten::swapdims_",
+      "aten::swapaxes_",   "aten::set_",    "aten::detach_",    "aten::_resize_output_"};
+  return kOps.count(name) > 0;
+}
+
+// Ops whose only effect is an allocation with unspecified contents: one buffer made at
+// prepare serves every replay.
+bool is_allocation(const std::string& qualified) {
+  return qualified == "aten::empty.memory_format" || qualified == "aten::empty_strided";
+}
+
+bool is_tensor_type(const c10::TypePtr& type) {
+  return type->kind() == c10::TypeKind::TensorType;
+}
+
+// Tensor[] and Tensor?[] arguments are rebuilt from slots on each replay.
+std::optional<Arg::Kind> tensor_list_kind(const c10::TypePtr& type) {
+  if (type->kind() != c10::TypeKind::ListType) return std::nullopt;
+  const c10::TypePtr& elem = type->containedType(0);
+  if (is_tensor_type(elem)) return Arg::Kind::kTensorList;
+  if (elem->kind() == c10::TypeKind::OptionalType && is_tensor_type(elem->containedType(0))) {
+    return Arg::Kind::kOptionalTensorList;
+  }
+  return std::nullopt;
+}
+
+c10::DispatchKeySet keys_below_autograd(c10::DispatchKeySet keys) {
+  keys = keys & c10::after_ADInplaceOrView_keyset;
+  return keys.remove(c10::DispatchKey::Python).remove(c10::DispatchKey::PythonTLSSnapshot);
+}
+
+template <typename F>
+void for_each_tensor(const c10::IValue& value, F&& f) {
+  if (value.isTensor()) {
+    f(value.toTensor());
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toListRef()) {
+      if (item.isTensor()) f(item.toTensor());
+    }
+  } else if (value.isTuple()) {
+    for (const c10::IValue& item : value.toTupleRef().elements()) {
+      if (item.isTensor()) f(item.toTensor());
+    }
+  }
+}
+
+// The `.out` overload computing the same thing as a functional overload into
+// caller-provided tensors: same leading arguments, then one written Tensor per return.
+std::optional<c10::OperatorHandle> find_out_variant(const c10::OperatorHandle& functional) {
+  const c10::FunctionSchema& schema = functional.schema();
+  const auto& name = functional.operator_name();
+  std::vector<std::string> candidates = {"out"};
+  if (!name.overload_name.empty()) candidates.insert(candidates.begin(), name.overload_name + "_out");
+  for (const std::string& overload : candidates) {
+    auto handle = c10::Dispatcher::singleton().findSchema({name.name, overload});
+    if (!handle) continue;
+    const c10::FunctionSchema& out = handle->schema();
+    const size_t n = schema.arguments().size();
+    if (out.arguments().size() != n + schema.returns().size()) continue;
+    bool matches = true;
+    for (size_t i = 0; i < n && matches; ++i) {
+      const auto& a = schema.arguments()[i];
+      const auto& b = out.arguments()[i];
+      matches = a.name() == b.name() && *a.type() == *b.type();
+    }
+    for (size_t i = n; i < out.arguments().size() && matches; ++i) {
+      const auto& b = out.arguments()[i];
+      matches = is_tensor_type(b.type()) && b.alias_info() && b.alias_info()->isWrite();
+    }
+    if (matches) return handle;
+  }
+  return std::nullopt;
+}
+
+c10::DispatchKey backend_key(const at::Tensor& t) {
+  return t.is_cuda() ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU;
+}
+
+at::Tensor empty_like_exactly(const at::Tensor& t) {
+  return at::empty_strided(t.sizes(), t.strides(), t.options());
+}
+
+}  // namespace
+
+int ProgramBuilder::new_slot(const at::Tensor& tensor, SlotRole role) {
+  SlotInfo info;
+  info.role = role;
+  info.storage = tensor.defined() && tensor.has_storage() ? tensor.storage().unsafeGetStorageImpl()
+                                                           : nullptr;
+  slots_.push_back(info);
+  capture_values_.emplace_back(tensor);
+  const int slot = static_cast<int>(slots_.size()) - 1;
+  slot_by_impl_[tensor.unsafeGetTensorImpl()] = slot;
+  return slot;
+}
+
+int ProgramBuilder::slot_of(const at::Tensor& tensor) {
+  auto it = slot_by_impl_.find(tensor.unsafeGetTensorImpl());
+  if (it != slot_by_impl_.end()) return it->second;
+  return new_slot(tensor, SlotRole::kConstant);
+}
+
+int ProgramBuilder::add_input(const at::Tensor& tensor) {
+  TORCH_CHECK(!slot_by_impl_.count(tensor.unsafeGetTensorImpl()),
+              "the same tensor was given twice as a program input");
+  const int slot = new_slot(tensor, SlotRole::kInput);
+  inputs_.push_back(slot);
+  return slot;
+}
+
+void ProgramBuilder::add_state(const at::Tensor& tensor) {
+  if (!slot_by_impl_.count(tensor.unsafeGetTensorImpl())) new_slot(tensor, SlotRole::kState);
+}
+
+void ProgramBuilder::add_op(const std::string& qualified_name, const std::string& overload,
+                            std::vector<c10::IValue> args, std::vector<c10::IValue> returns) {
+  auto handle = c10::Dispatcher::singleton().findSchema({qualified_name, overload});
+  if (!handle) {
+    throw std::invalid_argument("nimble cannot replay op " + qualified_name + "." + overload +
+                                ": it has no registered C++ schema");
+  }
+  const c10::FunctionSchema& schema = handle->schema();
+  if (args.size() != schema.arguments().size() || returns.size() != schema.returns().size()) {
+    std::ostringstream msg;
+    msg << "op " << op_name(*handle) << " expects " << schema.arguments().size()
+        << " arguments and " << schema.returns().size() << " returns, the trace recorded "
+        << args.size() << " and " << returns.size();
+    throw std::invalid_argument(msg.str());
+  }
+  for (const c10::IValue& arg : args) for_each_tensor(arg, [&](const at::Tensor& t) {
+      if (t.defined()) slot_of(t);
+    });
+  const int index = static_cast<int>(raw_ops_.size());
+  for (size_t r = 0; r < returns.size(); ++r) {
+    const c10::IValue& value = returns[r];
+    const bool tensor_like = value.isTensor() || value.isTensorList() || value.isNone() ||
+                             (value.isList() && value.toListRef().empty());
+    if (!tensor_like) {
+      throw std::invalid_argument("nimble cannot replay op " + op_name(*handle) +
+                                  ": it returns a " + value.tagKind() +
+                                  " computed while the model runs, which a replay cannot "
+                                  "reproduce without running Python");
+    }
+    for_each_tensor(value, [&](const at::Tensor& t) {
+      if (t.defined() && !slot_by_impl_.count(t.unsafeGetTensorImpl())) {
+        slots_[new_slot(t, SlotRole::kTransient)].producer = index;
+      }
+    });
+  }
+  raw_ops_.push_back(RawOp{*handle, std::move(args), std::move(returns)});
+}
+
+void ProgramBuilder::set_outputs(const std::vector<at::Tensor>& outputs) {
+  outputs_.clear();
+  for (const at::Tensor& t : outputs) outputs_.push_back(slot_of(t));
+}
+
+Program ProgramBuilder::finish(const BuildOptions& options) {
+  Program program;
+  program.inputs = inputs_;
+  program.outputs = outputs_;
+  program.slots = slots_;
+  program.values.resize(slots_.size());
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].role != SlotRole::kTransient) program.values[s] = capture_values_[s];
+  }
+  auto slot_of_value = [&](const at::Tensor& t) { return slot_by_impl_.at(t.unsafeGetTensorImpl()); };
+
+  // Targets of in-place metadata changes must be recreated on every replay.
+  std::unordered_set<int> metadata_changed;
+  for (const RawOp& raw : raw_ops_) {
+    const std::string name = raw.handle.operator_name().name;
+    if (!changes_metadata_in_place(name) || !raw.args.at(0).isTensor()) continue;
+    const int slot = slot_of_value(raw.args[0].toTensor());
+    const SlotRole role = program.slots[slot].role;
+    if (role == SlotRole::kInput || role == SlotRole::kState || role == SlotRole::kConstant) {
+      throw std::invalid_argument(std::string("nimble cannot replay op ") + op_name(raw.handle) +
+                                  ": it changes the shape or strides of a model " +
+                                  slot_role_name(role) + " in place");
+    }
+    metadata_changed.insert(slot);
+  }
+
+  c10::impl::ExcludeDispatchKeyGuard no_python(c10::DispatchKey::Python);
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  std::vector<c10::IValue> stack;
+
+  for (size_t index = 0; index < raw_ops_.size(); ++index) {
+    const RawOp& raw = raw_ops_[index];
+    const c10::FunctionSchema& schema = raw.handle.schema();
+    const std::string qualified = op_name(raw.handle);
+
+    c10::DispatchKeySet keys;
+    bool inputs_stable = true;
+    std::vector<int> reads, writes;
+    for (size_t a = 0; a < raw.args.size(); ++a) {
+      const auto* alias = schema.arguments()[a].alias_info();
+      const bool written = alias && alias->isWrite();
+      for_each_tensor(raw.args[a], [&](const at::Tensor& t) {
+        if (!t.defined()) return;
+        keys = keys | t.key_set();
+        const int slot = slot_of_value(t);
+        inputs_stable = inputs_stable && program.slots[slot].is_stable();
+        reads.push_back(slot);
+        if (written) writes.push_back(slot);
+      });
+    }
+    bool writes_args = !writes.empty();
+    bool returns_view = false;
+    bool returns_changed = false;
+    bool returns_only_new_tensors = !raw.returns.empty();
+    std::vector<OpNode::Output> produced;
+    for (size_t r = 0; r < raw.returns.size(); ++r) {
+      returns_view = returns_view || (schema.returns()[r].alias_info() &&
+                                      !schema.returns()[r].alias_info()->isWrite());
+      returns_only_new_tensors = returns_only_new_tensors && raw.returns[r].isTensor();
+      const c10::IValue& value = raw.returns[r];
+      int elem = value.isTensor() ? -1 : 0;
+      for_each_tensor(value, [&](const at::Tensor& t) {
+        if (t.defined()) {
+          keys = keys | t.key_set();
+          const int slot = slot_of_value(t);
+          if (program.slots[slot].producer == static_cast<int>(index)) {
+            produced.push_back({static_cast<int>(r), elem, slot});
+            writes.push_back(slot);
+            returns_changed = returns_changed || metadata_changed.count(slot);
+          } else {
+            returns_only_new_tensors = false;
+          }
+        }
+        if (elem >= 0) ++elem;
+      });
+    }
+    keys = keys_below_autograd(keys);
+
+    auto stable_value = [&](int slot) { return program.values[slot]; };
+    auto make_args = [&](bool bake_stable) {
+      std::vector<Arg> args;
+      for (size_t a = 0; a < raw.args.size(); ++a) {
+        const c10::IValue& value = raw.args[a];
+        Arg arg;
+        if (value.isTensor() && value.toTensor().defined()) {
+          const int slot = slot_of_value(value.toTensor());
+          if (bake_stable && program.slots[slot].is_stable()) {
+            arg.constant = stable_value(slot);
+          } else {
+            arg.kind = Arg::Kind::kSlot;
+            arg.slot = slot;
+          }
+        } else if (value.isList() && tensor_list_kind(schema.arguments()[a].type())) {
+          arg.kind = *tensor_list_kind(schema.arguments()[a].type());
+        } else {
+          arg.constant = value;
+        }
+        if (arg.kind == Arg::Kind::kTensorList || arg.kind == Arg::Kind::kOptionalTensorList) {
+          bool all_stable = true;
+          for (const c10::IValue& item : value.toListRef()) {
+            const bool present = item.isTensor() && item.toTensor().defined();
+            const int slot = present ? slot_of_value(item.toTensor()) : -1;
+            arg.slots.push_back(slot);
+            arg.list_constants.push_back(slot >= 0 && program.slots[slot].is_stable()
+                                             ? stable_value(slot)
+                                             : c10::IValue());
+            all_stable = all_stable && (slot < 0 || program.slots[slot].is_stable());
+          }
+          if (bake_stable && all_stable) {
+            // Rebuild the list from replay values; the list type follows the schema.
+            if (arg.kind == Arg::Kind::kTensorList) {
+              c10::List<at::Tensor> list;
+              for (const auto& v : arg.list_constants) list.push_back(v.toTensor());
+              arg.constant = list;
+            } else {
+              c10::List<std::optional<at::Tensor>> list;
+              for (const auto& v : arg.list_constants) {
+                list.push_back(v.isTensor() ? std::optional<at::Tensor>(v.toTensor()) : std::nullopt);
+              }
+              arg.constant = list;
+            }
+            arg.kind = Arg::Kind::kConstant;
+            arg.slots.clear();
+            arg.list_constants.clear();
+          }
+        }
+        args.push_back(std::move(arg));
+      }
+      return args;
+    };
+
+    // 1. Views of stable tensors: computed once, here, on the replay's own tensors.
+    if (options.precompute_views && returns_view && !writes_args && inputs_stable &&
+        !returns_changed && returns_only_new_tensors) {
+      stack.clear();
+      for (const Arg& arg : make_args(true)) stack.push_back(arg.constant);
+      raw.handle.redispatchBoxed(keys, &stack);
+      for (const auto& out : produced) {
+        program.values[out.slot] = stack[out.ret];
+        program.slots[out.slot].role = SlotRole::kView;
+      }
+      continue;
+    }
+    // 2. Pure allocations: one buffer, made now.
+    if (is_allocation(qualified) && !returns_changed && produced.size() == 1) {
+      program.values[produced[0].slot] = empty_like_exactly(capture_values_[produced[0].slot].toTensor());
+      program.slots[produced[0].slot].role = SlotRole::kBuffer;
+      continue;
+    }
+
+    OpNode node(raw.handle);
+    node.captured_name = qualified;
+    node.keys = keys;
+    node.reads = reads;
+    node.writes = writes;
+
+    // 3. Functional ops with a native `.out` kernel write into preallocated buffers.
+    std::optional<c10::OperatorHandle> out_variant;
+    if (options.use_out_variants && !writes_args && !returns_view && returns_only_new_tensors &&
+        !returns_changed && !produced.empty()) {
+      out_variant = find_out_variant(raw.handle);
+      const at::Tensor& first = capture_values_[produced[0].slot].toTensor();
+      if (out_variant && !out_variant->hasKernelForDispatchKey(backend_key(first))) {
+        out_variant.reset();
+      }
+    }
+    if (out_variant) {
+      node.handle = *out_variant;
+      node.args = make_args(true);
+      for (const auto& out : produced) {
+        at::Tensor buffer = empty_like_exactly(capture_values_[out.slot].toTensor());
+        program.values[out.slot] = buffer;
+        program.slots[out.slot].role = SlotRole::kBuffer;
+        Arg arg;
+        arg.constant = buffer;
+        node.args.push_back(std::move(arg));
+      }
+    } else {
+      node.args = make_args(true);
+      node.outputs = produced;
+    }
+    node.name = op_name(node.handle);
+    for (int slot : writes) {
+      if (std::find(reads.begin(), reads.end(), slot) != reads.end()) program.slots[slot].mutated = true;
+    }
+    program.ops.push_back(std::move(node));
+  }
+
+  // Release each transient value after its last reader; never release program outputs.
+  std::vector<int> last_reader(program.slots.size(), -1);
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    for (const Arg& arg : program.ops[i].args) {
+      if (arg.kind == Arg::Kind::kSlot) last_reader[arg.slot] = static_cast<int>(i);
+      for (int slot : arg.slots) {
+        if (slot >= 0) last_reader[slot] = static_cast<int>(i);
+      }
+    }
+  }
+  std::vector<bool> is_output(program.slots.size(), false);
+  for (int slot : program.outputs) is_output[slot] = true;
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    OpNode& op = program.ops[i];
+    // Values nobody reads are not kept at all.
+    op.outputs.erase(std::remove_if(op.outputs.begin(), op.outputs.end(),
+                                    [&](const OpNode::Output& out) {
+                                      return last_reader[out.slot] < 0 && !is_output[out.slot];
+                                    }),
+                     op.outputs.end());
+  }
+  for (size_t s = 0; s < program.slots.size(); ++s) {
+    if (program.slots[s].is_stable() || is_output[s] || last_reader[s] < 0) continue;
+    program.ops[last_reader[s]].release.push_back(static_cast<int>(s));
+  }
+
+  // Dependencies: data flow and read/write order on each storage.
+  std::map<const void*, int> last_writer;
+  std::map<const void*, std::vector<int>> readers;
+  std::set<std::pair<int, int>> edges;
+  auto storage_of = [&](int slot) { return program.slots[slot].storage; };
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    const int op = static_cast<int>(i);
+    const OpNode& node = program.ops[i];
+    // Seeded random ops share the generator: keep them in trace order.
+    std::vector<const void*> reads, writes;
+    for (int slot : node.reads) reads.push_back(storage_of(slot));
+    for (int slot : node.writes) writes.push_back(storage_of(slot));
+    if (node.handle.hasTag(at::Tag::nondeterministic_seeded)) writes.push_back(&last_writer);
+    for (const void* storage : reads) {
+      auto it = last_writer.find(storage);
+      if (it != last_writer.end() && it->second != op) edges.insert({it->second, op});
+    }
+    for (const void* storage : writes) {
+      auto it = last_writer.find(storage);
+      if (it != last_writer.end() && it->second != op) edges.insert({it->second, op});
+      for (int reader : readers[storage]) {
+        if (reader != op) edges.insert({reader, op});
+      }
+      readers[storage].clear();
+      last_writer[storage] = op;
+    }
+    for (const void* storage : reads) {
+      if (std::find(writes.begin(), writes.end(), storage) == writes.end()) {
+        readers[storage].push_back(op);
+      }
+    }
+  }
+  program.dependencies.assign(edges.begin(), edges.end());
+
+  // Inputs the trace writes (directly or through a view) must be copied back to the caller.
+  std::set<const void*> written;
+  for (const OpNode& node : program.ops) {
+    for (int slot : node.writes) written.insert(storage_of(slot));
+  }
+  std::set<const void*> stable_storage;
+  for (size_t s = 0; s < program.slots.size(); ++s) {
+    if (program.slots[s].is_stable()) stable_storage.insert(storage_of(static_cast<int>(s)));
+  }
+  for (int slot : program.outputs) {
+    program.output_reuses_storage.push_back(stable_storage.count(storage_of(slot)) > 0);
+  }
+  for (size_t i = 0; i < program.inputs.size(); ++i) {
+    if (written.count(storage_of(program.inputs[i]))) program.mutated_inputs.push_back(static_cast<int>(i));
+  }
+  return program;
+}
+
+}  // namespace nimble

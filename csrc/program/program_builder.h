@@ -1,0 +1,53 @@
+#pragma once
+// Turns a captured op trace into a replayable Program.
+//
+// The capture glue feeds the builder the tensors that live across replays (inputs,
+// parameters, buffers), then every op the trace recorded with its full argument list
+// (schema order) and its returned values, then the flattened outputs. Tensors are
+// identified by their TensorImpl, so the capture must keep every tensor it recorded
+// alive until `finish`.
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "program/program.h"
+
+namespace nimble {
+
+struct BuildOptions {
+  // Rewrite functional ops to their `.out` overload into preallocated buffers.
+  bool use_out_variants = true;
+  // Compute views of stable tensors once, at prepare.
+  bool precompute_views = true;
+};
+
+class ProgramBuilder {
+ public:
+  int add_input(const at::Tensor& tensor);
+  void add_state(const at::Tensor& tensor);
+  // `qualified_name` like "aten::add", `overload` like "Tensor" ("" for the default).
+  void add_op(const std::string& qualified_name, const std::string& overload,
+              std::vector<c10::IValue> args, std::vector<c10::IValue> returns);
+  void set_outputs(const std::vector<at::Tensor>& outputs);
+  Program finish(const BuildOptions& options);
+
+ private:
+  struct RawOp {
+    c10::OperatorHandle handle;
+    std::vector<c10::IValue> args;
+    std::vector<c10::IValue> returns;
+  };
+  int slot_of(const at::Tensor& tensor);  // known slot, or a new constant
+  int new_slot(const at::Tensor& tensor, SlotRole role);
+
+  std::vector<RawOp> raw_ops_;
+  std::vector<SlotInfo> slots_;
+  std::vector<c10::IValue> capture_values_;  // the tensor each slot held at capture
+  std::unordered_map<const c10::TensorImpl*, int> slot_by_impl_;
+  std::vector<int> inputs_;
+  std::vector<int> outputs_;
+};
+
+}  // namespace nimble

@@ -1,0 +1,130 @@
+// Binds the program builder and the replay to Python. The capture glue (nimble/capture.py)
+// hands over the trace; everything after that happens here, in C++.
+#include <pybind11/stl.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <stdexcept>
+
+#include "program/program_builder.h"
+#include "python/bindings.h"
+#include "runtime/cpu_executor.h"
+#include "runtime/replay.h"
+
+namespace py = pybind11;
+
+namespace nimble::python {
+
+namespace {
+
+// Python values of one op's arguments (schema order, defaults filled in) to IValues of
+// the schema's types.
+std::vector<c10::IValue> to_ivalues(const c10::OperatorHandle& handle, const py::list& values,
+                                    bool returns) {
+  const auto& formals = returns ? handle.schema().returns() : handle.schema().arguments();
+  if (values.size() != formals.size()) {
+    throw std::invalid_argument("op " + handle.operator_name().name + " takes " +
+                                std::to_string(formals.size()) +
+                                (returns ? " returns" : " arguments") + ", the trace recorded " +
+                                std::to_string(values.size()));
+  }
+  std::vector<c10::IValue> out;
+  out.reserve(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    try {
+      out.push_back(torch::jit::toIValue(values[i], formals[i].type()));
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("op " + handle.operator_name().name + ": cannot convert " +
+                                  (returns ? "return " : "argument ") +
+                                  std::string(formals[i].name()) + ": " + e.what());
+    }
+  }
+  return out;
+}
+
+py::dict describe_op(const Program& program, const OpNode& op) {
+  py::dict d;
+  d["name"] = op.name;
+  d["captured"] = op.captured_name;
+  py::list reads, writes;
+  for (int s : op.reads) reads.append(s);
+  for (int s : op.writes) writes.append(s);
+  d["reads"] = reads;
+  d["writes"] = writes;
+  (void)program;
+  return d;
+}
+
+}  // namespace
+
+void bind_runtime(py::module_& m) {
+  py::class_<ProgramBuilder>(m, "ProgramBuilder")
+      .def(py::init<>())
+      .def("add_input", &ProgramBuilder::add_input)
+      .def("add_state", &ProgramBuilder::add_state)
+      .def("add_op",
+           [](ProgramBuilder& b, const std::string& name, const std::string& overload,
+              const py::list& args, const py::list& returns) {
+             auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+             if (!handle) {
+               throw std::invalid_argument("nimble cannot replay op " + name + "." + overload +
+                                           ": it has no registered C++ schema");
+             }
+             b.add_op(name, overload, to_ivalues(*handle, args, false),
+                      to_ivalues(*handle, returns, true));
+           })
+      .def("set_outputs", &ProgramBuilder::set_outputs)
+      .def(
+          "finish",
+          [](ProgramBuilder& b, bool use_out_variants, bool precompute_views) {
+            BuildOptions options;
+            options.use_out_variants = use_out_variants;
+            options.precompute_views = precompute_views;
+            return std::make_shared<Replay>(b.finish(options), std::make_unique<CpuExecutor>());
+          },
+          py::arg("use_out_variants") = true, py::arg("precompute_views") = true);
+
+  py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
+      .def(
+          "run",
+          [](Replay& r, const std::vector<at::Tensor>& inputs, bool copy_outputs) {
+            py::gil_scoped_release no_gil;
+            return r.run(inputs, copy_outputs);
+          },
+          py::arg("inputs"), py::arg("copy_outputs") = true)
+      .def("run_timed",
+           [](Replay& r, const std::vector<at::Tensor>& inputs) {
+             std::vector<OpTiming> timings;
+             {
+               py::gil_scoped_release no_gil;
+               timings = r.run_timed(inputs);
+             }
+             py::list out;
+             for (const OpTiming& t : timings) {
+               out.append(py::make_tuple(t.op, t.stream, t.start_ns, t.end_ns));
+             }
+             return out;
+           })
+      .def_property_readonly("num_ops", [](const Replay& r) { return r.program().num_ops(); })
+      .def_property_readonly("backend", [](const Replay& r) { return r.executor().backend(); })
+      .def_property_readonly("num_streams",
+                             [](const Replay& r) { return r.executor().num_streams(); })
+      .def_property_readonly("dependencies",
+                             [](const Replay& r) { return r.program().dependencies; })
+      .def("ops",
+           [](const Replay& r) {
+             py::list out;
+             for (const OpNode& op : r.program().ops) out.append(describe_op(r.program(), op));
+             return out;
+           })
+      .def("slot_roles", [](const Replay& r) {
+        py::dict counts;
+        for (const SlotInfo& s : r.program().slots) {
+          const char* name = slot_role_name(s.role);
+          counts[name] = counts.contains(name) ? counts[name].cast<int>() + 1 : 1;
+        }
+        return counts;
+      });
+}
+
+}  // namespace nimble::python

@@ -1,0 +1,87 @@
+#include "runtime/replay.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+
+#include <sstream>
+#include <stdexcept>
+
+namespace nimble {
+
+namespace {
+
+std::string describe(const at::Tensor& t) {
+  std::ostringstream out;
+  out << "a " << c10::toString(t.scalar_type()) << " tensor of shape " << t.sizes() << " on "
+      << t.device();
+  return out.str();
+}
+
+}  // namespace
+
+Replay::Replay(Program program, std::unique_ptr<Executor> executor)
+    : program_(std::move(program)), executor_(std::move(executor)) {}
+
+void Replay::check_inputs(const std::vector<at::Tensor>& inputs) const {
+  if (inputs.size() != program_.inputs.size()) {
+    std::ostringstream msg;
+    msg << "expected " << program_.inputs.size() << " input tensors (as at prepare), got "
+        << inputs.size();
+    throw std::invalid_argument(msg.str());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& expected = program_.values[program_.inputs[i]].toTensor();
+    const at::Tensor& got = inputs[i];
+    if (!got.defined()) {
+      throw std::invalid_argument("input " + std::to_string(i) + ": expected " +
+                                  describe(expected) + ", got None");
+    }
+    if (got.sizes() != expected.sizes() || got.scalar_type() != expected.scalar_type() ||
+        got.device() != expected.device()) {
+      throw std::invalid_argument("input " + std::to_string(i) + ": expected " +
+                                  describe(expected) + " (as at prepare), got " + describe(got));
+    }
+  }
+}
+
+void Replay::copy_in(const std::vector<at::Tensor>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    at::Tensor& buffer = program_.values[program_.inputs[i]].toTensor();
+    if (!buffer.is_same(inputs[i])) buffer.copy_(inputs[i]);
+  }
+}
+
+void Replay::copy_back(const std::vector<at::Tensor>& inputs) {
+  for (int i : program_.mutated_inputs) {
+    const at::Tensor& buffer = program_.values[program_.inputs[i]].toTensor();
+    if (!buffer.is_same(inputs[i])) inputs[i].copy_(buffer);
+  }
+}
+
+std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool copy_outputs) {
+  check_inputs(inputs);
+  std::lock_guard<std::mutex> lock(mutex_);
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  copy_in(inputs);
+  executor_->run(program_);
+  copy_back(inputs);
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(program_.outputs.size());
+  for (size_t i = 0; i < program_.outputs.size(); ++i) {
+    const at::Tensor& value = program_.values[program_.outputs[i]].toTensor();
+    outputs.push_back(copy_outputs && program_.output_reuses_storage[i] ? value.clone() : value);
+  }
+  return outputs;
+}
+
+std::vector<OpTiming> Replay::run_timed(const std::vector<at::Tensor>& inputs) {
+  check_inputs(inputs);
+  std::lock_guard<std::mutex> lock(mutex_);
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  copy_in(inputs);
+  auto timings = executor_->run_timed(program_);
+  copy_back(inputs);
+  return timings;
+}
+
+}  // namespace nimble

@@ -1,0 +1,40 @@
+#pragma once
+// A prepared program plus the executor that runs it: what a Python `Nimble` object holds.
+// It owns the static input buffers' contract (copy in, copy back inputs the trace
+// mutates), hands outputs out, and serializes concurrent calls on one object.
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "program/program.h"
+#include "runtime/executor.h"
+
+namespace nimble {
+
+class Replay {
+ public:
+  Replay(Program program, std::unique_ptr<Executor> executor);
+
+  // Throws std::invalid_argument when the inputs differ from the prepared ones in number,
+  // shape, dtype or device. With copy_outputs, outputs that live in buffers reused by the
+  // next replay are cloned; otherwise the caller gets those buffers themselves.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, bool copy_outputs);
+  // One replay with per-op start/end times.
+  std::vector<OpTiming> run_timed(const std::vector<at::Tensor>& inputs);
+
+  const Program& program() const { return program_; }
+  const Executor& executor() const { return *executor_; }
+
+ private:
+  void check_inputs(const std::vector<at::Tensor>& inputs) const;
+  void copy_in(const std::vector<at::Tensor>& inputs);
+  void copy_back(const std::vector<at::Tensor>& inputs);
+
+  Program program_;
+  std::unique_ptr<Executor> executor_;
+  std::mutex mutex_;
+};
+
+}  // namespace nimble

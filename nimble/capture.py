@@ -1,0 +1,143 @@
+"""Records one run of a module below autograd, where kernels launch.
+
+A `TorchDispatchMode` sees every ATen op after autograd has done its work: the recorder
+keeps each op's overload, its arguments and its results (holding every tensor alive, so
+that tensor identity stays meaningful until the C++ program builder has seen them), and
+refuses ops whose results depend on tensor values, naming the user's source line.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .errors import NotStaticError, UnsupportedOpError
+
+aten = torch.ops.aten
+
+# Ops whose result (a Python number, or a shape) is read off tensor values: a trace of
+# one run cannot stand for the next.
+_VALUE_DEPENDENT = {
+    aten._local_scalar_dense.default,
+    aten.item.default,
+    aten.is_nonzero.default,
+    aten.equal.default,
+    aten.nonzero.default,
+    aten.nonzero_numpy.default,
+    aten.argwhere.default,
+    aten.masked_select.default,
+    aten._unique.default,
+    aten._unique2.default,
+    aten.unique_dim.default,
+    aten.unique_consecutive.default,
+    aten.repeat_interleave.Tensor,
+    aten.bincount.default,
+    aten.allclose.default,
+}
+
+# Ops returning plain numbers that come from metadata, not values.
+_METADATA_ONLY = {
+    aten.is_same_size.default,
+    aten.sym_size.int,
+    aten.sym_stride.int,
+    aten.sym_numel.default,
+    aten.sym_storage_offset.default,
+    aten.dim.default,
+}
+
+# Namespaces whose ops run C++ kernels the replay can call without Python.
+_REPLAYABLE_NAMESPACES = {"aten", "prims", "torchvision"}
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_NIMBLE_DIR = os.path.dirname(__file__)
+
+
+def user_source_line() -> str:
+    """The innermost frame of the caller's own code (outside torch and nimble)."""
+    for frame in reversed(traceback.extract_stack()):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(_TORCH_DIR) or path.startswith(_NIMBLE_DIR):
+            continue
+        return f"{frame.filename}:{frame.lineno}: {(frame.line or '').strip()}"
+    return "<unknown source line>"
+
+
+def _returns_number(func) -> bool:
+    for ret in func._schema.returns:
+        kind = str(ret.type)
+        if not kind.startswith("Tensor") and kind not in ("NoneType",):
+            return True
+    return False
+
+
+def _has_bool_index(func, args) -> bool:
+    if func is not aten.index.Tensor or len(args) < 2:
+        return False
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1])
+
+
+@dataclass
+class TracedOp:
+    func: Any  # torch._ops.OpOverload
+    args: tuple
+    kwargs: dict
+    out: Any
+
+
+@dataclass
+class Trace:
+    ops: list[TracedOp] = field(default_factory=list)
+
+
+class Recorder(TorchDispatchMode):
+    """Runs every op normally and records it; refuses value-dependent ops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trace = Trace()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _VALUE_DEPENDENT or _has_bool_index(func, args) or (
+            func not in _METADATA_ONLY and _returns_number(func)
+        ):
+            raise NotStaticError(
+                f"the model is not static: op {func} reads tensor values to decide what "
+                f"happens next (a Python number, a condition, or a data-dependent shape), "
+                f"at {user_source_line()}. nimble replays one fixed trace; move this "
+                f"computation out of the model or make it independent of values."
+            )
+        if not isinstance(func, torch._ops.OpOverload) or func.namespace not in _REPLAYABLE_NAMESPACES:
+            raise UnsupportedOpError(
+                f"nimble cannot replay op {func} (at {user_source_line()}): only ops of "
+                f"{sorted(_REPLAYABLE_NAMESPACES)} run without Python in the replay."
+            )
+        out = func(*args, **kwargs)
+        self.trace.ops.append(TracedOp(func, args, kwargs, out))
+        return out
+
+
+def schema_arguments(func, args: tuple, kwargs: dict) -> list:
+    """The op's arguments in schema order, with defaults filled in."""
+    values = []
+    for index, formal in enumerate(func._schema.arguments):
+        if not formal.kwarg_only and index < len(args):
+            values.append(args[index])
+        elif formal.name in kwargs:
+            values.append(kwargs[formal.name])
+        elif formal.has_default_value():
+            values.append(formal.default_value)
+        else:
+            raise UnsupportedOpError(f"op {func}: the trace lacks its argument '{formal.name}'")
+    return values
+
+
+def schema_returns(func, out) -> list:
+    if len(func._schema.returns) == 1:
+        return [out]
+    return list(out)

@@ -1,0 +1,200 @@
+"""`Nimble`: wrap a module, prepare it once, replay it from C++."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from . import _C
+from .capture import Recorder, schema_arguments, schema_returns
+from .errors import NotPreparedError, UnsupportedOpError
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        shape = "x".join(str(s) for s in value.shape) or "scalar"
+        return f"Tensor[{shape}, {str(value.dtype).replace('torch.', '')}, {value.device}]"
+    return repr(value)
+
+
+def _describe_all(leaves: list) -> str:
+    return "(" + ", ".join(_describe(v) for v in leaves) + ")"
+
+
+class _ModelState:
+    """A snapshot of a module's parameters, buffers and the RNG, restored after capture so
+    that prepare leaves the model exactly as it found it."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self._tensors = [(t, t.detach().clone()) for t in self._all(module)]
+        self._rng = torch.get_rng_state()
+
+    @staticmethod
+    def _all(module: torch.nn.Module) -> list[torch.Tensor]:
+        return list(module.parameters()) + [b for b in module.buffers() if b is not None]
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for tensor, saved in self._tensors:
+                tensor.copy_(saved)
+        torch.set_rng_state(self._rng)
+
+
+class Nimble(torch.nn.Module):
+    """Captures a static module's kernel launches once and replays them.
+
+    >>> fast = Nimble(model)
+    >>> fast.prepare(example_input)
+    >>> y = fast(x)           # same as model(x), without the framework overhead
+
+    By default the outputs handed back are the caller's own (a replay never changes a
+    tensor it returned earlier); `prepare(..., copy_outputs=False)` hands out the replay's
+    buffers themselves, which the next call overwrites.
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"Nimble wraps a torch.nn.Module, got {type(module).__name__}")
+        self.module = module
+        self._replay = None
+        self._copy_outputs = True
+
+    # -- prepare ---------------------------------------------------------------------
+
+    def prepare(
+        self,
+        example_inputs: Any,
+        example_kwargs: dict | None = None,
+        *,
+        copy_outputs: bool = True,
+        use_out_variants: bool = True,
+        precompute_views: bool = True,
+    ) -> "Nimble":
+        """Capture one run of the module on `example_inputs` (a tensor or a tuple of
+        positional arguments) and build the replay."""
+        args = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+        kwargs = dict(example_kwargs or {})
+        leaves, spec = tree_flatten((tuple(args), kwargs))
+        tensor_positions = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+        # The replay reads its inputs from buffers of its own: capture on those.
+        static_leaves = list(leaves)
+        for i in tensor_positions:
+            static_leaves[i] = leaves[i].detach().clone()
+        static_args, static_kwargs = tree_unflatten(static_leaves, spec)
+
+        state = _ModelState(self.module)
+        identities = self._state_identities()
+        try:
+            with torch.no_grad():
+                # Warm-up: lazily created state exists before the recorded run.
+                warm_args, warm_kwargs = tree_unflatten(
+                    [v.clone() if isinstance(v, torch.Tensor) else v for v in static_leaves], spec
+                )
+                self.module(*warm_args, **warm_kwargs)
+                state.restore()
+                recorder = Recorder()
+                with recorder:
+                    output = self.module(*static_args, **static_kwargs)
+        finally:
+            state.restore()
+        if self._state_identities() != identities:
+            raise UnsupportedOpError(
+                "the module replaced a parameter or buffer object during forward (e.g. "
+                "`self.buf = self.buf + 1`); nimble replays in-place updates only: write "
+                "`self.buf.add_(1)` or `self.buf.copy_(...)` instead"
+            )
+        for i in tensor_positions:
+            static_leaves[i].copy_(leaves[i])
+
+        builder = _C.ProgramBuilder()
+        for i in tensor_positions:
+            builder.add_input(static_leaves[i])
+        for tensor in _ModelState._all(self.module):
+            builder.add_state(tensor)
+        for op in recorder.trace.ops:
+            schema = op.func._schema
+            builder.add_op(
+                schema.name,
+                schema.overload_name,
+                schema_arguments(op.func, op.args, op.kwargs),
+                schema_returns(op.func, op.out),
+            )
+        out_leaves, out_spec = tree_flatten(output)
+        out_tensor_positions = [i for i, v in enumerate(out_leaves) if isinstance(v, torch.Tensor)]
+        builder.set_outputs([out_leaves[i] for i in out_tensor_positions])
+        self._replay = builder.finish(use_out_variants=use_out_variants, precompute_views=precompute_views)
+
+        self._in_spec = spec
+        self._in_leaves = [None if isinstance(v, torch.Tensor) else v for v in leaves]
+        self._in_tensor_positions = tensor_positions
+        self._out_spec = out_spec
+        self._out_leaves = [None if isinstance(v, torch.Tensor) else v for v in out_leaves]
+        self._out_tensor_positions = out_tensor_positions
+        self._copy_outputs = copy_outputs
+        self._prepared_training = self.module.training
+        return self
+
+    def _state_identities(self) -> list[int]:
+        return [id(t) for t in _ModelState._all(self.module)]
+
+    # -- replay ----------------------------------------------------------------------
+
+    def _input_tensors(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+        leaves, spec = tree_flatten((args, kwargs))
+        if spec != self._in_spec:
+            expected = tree_unflatten(
+                [
+                    v if v is not None or i not in self._in_tensor_positions else "Tensor"
+                    for i, v in enumerate(self._in_leaves)
+                ],
+                self._in_spec,
+            )
+            raise ValueError(
+                f"expected the arguments structured as at prepare, {expected}, "
+                f"got {_describe_all(leaves)}"
+            )
+        for i, (got, expected) in enumerate(zip(leaves, self._in_leaves)):
+            if i in self._in_tensor_positions:
+                if not isinstance(got, torch.Tensor):
+                    raise ValueError(f"argument leaf {i}: expected a tensor, got {_describe(got)}")
+            elif got != expected:
+                raise ValueError(
+                    f"argument leaf {i}: expected {expected!r} (as at prepare), got {got!r}; "
+                    f"non-tensor arguments are part of the captured trace"
+                )
+        return [leaves[i] for i in self._in_tensor_positions]
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self._replay is None:
+            raise NotPreparedError(
+                "Nimble was called before prepare(): call fast.prepare(example_inputs) once first"
+            )
+        if self.module.training != self._prepared_training:
+            mode = "train" if self.module.training else "eval"
+            raise NotPreparedError(
+                f"the module was switched to {mode} mode after prepare; the captured trace "
+                f"is for the other mode: call prepare() again"
+            )
+        inputs = self._input_tensors(args, kwargs)
+        outputs = self._replay.run(inputs, self._copy_outputs)
+        leaves = list(self._out_leaves)
+        for position, tensor in zip(self._out_tensor_positions, outputs):
+            leaves[position] = tensor
+        return tree_unflatten(leaves, self._out_spec)
+
+    __call__ = forward
+
+    # -- introspection ---------------------------------------------------------------
+
+    @property
+    def replay(self):
+        if self._replay is None:
+            raise NotPreparedError("Nimble has no replay before prepare()")
+        return self._replay
+
+    @property
+    def num_ops(self) -> int:
+        return self.replay.num_ops
