@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .errors import NotStaticError, UnsupportedOpError
@@ -53,8 +54,8 @@ _METADATA_ONLY = {
 # Namespaces whose ops run C++ kernels the replay can call without Python.
 _REPLAYABLE_NAMESPACES = {"aten", "prims", "torchvision"}
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_NIMBLE_DIR = os.path.dirname(__file__)
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_NIMBLE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def user_source_line() -> str:
@@ -67,12 +68,16 @@ def user_source_line() -> str:
     return "<unknown source line>"
 
 
-def _returns_number(func) -> bool:
-    for ret in func._schema.returns:
-        kind = str(ret.type)
-        if not kind.startswith("Tensor") and kind not in ("NoneType",):
-            return True
+def _is_tensor_type(t) -> bool:
+    if isinstance(t, torch._C.TensorType):
+        return True
+    if isinstance(t, (torch._C.ListType, torch._C.OptionalType)):
+        return _is_tensor_type(t.getElementType())
     return False
+
+
+def _returns_number(func) -> bool:
+    return not all(_is_tensor_type(ret.type) for ret in func._schema.returns)
 
 
 def _has_bool_index(func, args) -> bool:
@@ -94,6 +99,28 @@ class Trace:
     ops: list[TracedOp] = field(default_factory=list)
 
 
+def _refuse_value_dependent(op: str):
+    raise NotStaticError(
+        f"the model is not static: {op} reads tensor values to decide what happens next (a "
+        f"Python number, a condition, or a data-dependent shape), at {user_source_line()}. "
+        f"nimble replays one fixed trace; move this computation out of the model or make it "
+        f"independent of values."
+    )
+
+
+# Tensor methods that read values on the host without passing through the dispatcher.
+_HOST_READS = {torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__}
+
+
+class HostReadGuard(TorchFunctionMode):
+    """Refuses the host reads a dispatch mode cannot see."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _HOST_READS:
+            _refuse_value_dependent(f"Tensor.{func.__name__}()")
+        return func(*args, **(kwargs or {}))
+
+
 class Recorder(TorchDispatchMode):
     """Runs every op normally and records it; refuses value-dependent ops."""
 
@@ -106,12 +133,7 @@ class Recorder(TorchDispatchMode):
         if func in _VALUE_DEPENDENT or _has_bool_index(func, args) or (
             func not in _METADATA_ONLY and _returns_number(func)
         ):
-            raise NotStaticError(
-                f"the model is not static: op {func} reads tensor values to decide what "
-                f"happens next (a Python number, a condition, or a data-dependent shape), "
-                f"at {user_source_line()}. nimble replays one fixed trace; move this "
-                f"computation out of the model or make it independent of values."
-            )
+            _refuse_value_dependent(f"op {func}")
         if not isinstance(func, torch._ops.OpOverload) or func.namespace not in _REPLAYABLE_NAMESPACES:
             raise UnsupportedOpError(
                 f"nimble cannot replay op {func} (at {user_source_line()}): only ops of "

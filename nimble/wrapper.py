@@ -8,7 +8,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import _C
-from .capture import Recorder, schema_arguments, schema_returns
+from .capture import HostReadGuard, Recorder, schema_arguments, schema_returns
 from .errors import NotPreparedError, UnsupportedOpError
 
 
@@ -96,7 +96,7 @@ class Nimble(torch.nn.Module):
                 self.module(*warm_args, **warm_kwargs)
                 state.restore()
                 recorder = Recorder()
-                with recorder:
+                with HostReadGuard(), recorder:
                     output = self.module(*static_args, **static_kwargs)
         finally:
             state.restore()

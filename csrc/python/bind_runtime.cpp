@@ -4,6 +4,8 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <ATen/ScalarOps.h>
+
 #include <stdexcept>
 
 #include "program/program_builder.h"
@@ -32,6 +34,16 @@ std::vector<c10::IValue> to_ivalues(const c10::OperatorHandle& handle, const py:
   out.reserve(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     try {
+      // Python numbers where the schema wants a Tensor were wrapped numbers in eager:
+      // keep their type-promotion rules by wrapping them the same way.
+      const bool number = PyFloat_Check(values[i].ptr()) || PyLong_Check(values[i].ptr()) ||
+                          PyBool_Check(values[i].ptr()) || PyComplex_Check(values[i].ptr());
+      if (number && formals[i].type()->kind() == c10::TypeKind::TensorType) {
+        at::Tensor wrapped = c10::scalar_to_tensor(torch::jit::toIValue(values[i], c10::NumberType::get()).toScalar());
+        wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
+        out.emplace_back(std::move(wrapped));
+        continue;
+      }
       out.push_back(torch::jit::toIValue(values[i], formals[i].type()));
     } catch (const std::exception& e) {
       throw std::invalid_argument("op " + handle.operator_name().name + ": cannot convert " +

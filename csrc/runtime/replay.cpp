@@ -12,7 +12,7 @@ namespace {
 
 std::string describe(const at::Tensor& t) {
   std::ostringstream out;
-  out << "a " << c10::toString(t.scalar_type()) << " tensor of shape " << t.sizes() << " on "
+  out << "a " << c10::getDtypeNames(t.scalar_type()).first << " tensor of shape " << t.sizes() << " on "
       << t.device();
   return out.str();
 }

@@ -1,0 +1,57 @@
+"""Models by name, randomly initialised (nothing is downloaded), with a valid input.
+
+    build("torchvision:resnet18", batch=1, image_size=64) -> (model, example_input)
+    build("transformer:encoder", batch=8)
+"""
+
+from __future__ import annotations
+
+import torch
+
+# The models the correctness suite and the benchmarks cover.
+TORCHVISION_MODELS = [
+    "resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "squeezenet1_1",
+    "googlenet", "inception_v3", "densenet121", "efficientnet_b0", "shufflenet_v2_x1_0",
+    "regnet_y_400mf", "convnext_tiny", "vit_b_16",
+]
+ALL_MODELS = [f"torchvision:{name}" for name in TORCHVISION_MODELS] + ["transformer:encoder"]
+
+# Smallest image side a model accepts, where it is above what callers usually ask for.
+_MIN_IMAGE_SIZE = {"inception_v3": 75}
+
+
+def _torchvision(name: str, image_size: int) -> tuple[torch.nn.Module, int]:
+    import torchvision.models as models
+
+    if name not in models.list_models(module=models):
+        raise ValueError(f"unknown torchvision classification model '{name}'")
+    kwargs: dict = {"weights": None}
+    if name in ("googlenet", "inception_v3"):
+        kwargs.update(aux_logits=False, init_weights=False)
+    size = max(image_size, _MIN_IMAGE_SIZE.get(name, 1))
+    if name.startswith("vit_"):
+        # A ViT is built for one image size; patches are 16 or 32 pixels.
+        patch = 32 if "_32" in name else 14 if "_14" in name else 16
+        size = max(patch, size // patch * patch)
+        kwargs["image_size"] = size
+    return models.get_model(name, **kwargs), size
+
+
+def build(spec: str, batch: int = 1, image_size: int = 64, seed: int = 0):
+    """(model in eval mode, example input) for `family:name`."""
+    family, _, name = spec.partition(":")
+    torch.manual_seed(seed)
+    if family == "torchvision":
+        model, size = _torchvision(name, image_size)
+        example = torch.randn(batch, 3, size, size)
+    elif family == "transformer" and name == "encoder":
+        layer = torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128,
+                                                 batch_first=True)
+        model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+        example = torch.randn(batch, 16, 64)
+    else:
+        raise ValueError(
+            f"unknown model '{spec}': expected torchvision:NAME (e.g. torchvision:resnet18) "
+            f"or transformer:encoder"
+        )
+    return model.eval(), example

@@ -1,0 +1,133 @@
+"""Bad input gets a clear error that says what was expected and what came."""
+
+import pytest
+import torch
+
+import nimble
+
+
+@pytest.fixture
+def fast():
+    return nimble.Nimble(torch.nn.Linear(4, 3).eval()).prepare(torch.randn(2, 4))
+
+
+def test_wrong_shape(fast):
+    with pytest.raises(ValueError, match=r"expected a float32 tensor of shape \[2, 4\].*got a float32 tensor of shape \[5, 4\]"):
+        fast(torch.randn(5, 4))
+
+
+def test_wrong_dtype(fast):
+    with pytest.raises(ValueError, match="expected a float32 .* got a float64"):
+        fast(torch.randn(2, 4, dtype=torch.float64))
+
+
+def test_wrong_device(fast):
+    with pytest.raises(ValueError, match="on cpu .* got .* on meta"):
+        fast(torch.empty(2, 4, device="meta"))
+
+
+def test_wrong_number_of_inputs(fast):
+    with pytest.raises(ValueError, match="expected the arguments structured as at prepare"):
+        fast(torch.randn(2, 4), torch.randn(2, 4))
+
+
+def test_non_tensor_argument_changed():
+    class Scaled(torch.nn.Module):
+        def forward(self, x, k):
+            return x * k
+
+    fast = nimble.Nimble(Scaled()).prepare((torch.randn(2), 3))
+    with pytest.raises(ValueError, match="expected 3 .* got 4"):
+        fast(torch.randn(2), 4)
+
+
+def test_call_before_prepare():
+    with pytest.raises(nimble.NotPreparedError, match="before prepare"):
+        nimble.Nimble(torch.nn.Linear(2, 2))(torch.randn(1, 2))
+
+
+def test_mode_switch_after_prepare_is_refused():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout()).eval()
+    fast = nimble.Nimble(model).prepare(torch.randn(1, 2))
+    model.train()
+    with pytest.raises(nimble.NotPreparedError, match="switched to train mode"):
+        fast(torch.randn(1, 2))
+
+
+class Branchy(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # THE_BRANCH
+            return x * 2
+        return x
+
+
+class UsesItem(torch.nn.Module):
+    def forward(self, x):
+        return x * x.max().item()
+
+
+class UsesToList(torch.nn.Module):
+    def forward(self, x):
+        return x[: len([v for v in x.tolist() if v > 0])]
+
+
+class UsesNonzero(torch.nn.Module):
+    def forward(self, x):
+        return torch.nonzero(x)
+
+
+class UsesMask(torch.nn.Module):
+    def forward(self, x):
+        return x[x > 0]
+
+
+@pytest.mark.parametrize(
+    "model, op, line",
+    [
+        (Branchy(), "aten._local_scalar_dense|aten.is_nonzero", "THE_BRANCH"),
+        (UsesItem(), "aten._local_scalar_dense|aten.item", "x.max().item()"),
+        (UsesToList(), "Tensor.tolist()", "x.tolist()"),
+        (UsesNonzero(), "aten.nonzero", "torch.nonzero"),
+        (UsesMask(), "aten.index.Tensor", "x[x > 0]"),
+    ],
+)
+def test_value_dependent_model_is_refused(model, op, line):
+    with pytest.raises(nimble.NotStaticError) as info:
+        nimble.Nimble(model).prepare(torch.randn(6))
+    message = str(info.value)
+    assert __file__ in message
+    assert line in message
+    assert any(name in message for name in op.split("|"))
+
+
+def test_unreplayable_op_is_refused_at_prepare():
+    lib = torch.library.Library("nimble_test", "DEF")
+    lib.define("double_it(Tensor x) -> Tensor")
+    lib.impl("double_it", lambda x: x * 2, "CPU")
+
+    class UsesPythonOp(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.nimble_test.double_it(x)
+
+    with pytest.raises(nimble.UnsupportedOpError, match="nimble_test.double_it"):
+        nimble.Nimble(UsesPythonOp()).prepare(torch.randn(3))
+
+
+def test_module_reassigning_a_buffer_is_refused_and_left_intact():
+    class Reassigns(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("total", torch.zeros(2))
+
+        def forward(self, x):
+            self.total = self.total + x
+            return self.total
+
+    model = Reassigns()
+    with pytest.raises(nimble.UnsupportedOpError, match="replaced a parameter or buffer"):
+        nimble.Nimble(model).prepare(torch.ones(2))
+
+
+def test_not_a_module():
+    with pytest.raises(TypeError, match="wraps a torch.nn.Module, got function"):
+        nimble.Nimble(lambda x: x)

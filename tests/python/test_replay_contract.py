@@ -1,0 +1,115 @@
+"""The user contract: output structures, state and input mutation, output ownership."""
+
+import torch
+
+import nimble
+
+
+class Structured(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+
+    def forward(self, x, scale=2.0):
+        y = self.lin(x)
+        return {"y": y * scale, "pair": (y.relu(), [y.sum(dim=1), x.t()]), "tag": "ok"}
+
+
+def test_nested_outputs_and_kwargs():
+    model = Structured().eval()
+    fast = nimble.Nimble(model).prepare(torch.randn(3, 8), {"scale": 3.0})
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        expected = model(x, scale=3.0)
+    got = fast(x, scale=3.0)
+    assert got.pop("tag") == expected.pop("tag") == "ok"
+    assert isinstance(got["pair"], tuple) and isinstance(got["pair"][1], list)
+    torch.testing.assert_close(got, expected)
+
+
+class CountsCalls(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+        self.register_buffer("running", torch.zeros(4))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        self.running.mul_(0.5).add_(x.mean(0))
+        return x * self.calls
+
+
+def test_buffer_mutation_replays_like_eager():
+    eager, replayed = CountsCalls(), CountsCalls()
+    fast = nimble.Nimble(replayed).prepare(torch.randn(2, 4))
+    # prepare leaves the model as it found it
+    assert replayed.calls.item() == 0
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(fast(x), eager(x))
+    torch.testing.assert_close(replayed.running, eager.running)
+    assert replayed.calls.item() == 3
+
+
+class MutatesInput(torch.nn.Module):
+    def forward(self, x):
+        x.mul_(2)
+        x[:, 0].add_(1)  # through a view
+        return x.sum(1)
+
+
+def test_input_mutation_replays_like_eager():
+    fast = nimble.Nimble(MutatesInput()).prepare(torch.randn(3, 4))
+    x = torch.randn(3, 4)
+    x_eager = x.clone()
+    expected = MutatesInput()(x_eager)
+    got = fast(x)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(x, x_eager)
+
+
+def test_outputs_are_not_overwritten_by_default():
+    model = torch.nn.Linear(4, 4).eval()
+    fast = nimble.Nimble(model).prepare(torch.randn(2, 4))
+    a, b = torch.randn(2, 4), torch.randn(2, 4)
+    first = fast(a)
+    fast(b)
+    with torch.no_grad():
+        torch.testing.assert_close(first, model(a))
+
+
+def test_zero_copy_outputs_reuse_the_buffer():
+    model = torch.nn.Linear(4, 4).eval()
+    fast = nimble.Nimble(model).prepare(torch.randn(2, 4), copy_outputs=False)
+    a, b = torch.randn(2, 4), torch.randn(2, 4)
+    first = fast(a)
+    second = fast(b)
+    assert first.data_ptr() == second.data_ptr()
+    with torch.no_grad():
+        torch.testing.assert_close(first, model(b))
+
+
+def test_random_ops_draw_fresh_numbers():
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.rand_like(x)
+
+    fast = nimble.Nimble(Noisy()).prepare(torch.zeros(4))
+    x = torch.zeros(4)
+    assert not torch.equal(fast(x), fast(x))
+    torch.manual_seed(7)
+    expected = Noisy()(x)
+    torch.manual_seed(7)
+    torch.testing.assert_close(fast(x), expected)
+
+
+def test_prepare_does_not_shift_the_users_random_stream():
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.rand_like(x)
+
+    torch.manual_seed(3)
+    expected = torch.rand(3)
+    torch.manual_seed(3)
+    nimble.Nimble(Noisy()).prepare(torch.zeros(4))
+    torch.testing.assert_close(torch.rand(3), expected)
