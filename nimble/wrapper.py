@@ -135,6 +135,9 @@ class Nimble(torch.nn.Module):
         self._out_tensor_positions = out_tensor_positions
         self._copy_outputs = copy_outputs
         self._prepared_training = self.module.training
+        # The common call, positional tensors in and one tensor out, skips the pytrees.
+        self._positional_tensors_only = not kwargs and len(tensor_positions) == len(leaves) == len(args)
+        self._single_tensor_output = isinstance(output, torch.Tensor)
         return self
 
     def _state_identities(self) -> list[int]:
@@ -156,8 +159,9 @@ class Nimble(torch.nn.Module):
                 f"expected the arguments structured as at prepare, {expected}, "
                 f"got {_describe_all(leaves)}"
             )
+        tensor_positions = set(self._in_tensor_positions)
         for i, (got, expected) in enumerate(zip(leaves, self._in_leaves)):
-            if i in self._in_tensor_positions:
+            if i in tensor_positions:
                 if not isinstance(got, torch.Tensor):
                     raise ValueError(f"argument leaf {i}: expected a tensor, got {_describe(got)}")
             elif got != expected:
@@ -178,8 +182,18 @@ class Nimble(torch.nn.Module):
                 f"the module was switched to {mode} mode after prepare; the captured trace "
                 f"is for the other mode: call prepare() again"
             )
-        inputs = self._input_tensors(args, kwargs)
+        if (
+            self._positional_tensors_only
+            and not kwargs
+            and len(args) == len(self._in_leaves)
+            and all(isinstance(a, torch.Tensor) for a in args)
+        ):
+            inputs = list(args)
+        else:
+            inputs = self._input_tensors(args, kwargs)
         outputs = self._replay.run(inputs, self._copy_outputs)
+        if self._single_tensor_output:
+            return outputs[0]
         leaves = list(self._out_leaves)
         for position, tensor in zip(self._out_tensor_positions, outputs):
             leaves[position] = tensor

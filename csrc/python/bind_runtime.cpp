@@ -106,16 +106,16 @@ void bind_runtime(py::module_& m) {
           py::arg("inputs"), py::arg("copy_outputs") = true)
       .def("run_timed",
            [](Replay& r, const std::vector<at::Tensor>& inputs) {
-             std::vector<OpTiming> timings;
+             Replay::TimedRun run;
              {
                py::gil_scoped_release no_gil;
-               timings = r.run_timed(inputs);
+               run = r.run_timed(inputs);
              }
-             py::list out;
-             for (const OpTiming& t : timings) {
-               out.append(py::make_tuple(t.op, t.stream, t.start_ns, t.end_ns));
+             py::list ops;
+             for (const OpTiming& t : run.ops) {
+               ops.append(py::make_tuple(t.op, t.stream, t.start_ns, t.end_ns));
              }
-             return out;
+             return py::make_tuple(run.total_ns, ops);
            })
       .def_property_readonly("num_ops", [](const Replay& r) { return r.program().num_ops(); })
       .def_property_readonly("backend", [](const Replay& r) { return r.executor().backend(); })

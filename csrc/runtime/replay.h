@@ -21,8 +21,12 @@ class Replay {
   // shape, dtype or device. With copy_outputs, outputs that live in buffers reused by the
   // next replay are cloned; otherwise the caller gets those buffers themselves.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, bool copy_outputs);
+  struct TimedRun {
+    int64_t total_ns = 0;  // the whole replay, input copies included
+    std::vector<OpTiming> ops;
+  };
   // One replay with per-op start/end times.
-  std::vector<OpTiming> run_timed(const std::vector<at::Tensor>& inputs);
+  TimedRun run_timed(const std::vector<at::Tensor>& inputs);
 
   const Program& program() const { return program_; }
   const Executor& executor() const { return *executor_; }

@@ -1,0 +1,120 @@
+"""`python -m nimble bench`: eager and nimble side by side, in one process.
+
+Eager and replay runs alternate (after a warm-up), so both see the same machine state;
+the table reports medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from .wrapper import Nimble
+from .zoo import ALL_MODELS, build
+
+
+def _median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e3
+
+
+def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int) -> dict:
+    model, example = build(spec, batch=batch, image_size=image_size)
+    start = time.perf_counter()
+    fast = Nimble(model).prepare(example)
+    prepare_s = time.perf_counter() - start
+    x = torch.randn_like(example)
+    with torch.no_grad():
+        expected = model(x)
+        torch.testing.assert_close(fast(x), expected)
+
+        eager_times, replay_times = [], []
+        for i in range(warmup + runs):
+            t0 = time.perf_counter()
+            model(x)
+            t1 = time.perf_counter()
+            fast(x)
+            t2 = time.perf_counter()
+            if i >= warmup:
+                eager_times.append(t1 - t0)
+                replay_times.append(t2 - t1)
+
+    # Overhead: within one replay, its wall time minus the time spent inside the ops'
+    # kernels (each op timed on its own), per op; median over replays. Taking both from
+    # the same replay keeps machine noise out of the difference.
+    overheads, own = [], []
+    for _ in range(max(10, runs // 2)):
+        total_ns, ops = fast.replay.run_timed([x])
+        inside = sum(end - begin for _op, _stream, begin, end in ops)
+        own.append(inside / 1e6)
+        overheads.append((total_ns - inside) / 1e3 / max(1, len(ops)))
+    own_ms = statistics.median(own)
+    eager_ms, nimble_ms = _median_ms(eager_times), _median_ms(replay_times)
+    return {
+        "model": spec,
+        "batch": batch,
+        "image_size": tuple(example.shape[-2:])[0] if example.dim() == 4 else None,
+        "eager_ms": round(eager_ms, 4),
+        "nimble_ms": round(nimble_ms, 4),
+        "speedup": round(eager_ms / nimble_ms, 3),
+        "prepare_s": round(prepare_s, 3),
+        "ops": fast.num_ops,
+        "ops_own_ms": round(own_ms, 4),
+        "overhead_us_per_op": round(statistics.median(overheads), 3),
+        "call_overhead_us": round((nimble_ms - own_ms) * 1e3, 1),
+        "threads": torch.get_num_threads(),
+    }
+
+
+COLUMNS = [
+    ("model", "{}"), ("batch", "{}"), ("image_size", "{}"), ("eager_ms", "{:.3f}"),
+    ("nimble_ms", "{:.3f}"), ("speedup", "{:.2f}x"), ("prepare_s", "{:.2f}"), ("ops", "{}"),
+    ("overhead_us_per_op", "{:.3f}"),
+]
+
+
+def print_table(rows: list[dict], out=sys.stdout) -> None:
+    cells = [[name for name, _ in COLUMNS]]
+    for row in rows:
+        cells.append([fmt.format(row[name]) for name, fmt in COLUMNS])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(COLUMNS))]
+    for n, r in enumerate(cells):
+        print(" | ".join(c.rjust(w) for c, w in zip(r, widths)), file=out)
+        if n == 0:
+            print("-+-".join("-" * w for w in widths), file=out)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nimble bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", action="append",
+                        help="torchvision:NAME or transformer:encoder; repeatable; 'all' for "
+                             "every model of the correctness suite (default torchvision:resnet18)")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("--runs", type=int, default=50, help="timed runs per side (default 50)")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    specs = args.model or ["torchvision:resnet18"]
+    if specs == ["all"]:
+        specs = ALL_MODELS
+    rows = []
+    for spec in specs:
+        try:
+            rows.append(measure(spec, args.batch, args.image_size, args.runs, args.warmup))
+        except ValueError as error:
+            parser.error(str(error))
+        if not args.json:
+            print(f"measured {spec}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
+    else:
+        print_table(rows)
+    return 0
