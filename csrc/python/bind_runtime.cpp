@@ -92,7 +92,7 @@ void bind_runtime(py::module_& m) {
             BuildOptions options;
             options.use_out_variants = use_out_variants;
             options.precompute_views = precompute_views;
-            return std::make_shared<Replay>(b.finish(options), std::make_unique<CpuExecutor>());
+            return std::make_shared<Replay>(b.finish(options), ExecutorOptions{});
           },
           py::arg("use_out_variants") = true, py::arg("precompute_views") = true);
 

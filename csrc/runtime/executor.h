@@ -26,6 +26,17 @@ class Executor {
   virtual std::vector<OpTiming> run_timed(Program& program) = 0;
   virtual std::string backend() const = 0;
   virtual int num_streams() const = 0;
+  // Whether every output lives in memory the next replay overwrites (true for a graph
+  // with a private pool), so that callers who keep outputs need copies.
+  virtual bool reuses_outputs() const { return false; }
 };
+
+struct ExecutorOptions {
+  int streams = 1;  // physical streams (CPU worker threads); 0 = choose automatically
+};
+
+// The backend for the program's device: CUDA graphs for CUDA programs (when built with
+// CUDA), threads-as-streams on the CPU.
+std::unique_ptr<Executor> make_executor(Program& program, const ExecutorOptions& options);
 
 }  // namespace nimble

@@ -43,8 +43,11 @@ at::Tensor copy_of(const at::Tensor& src) {
 
 }  // namespace
 
-Replay::Replay(Program program, std::unique_ptr<Executor> executor)
-    : program_(std::move(program)), executor_(std::move(executor)) {}
+Replay::Replay(Program program, const ExecutorOptions& options)
+    : program_(std::move(program)) {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  executor_ = make_executor(program_, options);
+}
 
 void Replay::check_inputs(const std::vector<at::Tensor>& inputs) const {
   if (inputs.size() != program_.inputs.size()) {
@@ -94,7 +97,8 @@ std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool 
   outputs.reserve(program_.outputs.size());
   for (size_t i = 0; i < program_.outputs.size(); ++i) {
     const at::Tensor& value = program_.values[program_.outputs[i]].toTensor();
-    outputs.push_back(copy_outputs && program_.output_reuses_storage[i] ? copy_of(value) : value);
+    const bool reused = program_.output_reuses_storage[i] || executor_->reuses_outputs();
+    outputs.push_back(copy_outputs && reused ? copy_of(value) : value);
   }
   return outputs;
 }

@@ -15,7 +15,7 @@ namespace nimble {
 
 class Replay {
  public:
-  Replay(Program program, std::unique_ptr<Executor> executor);
+  Replay(Program program, const ExecutorOptions& options);
 
   // Throws std::invalid_argument when the inputs differ from the prepared ones in number,
   // shape, dtype or device. With copy_outputs, outputs that live in buffers reused by the

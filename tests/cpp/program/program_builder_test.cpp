@@ -78,7 +78,7 @@ TEST(ProgramBuilder, ViewsOfStableTensorsAreComputedOnce) {
   ASSERT_EQ(p.num_ops(), 1u);
   EXPECT_EQ(p.ops[0].name, "aten::mul.out");
 
-  Replay replay(b.finish({}), std::make_unique<CpuExecutor>());
+  Replay replay(b.finish({}), ExecutorOptions{});
   const at::Tensor fresh = at::randn({2, 3});
   EXPECT_TRUE(at::equal(replay.run({fresh}, true).at(0), fresh * w.t()));
 }
@@ -109,7 +109,7 @@ TEST(Replay, RejectsInputsUnlikeThePreparedOnes) {
   b.add_input(x);
   at::Tensor y = record(b, "aten::sin", "", {x}).toTensor();
   b.set_outputs({y});
-  Replay replay(b.finish({}), std::make_unique<CpuExecutor>());
+  Replay replay(b.finish({}), ExecutorOptions{});
   EXPECT_THROW(replay.run({at::randn({3, 2})}, true), std::invalid_argument);
   EXPECT_THROW(replay.run({at::randn({2, 2}, at::kDouble)}, true), std::invalid_argument);
   EXPECT_THROW(replay.run({}, true), std::invalid_argument);
@@ -163,7 +163,7 @@ TEST(ProgramBuilder, RandomTracesReplayLikeEagerAndOrderConflictingOps) {
     std::vector<at::Tensor> outputs;
     for (const auto& [t, e] : live) outputs.push_back(t);
     b.set_outputs(outputs);
-    Replay replay(b.finish({}), std::make_unique<CpuExecutor>());
+    Replay replay(b.finish({}), ExecutorOptions{});
     const Program& program = replay.program();
 
     for (size_t i = 0; i < program.num_ops(); ++i) {
