@@ -10,6 +10,8 @@
 #include <ATen/core/ivalue.h>
 
 #include <string>
+
+#include "program/batchnorm_folding.h"
 #include <utility>
 #include <vector>
 
@@ -75,6 +77,9 @@ struct Program {
   // Dependency edges (producer op, consumer op), from < to, from data flow and from
   // read/write order on aliased storage.
   std::vector<std::pair<int, int>> dependencies;
+
+  // Weights derived from parameters at prepare (refreshed when their sources change).
+  std::vector<FoldedBatchNorm> folds;
 
   size_t num_ops() const { return ops.size(); }
 };

@@ -193,7 +193,7 @@ void ProgramBuilder::add_op(const std::string& qualified_name, const std::string
       }
     });
   }
-  raw_ops_.push_back(RawOp{*handle, std::move(args), std::move(returns)});
+  raw_ops_.push_back(TracedOp{*handle, std::move(args), std::move(returns)});
 }
 
 void ProgramBuilder::set_outputs(const std::vector<at::Tensor>& outputs) {
@@ -203,6 +203,30 @@ void ProgramBuilder::set_outputs(const std::vector<at::Tensor>& outputs) {
 
 Program ProgramBuilder::finish(const BuildOptions& options) {
   Program program;
+  if (options.fold_batchnorm) {
+    program.folds = fold_batchnorm(raw_ops_, [&](const at::Tensor& from, const at::Tensor& to) {
+      const int old_slot = slot_by_impl_.at(from.unsafeGetTensorImpl());
+      const int new_slot = slot_by_impl_.at(to.unsafeGetTensorImpl());
+      slot_by_impl_[from.unsafeGetTensorImpl()] = new_slot;
+      std::replace(outputs_.begin(), outputs_.end(), old_slot, new_slot);
+    });
+    // Folded weights are new constants; op indices moved, so producers are found anew.
+    for (const TracedOp& raw : raw_ops_) {
+      for (const c10::IValue& arg : raw.args) for_each_tensor(arg, [&](const at::Tensor& t) {
+          if (t.defined()) slot_of(t);
+        });
+    }
+    for (SlotInfo& slot : slots_) {
+      if (slot.role == SlotRole::kTransient) slot.producer = -1;
+    }
+    for (size_t i = 0; i < raw_ops_.size(); ++i) {
+      for (const c10::IValue& ret : raw_ops_[i].returns) for_each_tensor(ret, [&](const at::Tensor& t) {
+          if (!t.defined()) return;
+          SlotInfo& slot = slots_[slot_by_impl_.at(t.unsafeGetTensorImpl())];
+          if (slot.role == SlotRole::kTransient && slot.producer < 0) slot.producer = static_cast<int>(i);
+        });
+    }
+  }
   program.inputs = inputs_;
   program.outputs = outputs_;
   program.slots = slots_;
@@ -214,7 +238,7 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
 
   // Targets of in-place metadata changes must be recreated on every replay.
   std::unordered_set<int> metadata_changed;
-  for (const RawOp& raw : raw_ops_) {
+  for (const TracedOp& raw : raw_ops_) {
     const std::string name = raw.handle.operator_name().name;
     if (!changes_metadata_in_place(name) || !raw.args.at(0).isTensor()) continue;
     const int slot = slot_of_value(raw.args[0].toTensor());
@@ -232,7 +256,7 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
   std::vector<c10::IValue> stack;
 
   for (size_t index = 0; index < raw_ops_.size(); ++index) {
-    const RawOp& raw = raw_ops_[index];
+    const TracedOp& raw = raw_ops_[index];
     const c10::FunctionSchema& schema = raw.handle.schema();
     const std::string qualified = op_name(raw.handle);
 

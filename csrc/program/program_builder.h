@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "program/batchnorm_folding.h"
 #include "program/program.h"
 
 namespace nimble {
@@ -21,6 +22,8 @@ struct BuildOptions {
   bool use_out_variants = true;
   // Compute views of stable tensors once, at prepare.
   bool precompute_views = true;
+  // Fold eval-mode batch norms into the convolutions before them.
+  bool fold_batchnorm = false;
 };
 
 class ProgramBuilder {
@@ -34,15 +37,10 @@ class ProgramBuilder {
   Program finish(const BuildOptions& options);
 
  private:
-  struct RawOp {
-    c10::OperatorHandle handle;
-    std::vector<c10::IValue> args;
-    std::vector<c10::IValue> returns;
-  };
   int slot_of(const at::Tensor& tensor);  // known slot, or a new constant
   int new_slot(const at::Tensor& tensor, SlotRole role);
 
-  std::vector<RawOp> raw_ops_;
+  std::vector<TracedOp> raw_ops_;
   std::vector<SlotInfo> slots_;
   std::vector<c10::IValue> capture_values_;  // the tensor each slot held at capture
   std::unordered_map<const c10::TensorImpl*, int> slot_by_impl_;

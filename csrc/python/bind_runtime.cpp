@@ -88,13 +88,16 @@ void bind_runtime(py::module_& m) {
       .def("set_outputs", &ProgramBuilder::set_outputs)
       .def(
           "finish",
-          [](ProgramBuilder& b, bool use_out_variants, bool precompute_views) {
+          [](ProgramBuilder& b, bool use_out_variants, bool precompute_views,
+             bool fold_batchnorm, int streams, int cores) {
             BuildOptions options;
             options.use_out_variants = use_out_variants;
             options.precompute_views = precompute_views;
-            return std::make_shared<Replay>(b.finish(options), ExecutorOptions{});
+            options.fold_batchnorm = fold_batchnorm;
+            return std::make_shared<Replay>(b.finish(options), ExecutorOptions{streams, cores});
           },
-          py::arg("use_out_variants") = true, py::arg("precompute_views") = true);
+          py::arg("use_out_variants") = true, py::arg("precompute_views") = true,
+          py::arg("fold_batchnorm") = false, py::arg("streams") = 1, py::arg("cores") = 0);
 
   py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
       .def(
@@ -116,6 +119,25 @@ void bind_runtime(py::module_& m) {
                ops.append(py::make_tuple(t.op, t.stream, t.start_ns, t.end_ns));
              }
              return py::make_tuple(run.total_ns, ops);
+           })
+      .def(
+          "set_streams",
+          [](Replay& r, int streams, int cores) {
+            py::gil_scoped_release no_gil;
+            r.set_executor_options(ExecutorOptions{streams, cores});
+          },
+          py::arg("streams"), py::arg("cores") = 0)
+      .def("schedule",
+           [](const Replay& r) {
+             const ScheduleInfo& s = r.executor().schedule();
+             py::dict d;
+             d["logical_streams"] = s.logical_streams;
+             d["logical_syncs"] = s.logical_syncs;
+             d["logical_stream"] = s.logical_stream;
+             d["physical_streams"] = s.physical_streams;
+             d["physical_syncs"] = s.physical_syncs;
+             d["physical_stream"] = s.physical_stream;
+             return d;
            })
       .def_property_readonly("num_ops", [](const Replay& r) { return r.program().num_ops(); })
       .def_property_readonly("backend", [](const Replay& r) { return r.executor().backend(); })

@@ -1,32 +1,199 @@
 #include "runtime/cpu_executor.h"
 
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <omp.h>
+
+#include <algorithm>
 #include <chrono>
+#include <stdexcept>
 
 #include "runtime/op_call.h"
 
 namespace nimble {
 
-void CpuExecutor::run(Program& program) {
-  for (const OpNode& op : program.ops) call_op(op, program.values, stack_);
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
-std::vector<OpTiming> CpuExecutor::run_timed(Program& program) {
-  using Clock = std::chrono::steady_clock;
-  std::vector<OpTiming> timings;
-  timings.reserve(program.ops.size());
-  const auto origin = Clock::now();
-  auto since_origin = [&](Clock::time_point t) {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(t - origin).count();
-  };
-  for (size_t i = 0; i < program.ops.size(); ++i) {
-    const OpNode& op = program.ops[i];
-    push_args(op, program.values, stack_);
-    const auto start = Clock::now();
-    op.handle.redispatchBoxed(op.keys, &stack_);
-    const auto end = Clock::now();
-    keep_results(op, program.values, stack_);
-    timings.push_back({static_cast<int>(i), 0, since_origin(start), since_origin(end)});
+// Sets the calling thread's OpenMP team size for the scope (ATen's CPU kernels and MKL
+// size their parallel regions from it), so streams x intra-op threads fit the cores.
+class IntraOpThreads {
+ public:
+  explicit IntraOpThreads(int threads) : saved_(omp_get_max_threads()), active_(threads > 0) {
+    if (active_) omp_set_num_threads(threads);
   }
+  ~IntraOpThreads() {
+    if (active_) omp_set_num_threads(saved_);
+  }
+  IntraOpThreads(const IntraOpThreads&) = delete;
+  IntraOpThreads& operator=(const IntraOpThreads&) = delete;
+
+ private:
+  int saved_;
+  bool active_;
+};
+
+std::vector<std::vector<int>> readers_of_slots(const Program& program) {
+  std::vector<std::vector<int>> readers(program.slots.size());
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    for (const Arg& arg : program.ops[i].args) {
+      if (arg.kind == Arg::Kind::kSlot) readers[arg.slot].push_back(static_cast<int>(i));
+      for (int slot : arg.slots) {
+        if (slot >= 0) readers[slot].push_back(static_cast<int>(i));
+      }
+    }
+  }
+  return readers;
+}
+
+}  // namespace
+
+CpuExecutor::CpuExecutor(const Program& program, scheduling::PhysicalSchedule schedule,
+                         ScheduleInfo info, int intra_op_threads)
+    : schedule_(std::move(schedule)), info_(std::move(info)), intra_op_threads_(intra_op_threads) {
+  const int n = static_cast<int>(program.ops.size());
+  if (schedule_.num_streams < 1 || static_cast<int>(schedule_.stream.size()) != n ||
+      static_cast<int>(schedule_.ops.size()) != schedule_.num_streams) {
+    throw std::invalid_argument("the stream schedule does not match the program (" +
+                                std::to_string(schedule_.stream.size()) + " ops scheduled, " +
+                                std::to_string(n) + " in the program)");
+  }
+  streams_.resize(schedule_.num_streams);
+  std::vector<int> step_of(n, -1);
+  for (int s = 0; s < schedule_.num_streams; ++s) {
+    for (int op : schedule_.ops[s]) {
+      step_of[op] = static_cast<int>(streams_[s].steps.size());
+      streams_[s].steps.push_back(Step{op, {}, -1, {}});
+    }
+  }
+  std::vector<int> event_of(n, -1);
+  for (auto [from, to] : schedule_.syncs) {
+    if (event_of[from] < 0) {
+      event_of[from] = static_cast<int>(events_.size());
+      events_.emplace_back();
+      streams_[schedule_.stream[from]].steps[step_of[from]].signal = event_of[from];
+    }
+    streams_[schedule_.stream[to]].steps[step_of[to]].waits.push_back(event_of[from]);
+  }
+
+  // A transient value may be dropped after the op that every other reader of it is
+  // known to precede; otherwise it is dropped once the whole replay is done.
+  std::vector<std::vector<int>> successors(n);
+  for (auto [from, to] : program.dependencies) successors[from].push_back(to);
+  auto precedes = [&](int a, int b) {
+    if (a == b) return true;
+    if (schedule_.stream[a] == schedule_.stream[b]) return step_of[a] < step_of[b];
+    std::vector<int> todo = {a};
+    std::vector<char> seen(n, 0);
+    while (!todo.empty()) {
+      const int v = todo.back();
+      todo.pop_back();
+      for (int w : successors[v]) {
+        if (w == b) return true;
+        if (w < b && !seen[w]) {
+          seen[w] = 1;
+          todo.push_back(w);
+        }
+      }
+    }
+    return false;
+  };
+  const auto readers = readers_of_slots(program);
+  for (int op = 0; op < n; ++op) {
+    for (int slot : program.ops[op].release) {
+      const bool last = std::all_of(readers[slot].begin(), readers[slot].end(),
+                                    [&](int r) { return precedes(r, op); });
+      if (last) {
+        streams_[schedule_.stream[op]].steps[step_of[op]].release.push_back(slot);
+      } else {
+        end_release_.push_back(slot);
+      }
+    }
+  }
+
+  stream_done_.resize(schedule_.num_streams);
+  errors_.resize(schedule_.num_streams);
+  for (int s = 1; s < schedule_.num_streams; ++s) workers_.emplace_back([this, s] { worker(s); });
+}
+
+CpuExecutor::~CpuExecutor() {
+  stopping_ = true;
+  start_.signal(++epoch_, queue_);
+  for (std::thread& t : workers_) t.join();
+}
+
+void CpuExecutor::run_stream(int stream, Program& program, uint64_t epoch) {
+  Stream& s = streams_[stream];
+  for (const Step& step : s.steps) {
+    for (int e : step.waits) events_[e].wait(epoch, queue_);
+    if (!errors_[stream]) {
+      try {
+        const OpNode& op = program.ops[step.op];
+        push_args(op, program.values, s.stack);
+        const int64_t start = timed_ ? now_ns() : 0;
+        op.handle.redispatchBoxed(op.keys, &s.stack);
+        if (timed_) {
+          s.timings->push_back({step.op, stream, start - origin_ns_, now_ns() - origin_ns_});
+        }
+        keep_results(op, program.values, s.stack, step.release);
+      } catch (...) {
+        errors_[stream] = std::current_exception();
+      }
+    }
+    // Signal even after a failure, so that no other stream waits forever.
+    if (step.signal >= 0) events_[step.signal].signal(epoch, queue_);
+  }
+}
+
+void CpuExecutor::worker(int stream) {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  const IntraOpThreads threads(intra_op_threads_);
+  // Every replay (and the shutdown) advances the epoch by one, and this worker takes
+  // part in each, so the next epoch is always seen + 1.
+  for (uint64_t seen = 0;;) {
+    start_.wait(++seen, queue_);
+    if (stopping_) return;
+    run_stream(stream, *program_, seen);
+    stream_done_[stream].signal(seen, queue_);
+  }
+}
+
+void CpuExecutor::replay(Program& program, bool timed, std::vector<OpTiming>* timings) {
+  std::vector<std::vector<OpTiming>> per_stream(streams_.size());
+  timed_ = timed;
+  origin_ns_ = now_ns();
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    streams_[s].timings = &per_stream[s];
+    errors_[s] = nullptr;
+  }
+  program_ = &program;
+  const uint64_t epoch = ++epoch_;
+  if (!workers_.empty()) start_.signal(epoch, queue_);
+  {
+    const IntraOpThreads threads(workers_.empty() ? 0 : intra_op_threads_);
+    run_stream(0, program, epoch);
+  }
+  for (size_t s = 1; s < streams_.size(); ++s) stream_done_[s].wait(epoch, queue_);
+  for (int slot : end_release_) program.values[slot] = c10::IValue();
+  for (const std::exception_ptr& error : errors_) {
+    if (error) std::rethrow_exception(error);
+  }
+  if (timings) {
+    for (auto& list : per_stream) timings->insert(timings->end(), list.begin(), list.end());
+    std::sort(timings->begin(), timings->end(),
+              [](const OpTiming& a, const OpTiming& b) { return a.start_ns < b.start_ns; });
+  }
+}
+
+void CpuExecutor::run(Program& program) { replay(program, false, nullptr); }
+
+std::vector<OpTiming> CpuExecutor::run_timed(Program& program) {
+  std::vector<OpTiming> timings;
+  replay(program, true, &timings);
   return timings;
 }
 

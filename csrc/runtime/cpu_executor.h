@@ -1,18 +1,68 @@
 #pragma once
-// CPU backend: runs the program's ops on the calling thread, in trace order.
+// CPU backend, threads as streams: each physical stream is a worker thread running its
+// op list in order (stream 0 runs on the calling thread); a dependency that crosses
+// streams is an event the consumer waits for. With one stream, ops run inline.
+#include <deque>
+#include <exception>
+#include <thread>
+#include <vector>
+
 #include "runtime/executor.h"
+#include "runtime/stream_event.h"
+#include "scheduling/stream_assignment.h"
 
 namespace nimble {
 
 class CpuExecutor final : public Executor {
  public:
+  // `schedule` must cover the program's ops; `intra_op_threads` is what each stream's
+  // kernels may use (0 keeps torch's setting).
+  CpuExecutor(const Program& program, scheduling::PhysicalSchedule schedule,
+              ScheduleInfo info, int intra_op_threads);
+  ~CpuExecutor() override;
+  CpuExecutor(const CpuExecutor&) = delete;
+  CpuExecutor& operator=(const CpuExecutor&) = delete;
+
   void run(Program& program) override;
   std::vector<OpTiming> run_timed(Program& program) override;
   std::string backend() const override { return "cpu"; }
-  int num_streams() const override { return 1; }
+  int num_streams() const override { return schedule_.num_streams; }
+  const ScheduleInfo& schedule() const override { return info_; }
 
  private:
-  std::vector<c10::IValue> stack_;
+  struct Step {
+    int op = 0;
+    std::vector<int> waits;   // events to wait for before the op
+    int signal = -1;          // event to signal after it
+    std::vector<int> release; // transient slots safe to drop after it
+  };
+  struct Stream {
+    std::vector<Step> steps;
+    std::vector<c10::IValue> stack;
+    std::vector<OpTiming>* timings = nullptr;
+  };
+
+  void run_stream(int stream, Program& program, uint64_t epoch);
+  void worker(int stream);
+  void replay(Program& program, bool timed, std::vector<OpTiming>* timings);
+
+  scheduling::PhysicalSchedule schedule_;
+  ScheduleInfo info_;
+  int intra_op_threads_ = 0;
+  std::vector<Stream> streams_;
+  std::vector<int> end_release_;  // transient slots no single op is last to read
+  std::deque<StreamEvent> events_;
+  std::deque<StreamEvent> stream_done_;
+  StreamEvent start_;
+  EventWaitQueue queue_;
+  uint64_t epoch_ = 0;
+  bool stopping_ = false;
+  std::vector<std::exception_ptr> errors_;
+  Program* program_ = nullptr;   // the program of the replay in flight
+  bool timed_ = false;
+  int64_t origin_ns_ = 0;
+  std::vector<std::thread> workers_;
 };
+
 
 }  // namespace nimble

@@ -26,6 +26,8 @@ c10::Device program_device(const Program& program) {
 }  // namespace
 
 CudaGraphExecutor::CudaGraphExecutor(Program& program) {
+  info_.logical_stream.assign(program.ops.size(), 0);
+  info_.physical_stream.assign(program.ops.size(), 0);
   const c10::cuda::CUDAGuard device_guard(program_device(program));
   const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
   side.stream();
@@ -60,7 +62,7 @@ std::vector<OpTiming> CudaGraphExecutor::run_timed(Program& program) {
     op.handle.redispatchBoxed(op.keys, &stack_);
     stream.synchronize();
     const auto end = Clock::now();
-    keep_results(op, program.values, stack_);
+    keep_results(op, program.values, stack_, op.release);
     timings.push_back({static_cast<int>(i), 0, since(start), since(end)});
   }
   return timings;

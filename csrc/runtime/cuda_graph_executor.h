@@ -22,8 +22,10 @@ class CudaGraphExecutor final : public Executor {
   std::string backend() const override { return "cuda-graph"; }
   int num_streams() const override { return 1; }
   bool reuses_outputs() const override { return true; }
+  const ScheduleInfo& schedule() const override { return info_; }
 
  private:
+  ScheduleInfo info_;  // one stream, in trace order
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
   std::vector<c10::IValue> stack_;
 };

@@ -5,7 +5,9 @@
 #include "runtime/cuda_graph_executor.h"
 #endif
 
+#include <algorithm>
 #include <stdexcept>
+#include <thread>
 
 namespace nimble {
 
@@ -30,8 +32,28 @@ std::unique_ptr<Executor> make_executor(Program& program, const ExecutorOptions&
         "(rebuild with torch's CUDA build and nvcc on PATH, and without NIMBLE_CUDA=0)");
 #endif
   }
-  (void)options;
-  return std::make_unique<CpuExecutor>();
+  const int cores = options.cores > 0
+                        ? options.cores
+                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  scheduling::Dag dag;
+  dag.num_nodes = static_cast<int>(program.ops.size());
+  dag.edges = program.dependencies;
+  const scheduling::StreamAssignment assignment = scheduling::assign_streams(dag);
+  const int streams = options.streams > 0
+                          ? options.streams
+                          : scheduling::default_physical_streams(assignment, cores);
+  scheduling::PhysicalSchedule schedule =
+      scheduling::fold_streams(dag, assignment, std::max(1, streams));
+  ScheduleInfo info;
+  info.logical_streams = assignment.num_logical_streams;
+  info.logical_syncs = static_cast<int>(assignment.logical_syncs.size());
+  info.logical_stream = assignment.logical_stream;
+  info.physical_streams = schedule.num_streams;
+  info.physical_syncs = static_cast<int>(schedule.syncs.size());
+  info.physical_stream = schedule.stream;
+  // Streams share the cores: each stream's kernels get an equal part of them.
+  const int intra = schedule.num_streams > 1 ? std::max(1, cores / schedule.num_streams) : 0;
+  return std::make_unique<CpuExecutor>(program, std::move(schedule), std::move(info), intra);
 }
 
 }  // namespace nimble

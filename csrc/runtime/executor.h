@@ -11,6 +11,16 @@
 
 namespace nimble {
 
+// How the program's ops are spread over streams (see csrc/scheduling/).
+struct ScheduleInfo {
+  int logical_streams = 1;
+  int logical_syncs = 0;           // |E_MEG| - |M|
+  std::vector<int> logical_stream;  // per op
+  int physical_streams = 1;
+  int physical_syncs = 0;
+  std::vector<int> physical_stream;  // per op
+};
+
 struct OpTiming {
   int op = 0;
   int stream = 0;
@@ -26,13 +36,15 @@ class Executor {
   virtual std::vector<OpTiming> run_timed(Program& program) = 0;
   virtual std::string backend() const = 0;
   virtual int num_streams() const = 0;
+  virtual const ScheduleInfo& schedule() const = 0;
   // Whether every output lives in memory the next replay overwrites (true for a graph
   // with a private pool), so that callers who keep outputs need copies.
   virtual bool reuses_outputs() const { return false; }
 };
 
 struct ExecutorOptions {
-  int streams = 1;  // physical streams (CPU worker threads); 0 = choose automatically
+  int streams = 1;  // physical streams (CPU worker threads); 0 = from cores and DAG width
+  int cores = 0;    // cores to plan for; 0 = what the machine has
 };
 
 // The backend for the program's device: CUDA graphs for CUDA programs (when built with

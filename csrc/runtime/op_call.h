@@ -46,8 +46,9 @@ inline void push_args(const OpNode& op, const std::vector<c10::IValue>& values,
   }
 }
 
+// `release`: the values this op is the last to read (it depends on the schedule).
 inline void keep_results(const OpNode& op, std::vector<c10::IValue>& values,
-                         std::vector<c10::IValue>& stack) {
+                         std::vector<c10::IValue>& stack, const std::vector<int>& release) {
   for (const OpNode::Output& out : op.outputs) {
     if (out.elem < 0) {
       values[out.slot] = std::move(stack[out.ret]);
@@ -55,14 +56,14 @@ inline void keep_results(const OpNode& op, std::vector<c10::IValue>& values,
       values[out.slot] = stack[out.ret].toTensorList().get(out.elem);
     }
   }
-  for (int slot : op.release) values[slot] = c10::IValue();
+  for (int slot : release) values[slot] = c10::IValue();
 }
 
 inline void call_op(const OpNode& op, std::vector<c10::IValue>& values,
                     std::vector<c10::IValue>& stack) {
   push_args(op, values, stack);
   op.handle.redispatchBoxed(op.keys, &stack);
-  keep_results(op, values, stack);
+  keep_results(op, values, stack, op.release);
 }
 
 }  // namespace nimble

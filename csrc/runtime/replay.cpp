@@ -90,6 +90,7 @@ std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool 
   check_inputs(inputs);
   std::lock_guard<std::mutex> lock(mutex_);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
+  for (FoldedBatchNorm& fold : program_.folds) fold.refresh_if_stale();
   copy_in(inputs);
   executor_->run(program_);
   copy_back(inputs);
@@ -103,11 +104,19 @@ std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool 
   return outputs;
 }
 
+void Replay::set_executor_options(const ExecutorOptions& options) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  executor_.reset();  // its worker threads go before the new ones start
+  executor_ = make_executor(program_, options);
+}
+
 Replay::TimedRun Replay::run_timed(const std::vector<at::Tensor>& inputs) {
   check_inputs(inputs);
   std::lock_guard<std::mutex> lock(mutex_);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   const auto start = std::chrono::steady_clock::now();
+  for (FoldedBatchNorm& fold : program_.folds) fold.refresh_if_stale();
   copy_in(inputs);
   TimedRun run;
   run.ops = executor_->run_timed(program_);

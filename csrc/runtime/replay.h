@@ -28,6 +28,9 @@ class Replay {
   // One replay with per-op start/end times.
   TimedRun run_timed(const std::vector<at::Tensor>& inputs);
 
+  // Rebuilds the executor, e.g. with another number of streams.
+  void set_executor_options(const ExecutorOptions& options);
+
   const Program& program() const { return program_; }
   const Executor& executor() const { return *executor_; }
 

@@ -1,0 +1,34 @@
+#include "scheduling/dag.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace nimble::scheduling {
+
+void validate(const Dag& dag) {
+  if (dag.num_nodes < 0) {
+    throw std::invalid_argument("a DAG needs num_nodes >= 0, got " + std::to_string(dag.num_nodes));
+  }
+  for (size_t i = 0; i < dag.edges.size(); ++i) {
+    const auto [from, to] = dag.edges[i];
+    if (from < 0 || to < 0 || from >= dag.num_nodes || to >= dag.num_nodes || from >= to) {
+      throw std::invalid_argument(
+          "edge " + std::to_string(i) + " is (" + std::to_string(from) + ", " +
+          std::to_string(to) + "); expected 0 <= from < to < " + std::to_string(dag.num_nodes) +
+          " (nodes numbered in topological order)");
+    }
+  }
+}
+
+std::vector<std::vector<int>> successors(const Dag& dag) {
+  std::vector<std::vector<int>> next(dag.num_nodes);
+  for (const auto& [from, to] : dag.edges) next[from].push_back(to);
+  for (auto& list : next) {
+    std::sort(list.begin(), list.end());
+    list.erase(std::unique(list.begin(), list.end()), list.end());
+  }
+  return next;
+}
+
+}  // namespace nimble::scheduling

@@ -1,0 +1,21 @@
+#pragma once
+// The op dependency DAG the stream assignment works on.
+#include <utility>
+#include <vector>
+
+namespace nimble::scheduling {
+
+// Nodes are 0..num_nodes-1 numbered in a topological order (the capture order): every
+// edge goes from a smaller to a larger index. Duplicate edges are allowed.
+struct Dag {
+  int num_nodes = 0;
+  std::vector<std::pair<int, int>> edges;
+};
+
+// Throws std::invalid_argument naming the first bad edge (out of range, or not forward).
+void validate(const Dag& dag);
+
+// Successor lists, sorted ascending, without duplicates.
+std::vector<std::vector<int>> successors(const Dag& dag);
+
+}  // namespace nimble::scheduling
