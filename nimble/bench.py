@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -22,26 +23,35 @@ def _median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1e3
 
 
-def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int) -> dict:
+def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
+            streams: int | str | None = None) -> dict:
+    """Eager, single-stream and multi-stream replay of one model, timed side by side.
+    `streams`: the multi-stream mode (default: as many streams as cores, capped by the
+    op graph's logical streams; 'auto' lets prepare choose)."""
     model, example = build(spec, batch=batch, image_size=image_size)
     start = time.perf_counter()
     fast = Nimble(model).prepare(example)
     prepare_s = time.perf_counter() - start
+    multi = Nimble(model).prepare(example, streams=streams or (os.cpu_count() or 1))
     x = torch.randn_like(example)
     with torch.no_grad():
         expected = model(x)
         torch.testing.assert_close(fast(x), expected)
+        torch.testing.assert_close(multi(x), expected, rtol=1e-4, atol=1e-4)
 
-        eager_times, replay_times = [], []
+        eager_times, replay_times, multi_times = [], [], []
         for i in range(warmup + runs):
             t0 = time.perf_counter()
             model(x)
             t1 = time.perf_counter()
             fast(x)
             t2 = time.perf_counter()
+            multi(x)
+            t3 = time.perf_counter()
             if i >= warmup:
                 eager_times.append(t1 - t0)
                 replay_times.append(t2 - t1)
+                multi_times.append(t3 - t2)
 
     # Overhead: within one replay, its wall time minus the time spent inside the ops'
     # kernels (each op timed on its own), per op; median over replays. Taking both from
@@ -54,6 +64,8 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int) -> d
         overheads.append((total_ns - inside) / 1e3 / max(1, len(ops)))
     own_ms = statistics.median(own)
     eager_ms, nimble_ms = _median_ms(eager_times), _median_ms(replay_times)
+    multi_ms = _median_ms(multi_times)
+    schedule = multi.schedule
     return {
         "model": spec,
         "batch": batch,
@@ -61,6 +73,11 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int) -> d
         "eager_ms": round(eager_ms, 4),
         "nimble_ms": round(nimble_ms, 4),
         "speedup": round(eager_ms / nimble_ms, 3),
+        "multi_ms": round(multi_ms, 4),
+        "multi_vs_single": round(nimble_ms / multi_ms, 3),
+        "logical_streams": schedule["logical_streams"],
+        "physical_streams": schedule["physical_streams"],
+        "syncs": schedule["physical_syncs"],
         "prepare_s": round(prepare_s, 3),
         "ops": fast.num_ops,
         "ops_own_ms": round(own_ms, 4),
@@ -72,8 +89,9 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int) -> d
 
 COLUMNS = [
     ("model", "{}"), ("batch", "{}"), ("image_size", "{}"), ("eager_ms", "{:.3f}"),
-    ("nimble_ms", "{:.3f}"), ("speedup", "{:.2f}x"), ("prepare_s", "{:.2f}"), ("ops", "{}"),
-    ("overhead_us_per_op", "{:.3f}"),
+    ("nimble_ms", "{:.3f}"), ("speedup", "{:.2f}x"), ("multi_ms", "{:.3f}"),
+    ("multi_vs_single", "{:.2f}x"), ("logical_streams", "{}"), ("physical_streams", "{}"),
+    ("prepare_s", "{:.2f}"), ("ops", "{}"), ("overhead_us_per_op", "{:.3f}"),
 ]
 
 
@@ -98,17 +116,25 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--runs", type=int, default=50, help="timed runs per side (default 50)")
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--streams", default=None,
+                        help="multi-stream mode: N streams or 'auto' (default: one per core, "
+                             "capped by the op graph's logical streams)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    streams = args.streams
+    if streams is not None and streams != "auto":
+        if not streams.isdigit() or int(streams) < 1:
+            parser.error(f"--streams takes a positive number or 'auto', got {streams!r}")
+        streams = int(streams)
     specs = args.model or ["torchvision:resnet18"]
     if specs == ["all"]:
         specs = ALL_MODELS
     rows = []
     for spec in specs:
         try:
-            rows.append(measure(spec, args.batch, args.image_size, args.runs, args.warmup))
+            rows.append(measure(spec, args.batch, args.image_size, args.runs, args.warmup, streams))
         except ValueError as error:
             parser.error(str(error))
         if not args.json:
