@@ -19,22 +19,17 @@ int64_t now_ns() {
       .count();
 }
 
-// Sets the calling thread's OpenMP team size for the scope (ATen's CPU kernels and MKL
-// size their parallel regions from it), so streams x intra-op threads fit the cores.
-class IntraOpThreads {
+// Streams size the OpenMP team of each kernel (ATen's CPU kernels and MKL read it from
+// the calling thread); this restores the caller's setting afterwards.
+class KeepOmpThreads {
  public:
-  explicit IntraOpThreads(int threads) : saved_(omp_get_max_threads()), active_(threads > 0) {
-    if (active_) omp_set_num_threads(threads);
-  }
-  ~IntraOpThreads() {
-    if (active_) omp_set_num_threads(saved_);
-  }
-  IntraOpThreads(const IntraOpThreads&) = delete;
-  IntraOpThreads& operator=(const IntraOpThreads&) = delete;
+  KeepOmpThreads() : saved_(omp_get_max_threads()) {}
+  ~KeepOmpThreads() { omp_set_num_threads(saved_); }
+  KeepOmpThreads(const KeepOmpThreads&) = delete;
+  KeepOmpThreads& operator=(const KeepOmpThreads&) = delete;
 
  private:
   int saved_;
-  bool active_;
 };
 
 std::vector<std::vector<int>> readers_of_slots(const Program& program) {
@@ -53,8 +48,8 @@ std::vector<std::vector<int>> readers_of_slots(const Program& program) {
 }  // namespace
 
 CpuExecutor::CpuExecutor(const Program& program, scheduling::PhysicalSchedule schedule,
-                         ScheduleInfo info, int intra_op_threads)
-    : schedule_(std::move(schedule)), info_(std::move(info)), intra_op_threads_(intra_op_threads) {
+                         ScheduleInfo info, int cores)
+    : schedule_(std::move(schedule)), info_(std::move(info)), cores_(std::max(1, cores)) {
   const int n = static_cast<int>(program.ops.size());
   if (schedule_.num_streams < 1 || static_cast<int>(schedule_.stream.size()) != n ||
       static_cast<int>(schedule_.ops.size()) != schedule_.num_streams) {
@@ -151,7 +146,7 @@ void CpuExecutor::run_stream(int stream, Program& program, uint64_t epoch) {
 
 void CpuExecutor::worker(int stream) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  const IntraOpThreads threads(intra_op_threads_);
+  omp_set_num_threads(threads_per_stream());
   // Every replay (and the shutdown) advances the epoch by one, and this worker takes
   // part in each, so the next epoch is always seen + 1.
   for (uint64_t seen = 0;;) {
@@ -174,7 +169,8 @@ void CpuExecutor::replay(Program& program, bool timed, std::vector<OpTiming>* ti
   const uint64_t epoch = ++epoch_;
   if (!workers_.empty()) start_.signal(epoch, queue_);
   {
-    const IntraOpThreads threads(workers_.empty() ? 0 : intra_op_threads_);
+    const KeepOmpThreads keep;
+    if (!workers_.empty()) omp_set_num_threads(threads_per_stream());
     run_stream(0, program, epoch);
   }
   for (size_t s = 1; s < streams_.size(); ++s) stream_done_[s].wait(epoch, queue_);

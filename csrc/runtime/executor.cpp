@@ -51,9 +51,7 @@ std::unique_ptr<Executor> make_executor(Program& program, const ExecutorOptions&
   info.physical_streams = schedule.num_streams;
   info.physical_syncs = static_cast<int>(schedule.syncs.size());
   info.physical_stream = schedule.stream;
-  // Streams share the cores: each stream's kernels get an equal part of them.
-  const int intra = schedule.num_streams > 1 ? std::max(1, cores / schedule.num_streams) : 0;
-  return std::make_unique<CpuExecutor>(program, std::move(schedule), std::move(info), intra);
+  return std::make_unique<CpuExecutor>(program, std::move(schedule), std::move(info), cores);
 }
 
 }  // namespace nimble

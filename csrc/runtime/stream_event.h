@@ -40,7 +40,7 @@ class EventWaitQueue {
 
 class StreamEvent {
  public:
-  static constexpr int kSpins = 4000;  // ~10-20 us of pause instructions
+  static constexpr int kSpins = 256;  // a few microseconds of pause instructions
 
   void signal(uint64_t epoch, EventWaitQueue& queue) {
     epoch_.store(epoch, std::memory_order_seq_cst);
