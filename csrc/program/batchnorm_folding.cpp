@@ -115,11 +115,13 @@ std::vector<FoldedBatchNorm> fold_batchnorm(
     bool stats_used = false;
     for (size_t r = 1; r < bn.returns.size(); ++r) {
       const at::Tensor& t = tensor_or_undefined(bn.returns[r]);
-      if (t.defined() && t.numel() > 0 && reads[t.storage().unsafeGetStorageImpl()] > 0) stats_used = true;
+      if (t.defined() && t.numel() > 0 && reads[t.storage().unsafeGetStorageImpl()] > 0)
+        stats_used = true;
     }
     const at::Tensor& weight = conv.args[1].toTensor();
     if (stats_used || weight.dim() < 3 || !weight.is_floating_point()) continue;
-    const bool legit = bn.handle.operator_name().name == "aten::_native_batch_norm_legit_no_training";
+    const bool legit =
+        bn.handle.operator_name().name == "aten::_native_batch_norm_legit_no_training";
     const double eps = legit ? bn.args[6].toDouble() : bn.args[7].toDouble();
     folds.emplace_back(weight, tensor_or_undefined(conv.args[2]), tensor_or_undefined(bn.args[1]),
                        tensor_or_undefined(bn.args[2]), bn.args[3].toTensor(),

@@ -10,10 +10,10 @@
 #include <ATen/core/ivalue.h>
 
 #include <string>
-
-#include "program/batchnorm_folding.h"
 #include <utility>
 #include <vector>
+
+#include "program/batchnorm_folding.h"
 
 namespace nimble {
 
@@ -30,9 +30,9 @@ const char* slot_role_name(SlotRole role);
 
 struct SlotInfo {
   SlotRole role = SlotRole::kTransient;
-  int producer = -1;      // op index that produces it (-1: from outside the trace)
+  int producer = -1;              // op index that produces it (-1: from outside the trace)
   const void* storage = nullptr;  // storage identity at capture; equal => may alias
-  bool mutated = false;   // some op writes it in place
+  bool mutated = false;           // some op writes it in place
   bool is_stable() const { return role != SlotRole::kTransient; }
 };
 
@@ -49,19 +49,19 @@ struct Arg {
 struct OpNode {
   explicit OpNode(c10::OperatorHandle op) : handle(std::move(op)) {}
   c10::OperatorHandle handle;
-  std::string name;              // e.g. "aten::convolution" (overload of the call)
-  std::string captured_name;     // what the trace recorded, e.g. "aten::addmm" (before .out rewrite)
-  c10::DispatchKeySet keys;      // computed once; below autograd
-  std::vector<Arg> args;         // the full boxed stack, in schema order
+  std::string name;           // e.g. "aten::convolution" (overload of the call)
+  std::string captured_name;  // what the trace recorded, e.g. "aten::addmm" (before .out rewrite)
+  c10::DispatchKeySet keys;   // computed once; below autograd
+  std::vector<Arg> args;      // the full boxed stack, in schema order
   struct Output {
     int ret = 0;    // index into the op's returns
     int elem = -1;  // element of a returned Tensor[]; -1 for a single Tensor
     int slot = -1;
   };
-  std::vector<Output> outputs;   // returned values the program keeps
-  std::vector<int> release;      // transient slots whose last reader is this op
-  std::vector<int> reads;        // slots read (for dependencies and messages)
-  std::vector<int> writes;       // slots written in place or produced
+  std::vector<Output> outputs;  // returned values the program keeps
+  std::vector<int> release;     // transient slots whose last reader is this op
+  std::vector<int> reads;       // slots read (for dependencies and messages)
+  std::vector<int> writes;      // slots written in place or produced
 };
 
 struct Program {

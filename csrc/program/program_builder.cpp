@@ -55,9 +55,7 @@ bool is_allocation(const std::string& qualified) {
   return qualified == "aten::empty.memory_format" || qualified == "aten::empty_strided";
 }
 
-bool is_tensor_type(const c10::TypePtr& type) {
-  return type->kind() == c10::TypeKind::TensorType;
-}
+bool is_tensor_type(const c10::TypePtr& type) { return type->kind() == c10::TypeKind::TensorType; }
 
 // Tensor[] and Tensor?[] arguments are rebuilt from slots on each replay.
 std::optional<Arg::Kind> tensor_list_kind(const c10::TypePtr& type) {
@@ -96,7 +94,8 @@ std::optional<c10::OperatorHandle> find_out_variant(const c10::OperatorHandle& f
   const c10::FunctionSchema& schema = functional.schema();
   const auto& name = functional.operator_name();
   std::vector<std::string> candidates = {"out"};
-  if (!name.overload_name.empty()) candidates.insert(candidates.begin(), name.overload_name + "_out");
+  if (!name.overload_name.empty())
+    candidates.insert(candidates.begin(), name.overload_name + "_out");
   for (const std::string& overload : candidates) {
     auto handle = c10::Dispatcher::singleton().findSchema({name.name, overload});
     if (!handle) continue;
@@ -131,8 +130,8 @@ at::Tensor empty_like_exactly(const at::Tensor& t) {
 int ProgramBuilder::new_slot(const at::Tensor& tensor, SlotRole role) {
   SlotInfo info;
   info.role = role;
-  info.storage = tensor.defined() && tensor.has_storage() ? tensor.storage().unsafeGetStorageImpl()
-                                                           : nullptr;
+  info.storage =
+      tensor.defined() && tensor.has_storage() ? tensor.storage().unsafeGetStorageImpl() : nullptr;
   slots_.push_back(info);
   capture_values_.emplace_back(tensor);
   const int slot = static_cast<int>(slots_.size()) - 1;
@@ -173,7 +172,8 @@ void ProgramBuilder::add_op(const std::string& qualified_name, const std::string
         << args.size() << " and " << returns.size();
     throw std::invalid_argument(msg.str());
   }
-  for (const c10::IValue& arg : args) for_each_tensor(arg, [&](const at::Tensor& t) {
+  for (const c10::IValue& arg : args)
+    for_each_tensor(arg, [&](const at::Tensor& t) {
       if (t.defined()) slot_of(t);
     });
   const int index = static_cast<int>(raw_ops_.size());
@@ -212,7 +212,8 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
     });
     // Folded weights are new constants; op indices moved, so producers are found anew.
     for (const TracedOp& raw : raw_ops_) {
-      for (const c10::IValue& arg : raw.args) for_each_tensor(arg, [&](const at::Tensor& t) {
+      for (const c10::IValue& arg : raw.args)
+        for_each_tensor(arg, [&](const at::Tensor& t) {
           if (t.defined()) slot_of(t);
         });
     }
@@ -220,10 +221,12 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
       if (slot.role == SlotRole::kTransient) slot.producer = -1;
     }
     for (size_t i = 0; i < raw_ops_.size(); ++i) {
-      for (const c10::IValue& ret : raw_ops_[i].returns) for_each_tensor(ret, [&](const at::Tensor& t) {
+      for (const c10::IValue& ret : raw_ops_[i].returns)
+        for_each_tensor(ret, [&](const at::Tensor& t) {
           if (!t.defined()) return;
           SlotInfo& slot = slots_[slot_by_impl_.at(t.unsafeGetTensorImpl())];
-          if (slot.role == SlotRole::kTransient && slot.producer < 0) slot.producer = static_cast<int>(i);
+          if (slot.role == SlotRole::kTransient && slot.producer < 0)
+            slot.producer = static_cast<int>(i);
         });
     }
   }
@@ -234,7 +237,9 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
   for (size_t s = 0; s < slots_.size(); ++s) {
     if (slots_[s].role != SlotRole::kTransient) program.values[s] = capture_values_[s];
   }
-  auto slot_of_value = [&](const at::Tensor& t) { return slot_by_impl_.at(t.unsafeGetTensorImpl()); };
+  auto slot_of_value = [&](const at::Tensor& t) {
+    return slot_by_impl_.at(t.unsafeGetTensorImpl());
+  };
 
   // Targets of in-place metadata changes must be recreated on every replay.
   std::unordered_set<int> metadata_changed;
@@ -328,9 +333,8 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
             const bool present = item.isTensor() && item.toTensor().defined();
             const int slot = present ? slot_of_value(item.toTensor()) : -1;
             arg.slots.push_back(slot);
-            arg.list_constants.push_back(slot >= 0 && program.slots[slot].is_stable()
-                                             ? stable_value(slot)
-                                             : c10::IValue());
+            arg.list_constants.push_back(
+                slot >= 0 && program.slots[slot].is_stable() ? stable_value(slot) : c10::IValue());
             all_stable = all_stable && (slot < 0 || program.slots[slot].is_stable());
           }
           if (bake_stable && all_stable) {
@@ -342,7 +346,8 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
             } else {
               c10::List<std::optional<at::Tensor>> list;
               for (const auto& v : arg.list_constants) {
-                list.push_back(v.isTensor() ? std::optional<at::Tensor>(v.toTensor()) : std::nullopt);
+                list.push_back(v.isTensor() ? std::optional<at::Tensor>(v.toTensor())
+                                            : std::nullopt);
               }
               arg.constant = list;
             }
@@ -370,7 +375,8 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
     }
     // 2. Pure allocations: one buffer, made now.
     if (is_allocation(qualified) && !returns_changed && produced.size() == 1) {
-      program.values[produced[0].slot] = empty_like_exactly(capture_values_[produced[0].slot].toTensor());
+      program.values[produced[0].slot] =
+          empty_like_exactly(capture_values_[produced[0].slot].toTensor());
       program.slots[produced[0].slot].role = SlotRole::kBuffer;
       continue;
     }
@@ -408,7 +414,8 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
     }
     node.name = op_name(node.handle);
     for (int slot : writes) {
-      if (std::find(reads.begin(), reads.end(), slot) != reads.end()) program.slots[slot].mutated = true;
+      if (std::find(reads.begin(), reads.end(), slot) != reads.end())
+        program.slots[slot].mutated = true;
     }
     program.ops.push_back(std::move(node));
   }
@@ -486,7 +493,8 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
     program.output_reuses_storage.push_back(stable_storage.count(storage_of(slot)) > 0);
   }
   for (size_t i = 0; i < program.inputs.size(); ++i) {
-    if (written.count(storage_of(program.inputs[i]))) program.mutated_inputs.push_back(static_cast<int>(i));
+    if (written.count(storage_of(program.inputs[i])))
+      program.mutated_inputs.push_back(static_cast<int>(i));
   }
   return program;
 }

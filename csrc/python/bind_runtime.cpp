@@ -1,10 +1,9 @@
 // Binds the program builder and the replay to Python. The capture glue (nimble/capture.py)
 // hands over the trace; everything after that happens here, in C++.
+#include <ATen/ScalarOps.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
-
-#include <ATen/ScalarOps.h>
 
 #include <stdexcept>
 
@@ -39,7 +38,8 @@ std::vector<c10::IValue> to_ivalues(const c10::OperatorHandle& handle, const py:
       const bool number = PyFloat_Check(values[i].ptr()) || PyLong_Check(values[i].ptr()) ||
                           PyBool_Check(values[i].ptr()) || PyComplex_Check(values[i].ptr());
       if (number && formals[i].type()->kind() == c10::TypeKind::TensorType) {
-        at::Tensor wrapped = c10::scalar_to_tensor(torch::jit::toIValue(values[i], c10::NumberType::get()).toScalar());
+        at::Tensor wrapped = c10::scalar_to_tensor(
+            torch::jit::toIValue(values[i], c10::NumberType::get()).toScalar());
         wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
         out.emplace_back(std::move(wrapped));
         continue;
@@ -54,7 +54,7 @@ std::vector<c10::IValue> to_ivalues(const c10::OperatorHandle& handle, const py:
   return out;
 }
 
-py::dict describe_op(const Program& program, const OpNode& op) {
+py::dict describe_op(const OpNode& op) {
   py::dict d;
   d["name"] = op.name;
   d["captured"] = op.captured_name;
@@ -63,7 +63,6 @@ py::dict describe_op(const Program& program, const OpNode& op) {
   for (int s : op.writes) writes.append(s);
   d["reads"] = reads;
   d["writes"] = writes;
-  (void)program;
   return d;
 }
 
@@ -88,8 +87,8 @@ void bind_runtime(py::module_& m) {
       .def("set_outputs", &ProgramBuilder::set_outputs)
       .def(
           "finish",
-          [](ProgramBuilder& b, bool use_out_variants, bool precompute_views,
-             bool fold_batchnorm, int streams, int cores) {
+          [](ProgramBuilder& b, bool use_out_variants, bool precompute_views, bool fold_batchnorm,
+             int streams, int cores) {
             BuildOptions options;
             options.use_out_variants = use_out_variants;
             options.precompute_views = precompute_views;
@@ -148,7 +147,7 @@ void bind_runtime(py::module_& m) {
       .def("ops",
            [](const Replay& r) {
              py::list out;
-             for (const OpNode& op : r.program().ops) out.append(describe_op(r.program(), op));
+             for (const OpNode& op : r.program().ops) out.append(describe_op(op));
              return out;
            })
       .def("slot_roles", [](const Replay& r) {

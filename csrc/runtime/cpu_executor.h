@@ -17,8 +17,8 @@ namespace nimble {
 class CpuExecutor final : public Executor {
  public:
   // `schedule` must cover the program's ops; `cores` is what the streams' kernels share.
-  CpuExecutor(const Program& program, scheduling::PhysicalSchedule schedule,
-              ScheduleInfo info, int cores);
+  CpuExecutor(const Program& program, scheduling::PhysicalSchedule schedule, ScheduleInfo info,
+              int cores);
   ~CpuExecutor() override;
   CpuExecutor(const CpuExecutor&) = delete;
   CpuExecutor& operator=(const CpuExecutor&) = delete;
@@ -32,9 +32,9 @@ class CpuExecutor final : public Executor {
  private:
   struct Step {
     int op = 0;
-    std::vector<int> waits;   // events to wait for before the op
-    int signal = -1;          // event to signal after it
-    std::vector<int> release; // transient slots safe to drop after it
+    std::vector<int> waits;    // events to wait for before the op
+    int signal = -1;           // event to signal after it
+    std::vector<int> release;  // transient slots safe to drop after it
   };
   struct Stream {
     std::vector<Step> steps;
@@ -62,11 +62,10 @@ class CpuExecutor final : public Executor {
   uint64_t epoch_ = 0;
   bool stopping_ = false;
   std::vector<std::exception_ptr> errors_;
-  Program* program_ = nullptr;   // the program of the replay in flight
+  Program* program_ = nullptr;  // the program of the replay in flight
   bool timed_ = false;
   int64_t origin_ns_ = 0;
   std::vector<std::thread> workers_;
 };
-
 
 }  // namespace nimble

@@ -39,9 +39,8 @@ std::unique_ptr<Executor> make_executor(Program& program, const ExecutorOptions&
   dag.num_nodes = static_cast<int>(program.ops.size());
   dag.edges = program.dependencies;
   const scheduling::StreamAssignment assignment = scheduling::assign_streams(dag);
-  const int streams = options.streams > 0
-                          ? options.streams
-                          : scheduling::default_physical_streams(assignment, cores);
+  const int streams = options.streams > 0 ? options.streams
+                                          : scheduling::default_physical_streams(assignment, cores);
   scheduling::PhysicalSchedule schedule =
       scheduling::fold_streams(dag, assignment, std::max(1, streams));
   ScheduleInfo info;

@@ -14,7 +14,7 @@ namespace nimble {
 // How the program's ops are spread over streams (see csrc/scheduling/).
 struct ScheduleInfo {
   int logical_streams = 1;
-  int logical_syncs = 0;           // |E_MEG| - |M|
+  int logical_syncs = 0;            // |E_MEG| - |M|
   std::vector<int> logical_stream;  // per op
   int physical_streams = 1;
   int physical_syncs = 0;

@@ -14,8 +14,8 @@ namespace {
 
 std::string describe(const at::Tensor& t) {
   std::ostringstream out;
-  out << "a " << c10::getDtypeNames(t.scalar_type()).first << " tensor of shape " << t.sizes() << " on "
-      << t.device();
+  out << "a " << c10::getDtypeNames(t.scalar_type()).first << " tensor of shape " << t.sizes()
+      << " on " << t.device();
   return out.str();
 }
 
@@ -23,8 +23,8 @@ std::string describe(const at::Tensor& t) {
 // low-latency replay; plain memcpy serves the common dense CPU case.
 void copy_into(at::Tensor& dst, const at::Tensor& src) {
   if (dst.is_cpu() && src.is_cpu() && dst.scalar_type() == src.scalar_type() &&
-      dst.is_contiguous() && src.is_contiguous() && dst.sizes() == src.sizes() &&
-      !src.is_conj() && !src.is_neg()) {
+      dst.is_contiguous() && src.is_contiguous() && dst.sizes() == src.sizes() && !src.is_conj() &&
+      !src.is_neg()) {
     std::memcpy(dst.data_ptr(), src.const_data_ptr(), src.nbytes());
   } else {
     dst.copy_(src);
@@ -43,8 +43,7 @@ at::Tensor copy_of(const at::Tensor& src) {
 
 }  // namespace
 
-Replay::Replay(Program program, const ExecutorOptions& options)
-    : program_(std::move(program)) {
+Replay::Replay(Program program, const ExecutorOptions& options) : program_(std::move(program)) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   executor_ = make_executor(program_, options);
 }
@@ -121,9 +120,9 @@ Replay::TimedRun Replay::run_timed(const std::vector<at::Tensor>& inputs) {
   TimedRun run;
   run.ops = executor_->run_timed(program_);
   copy_back(inputs);
-  run.total_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                     std::chrono::steady_clock::now() - start)
-                     .count();
+  run.total_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
   return run;
 }
 

@@ -13,10 +13,10 @@ void validate(const Dag& dag) {
   for (size_t i = 0; i < dag.edges.size(); ++i) {
     const auto [from, to] = dag.edges[i];
     if (from < 0 || to < 0 || from >= dag.num_nodes || to >= dag.num_nodes || from >= to) {
-      throw std::invalid_argument(
-          "edge " + std::to_string(i) + " is (" + std::to_string(from) + ", " +
-          std::to_string(to) + "); expected 0 <= from < to < " + std::to_string(dag.num_nodes) +
-          " (nodes numbered in topological order)");
+      throw std::invalid_argument("edge " + std::to_string(i) + " is (" + std::to_string(from) +
+                                  ", " + std::to_string(to) + "); expected 0 <= from < to < " +
+                                  std::to_string(dag.num_nodes) +
+                                  " (nodes numbered in topological order)");
     }
   }
 }

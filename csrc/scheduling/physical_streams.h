@@ -13,8 +13,8 @@ struct StreamAssignment;
 
 struct PhysicalSchedule {
   int num_streams = 0;
-  std::vector<int> stream;                // per node, 0..num_streams-1
-  std::vector<std::vector<int>> ops;      // per stream, its nodes in increasing order
+  std::vector<int> stream;                 // per node, 0..num_streams-1
+  std::vector<std::vector<int>> ops;       // per stream, its nodes in increasing order
   std::vector<std::pair<int, int>> syncs;  // node .second waits for node .first to finish
 };
 

@@ -13,10 +13,11 @@
 namespace nimble::scheduling {
 
 struct StreamAssignment {
-  std::vector<std::pair<int, int>> meg_edges;     // transitive reduction
-  std::vector<int> logical_stream;                // per node, 0..num_logical_streams-1
+  std::vector<std::pair<int, int>> meg_edges;  // transitive reduction
+  std::vector<int> logical_stream;             // per node, 0..num_logical_streams-1
   int num_logical_streams = 0;
-  std::vector<std::pair<int, int>> logical_syncs;  // unmatched MEG edges: record after .first, wait before .second
+  std::vector<std::pair<int, int>>
+      logical_syncs;  // unmatched MEG edges: record after .first, wait before .second
 };
 
 // Throws std::invalid_argument on a bad DAG.

@@ -1,12 +1,13 @@
 // The program builder: dependencies from data flow and aliasing, .out rewriting,
 // precomputed views, and replay equal to eager on random traces.
+#include "program/program_builder.h"
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <random>
 #include <set>
 
-#include "program/program_builder.h"
 #include "runtime/cpu_executor.h"
 #include "runtime/replay.h"
 
@@ -46,10 +47,10 @@ TEST(ProgramBuilder, DependenciesFollowDataFlowAndMutation) {
   ProgramBuilder b;
   b.add_input(x);
   b.add_state(w);
-  at::Tensor y = record(b, "aten::mul", "Tensor", {x, w}).toTensor();       // op 0
-  record(b, "aten::relu_", "", {y});                                         // op 1: writes y
-  at::Tensor z = record(b, "aten::add", "Tensor", {y, x, 1}).toTensor();    // op 2: reads x
-  record(b, "aten::add_", "Tensor", {x, w, 1});                              // op 3: writes x
+  at::Tensor y = record(b, "aten::mul", "Tensor", {x, w}).toTensor();     // op 0
+  record(b, "aten::relu_", "", {y});                                      // op 1: writes y
+  at::Tensor z = record(b, "aten::add", "Tensor", {y, x, 1}).toTensor();  // op 2: reads x
+  record(b, "aten::add_", "Tensor", {x, w, 1});                           // op 3: writes x
   b.set_outputs({z});
   const Program p = b.finish({});
 

@@ -24,8 +24,10 @@ inline Dag random_layered(int n, int width, std::mt19937& rng) {
   for (int v = width; v < n; ++v) {
     const int layer_start = (v / width - 1) * width;
     const int k = 1 + static_cast<int>(rng() % 3);
-    for (int i = 0; i < k; ++i) dag.edges.emplace_back(layer_start + static_cast<int>(rng() % width), v);
-    if (rng() % 8 == 0 && layer_start > 0) dag.edges.emplace_back(static_cast<int>(rng() % layer_start), v);
+    for (int i = 0; i < k; ++i)
+      dag.edges.emplace_back(layer_start + static_cast<int>(rng() % width), v);
+    if (rng() % 8 == 0 && layer_start > 0)
+      dag.edges.emplace_back(static_cast<int>(rng() % layer_start), v);
   }
   return dag;
 }

@@ -1,5 +1,7 @@
 // Nimble's stream assignment guarantees, checked on thousands of random DAGs and on
 // hand-made ones.
+#include "scheduling/stream_assignment.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 
 #include "random_dags.h"
 #include "scheduling/bipartite_matching.h"
-#include "scheduling/stream_assignment.h"
 #include "scheduling/transitive_reduction.h"
 
 namespace nimble::scheduling {
@@ -142,7 +143,8 @@ TEST(StreamAssignment, RandomDagsKeepEveryGuarantee) {
         dag = random_sparse(1 + static_cast<int>(rng() % 24), 3, rng);
         break;
       case 1:
-        dag = random_layered(2 + static_cast<int>(rng() % 24), 1 + static_cast<int>(rng() % 4), rng);
+        dag =
+            random_layered(2 + static_cast<int>(rng() % 24), 1 + static_cast<int>(rng() % 4), rng);
         break;
       default:
         dag = random_series_parallel(1 + static_cast<int>(rng() % 5), rng);
@@ -164,7 +166,8 @@ TEST(StreamAssignment, HopcroftKarpMatchesBoostOnRandomBipartiteGraphs) {
     const int m = static_cast<int>(rng() % 80);
     for (int i = 0; i < m; ++i) edges.emplace_back(rng() % left, rng() % right);
     const auto hk = maximum_bipartite_matching(left, right, edges);
-    ASSERT_EQ(matching_size(hk), matching_size(maximum_bipartite_matching_boost(left, right, edges)));
+    ASSERT_EQ(matching_size(hk),
+              matching_size(maximum_bipartite_matching_boost(left, right, edges)));
     std::set<int> used;
     for (int l = 0; l < left; ++l) {
       if (hk[l] < 0) continue;
