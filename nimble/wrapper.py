@@ -74,6 +74,7 @@ class Nimble(torch.nn.Module):
         copy_outputs: bool = True,
         streams: int | str = 1,
         fold_batchnorm: bool = False,
+        plan_memory: bool = True,
         use_out_variants: bool = True,
         precompute_views: bool = True,
     ) -> "Nimble":
@@ -141,6 +142,7 @@ class Nimble(torch.nn.Module):
             use_out_variants=use_out_variants,
             precompute_views=precompute_views,
             fold_batchnorm=fold_batchnorm,
+            plan_memory=plan_memory,
             streams=1 if streams == "auto" else streams,
         )
         self._static_inputs = [static_leaves[i] for i in tensor_positions]
@@ -257,6 +259,11 @@ class Nimble(torch.nn.Module):
         info = self.replay.schedule()
         info["ops"] = [op["name"] for op in self.replay.ops()]
         return info
+
+    @property
+    def memory(self) -> dict:
+        """Bytes of the replay's preallocated buffers, with and without memory planning."""
+        return self.replay.memory()
 
     def to_dot(self, path: str) -> None:
         """Writes the op dependency graph as Graphviz DOT, physical streams as colours."""

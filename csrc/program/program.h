@@ -78,6 +78,10 @@ struct Program {
   // read/write order on aliased storage.
   std::vector<std::pair<int, int>> dependencies;
 
+  // Bytes of `.out` buffers before and after they share storage.
+  int64_t buffer_bytes_unplanned = 0;
+  int64_t buffer_bytes = 0;
+
   // Weights derived from parameters at prepare (refreshed when their sources change).
   std::vector<FoldedBatchNorm> folds;
 

@@ -1,5 +1,7 @@
 #include "program/program_builder.h"
 
+#include "program/memory_plan.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/util/Exception.h>
@@ -496,6 +498,9 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
     if (written.count(storage_of(program.inputs[i])))
       program.mutated_inputs.push_back(static_cast<int>(i));
   }
+  const MemoryPlan plan = plan_buffer_memory(program, options.plan_memory);
+  program.buffer_bytes_unplanned = plan.buffer_bytes_before;
+  program.buffer_bytes = plan.buffer_bytes_after;
   return program;
 }
 

@@ -24,6 +24,8 @@ struct BuildOptions {
   bool precompute_views = true;
   // Fold eval-mode batch norms into the convolutions before them.
   bool fold_batchnorm = false;
+  // Let `.out` buffers whose lifetimes cannot overlap share storage.
+  bool plan_memory = true;
 };
 
 class ProgramBuilder {

@@ -88,15 +88,17 @@ void bind_runtime(py::module_& m) {
       .def(
           "finish",
           [](ProgramBuilder& b, bool use_out_variants, bool precompute_views, bool fold_batchnorm,
-             int streams, int cores) {
+             bool plan_memory, int streams, int cores) {
             BuildOptions options;
+            options.plan_memory = plan_memory;
             options.use_out_variants = use_out_variants;
             options.precompute_views = precompute_views;
             options.fold_batchnorm = fold_batchnorm;
             return std::make_shared<Replay>(b.finish(options), ExecutorOptions{streams, cores});
           },
           py::arg("use_out_variants") = true, py::arg("precompute_views") = true,
-          py::arg("fold_batchnorm") = false, py::arg("streams") = 1, py::arg("cores") = 0);
+          py::arg("fold_batchnorm") = false, py::arg("plan_memory") = true, py::arg("streams") = 1,
+          py::arg("cores") = 0);
 
   py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
       .def(
@@ -136,6 +138,13 @@ void bind_runtime(py::module_& m) {
              d["physical_streams"] = s.physical_streams;
              d["physical_syncs"] = s.physical_syncs;
              d["physical_stream"] = s.physical_stream;
+             return d;
+           })
+      .def("memory",
+           [](const Replay& r) {
+             py::dict d;
+             d["buffer_bytes"] = r.program().buffer_bytes;
+             d["buffer_bytes_unplanned"] = r.program().buffer_bytes_unplanned;
              return d;
            })
       .def_property_readonly("num_ops", [](const Replay& r) { return r.program().num_ops(); })
