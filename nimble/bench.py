@@ -84,6 +84,8 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
         "logical_streams": schedule["logical_streams"],
         "physical_streams": schedule["physical_streams"],
         "syncs": schedule["physical_syncs"],
+        "buffers_mb": round(fast.memory["buffer_bytes"] / 2**20, 2),
+        "unplanned_mb": round(fast.memory["buffer_bytes_unplanned"] / 2**20, 2),
         "prepare_s": round(prepare_s, 3),
         "ops": fast.num_ops,
         "ops_own_ms": round(own_ms, 4),
@@ -97,7 +99,8 @@ COLUMNS = [
     ("model", "{}"), ("batch", "{}"), ("image_size", "{}"), ("eager_ms", "{:.3f}"),
     ("nimble_ms", "{:.3f}"), ("speedup", "{:.2f}x"), ("multi_ms", "{:.3f}"),
     ("multi_vs_single", "{:.2f}x"), ("logical_streams", "{}"), ("physical_streams", "{}"),
-    ("prepare_s", "{:.2f}"), ("ops", "{}"), ("overhead_us_per_op", "{:.3f}"),
+    ("buffers_mb", "{:.1f}"), ("unplanned_mb", "{:.1f}"), ("prepare_s", "{:.2f}"), ("ops", "{}"),
+    ("overhead_us_per_op", "{:.3f}"),
 ]
 
 
