@@ -62,12 +62,15 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
     # Overhead: within one replay, its wall time minus the time spent inside the ops'
     # kernels (each op timed on its own), per op; median over replays. Taking both from
     # the same replay keeps machine noise out of the difference.
-    overheads, own = [], []
+    # Freeing intermediates is timed apart: it is memory traffic eager pays as well.
+    overheads, frees, own = [], [], []
     for _ in range(max(10, runs // 2)):
         total_ns, ops = fast.replay.run_timed([x])
-        inside = sum(end - begin for _op, _stream, begin, end in ops)
+        inside = sum(end - begin for _op, _stream, begin, end, _free in ops)
+        freeing = sum(free for *_, free in ops)
         own.append(inside / 1e6)
         overheads.append((total_ns - inside) / 1e3 / max(1, len(ops)))
+        frees.append(freeing / 1e3 / max(1, len(ops)))
     own_ms = statistics.median(own)
     eager_ms, nimble_ms = _median_ms(eager_times), _median_ms(replay_times)
     multi_ms = _median_ms(multi_times)
@@ -90,6 +93,7 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
         "ops": fast.num_ops,
         "ops_own_ms": round(own_ms, 4),
         "overhead_us_per_op": round(statistics.median(overheads), 3),
+        "of_which_free_us": round(statistics.median(frees), 3),
         "call_overhead_us": round((nimble_ms - own_ms) * 1e3, 1),
         "threads": torch.get_num_threads(),
     }
@@ -100,7 +104,7 @@ COLUMNS = [
     ("nimble_ms", "{:.3f}"), ("speedup", "{:.2f}x"), ("multi_ms", "{:.3f}"),
     ("multi_vs_single", "{:.2f}x"), ("logical_streams", "{}"), ("physical_streams", "{}"),
     ("buffers_mb", "{:.1f}"), ("unplanned_mb", "{:.1f}"), ("prepare_s", "{:.2f}"), ("ops", "{}"),
-    ("overhead_us_per_op", "{:.3f}"),
+    ("overhead_us_per_op", "{:.3f}"), ("of_which_free_us", "{:.3f}"),
 ]
 
 

@@ -26,12 +26,12 @@ def write_dot(path: str, schedule: dict, dependencies: list[tuple[int, int]]) ->
         out.write("\n".join(lines) + "\n")
 
 
-def write_trace(path: str, names: list[str], timings: list[tuple[int, int, int, int]]) -> None:
+def write_trace(path: str, names: list[str], timings: list[tuple]) -> None:
     events = [
         {"name": "thread_name", "ph": "M", "pid": 0, "tid": stream, "args": {"name": f"stream {stream}"}}
         for stream in sorted({t[1] for t in timings})
     ]
-    for op, stream, start_ns, end_ns in timings:
+    for op, stream, start_ns, end_ns, *_ in timings:
         events.append({
             "name": names[op], "ph": "X", "pid": 0, "tid": stream,
             "ts": start_ns / 1e3, "dur": max(end_ns - start_ns, 1) / 1e3, "args": {"op": op},

@@ -15,9 +15,9 @@ namespace {
 
 // A buffer and the views computed from it: everything on one capture-time storage.
 struct Group {
-  int producer = -1;             // first op that writes it
-  std::vector<int> users;        // every op that reads or writes it
-  std::vector<int> slots;        // stable slots whose tensors live on it
+  int producer = -1;       // first op that writes it
+  std::vector<int> users;  // every op that reads or writes it
+  std::vector<int> slots;  // stable slots whose tensors live on it
   int64_t bytes = 0;
   c10::Device device = c10::kCPU;
   bool plannable = true;
@@ -52,7 +52,8 @@ MemoryPlan plan_buffer_memory(Program& program, bool share) {
       if (g.producer < 0) g.producer = static_cast<int>(i);
       g.users.push_back(static_cast<int>(i));
     }
-    for (int slot : op.reads) groups[program.slots[slot].storage].users.push_back(static_cast<int>(i));
+    for (int slot : op.reads)
+      groups[program.slots[slot].storage].users.push_back(static_cast<int>(i));
   }
 
   std::vector<Group*> order;
@@ -62,7 +63,8 @@ MemoryPlan plan_buffer_memory(Program& program, bool share) {
     plan.buffer_bytes_before += g.bytes;
     if (share && g.plannable && g.producer >= 0) order.push_back(&g);
   }
-  std::sort(order.begin(), order.end(), [](const Group* a, const Group* b) { return a->producer < b->producer; });
+  std::sort(order.begin(), order.end(),
+            [](const Group* a, const Group* b) { return a->producer < b->producer; });
 
   scheduling::Dag dag;
   dag.num_nodes = static_cast<int>(program.ops.size());

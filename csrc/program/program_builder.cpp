@@ -1,7 +1,5 @@
 #include "program/program_builder.h"
 
-#include "program/memory_plan.h"
-
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/util/Exception.h>
@@ -12,6 +10,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <unordered_set>
+
+#include "program/memory_plan.h"
 
 namespace nimble {
 

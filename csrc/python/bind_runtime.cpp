@@ -117,7 +117,7 @@ void bind_runtime(py::module_& m) {
              }
              py::list ops;
              for (const OpTiming& t : run.ops) {
-               ops.append(py::make_tuple(t.op, t.stream, t.start_ns, t.end_ns));
+               ops.append(py::make_tuple(t.op, t.stream, t.start_ns, t.end_ns, t.release_ns));
              }
              return py::make_tuple(run.total_ns, ops);
            })

@@ -129,12 +129,21 @@ void CpuExecutor::run_stream(int stream, Program& program, uint64_t epoch) {
       try {
         const OpNode& op = program.ops[step.op];
         push_args(op, program.values, s.stack);
-        const int64_t start = timed_ ? now_ns() : 0;
-        op.handle.redispatchBoxed(op.keys, &s.stack);
-        if (timed_) {
-          s.timings->push_back({step.op, stream, start - origin_ns_, now_ns() - origin_ns_});
+        if (!timed_) {
+          op.handle.redispatchBoxed(op.keys, &s.stack);
+          keep_results(op, program.values, s.stack, step.release);
+        } else {
+          const int64_t start = now_ns();
+          op.handle.redispatchBoxed(op.keys, &s.stack);
+          const int64_t end = now_ns();
+          keep_results(op, program.values, s.stack, {});
+          // Dropping the values this op read last frees tensors: timed on its own, so
+          // that reports can tell memory release from dispatch overhead.
+          for (int slot : step.release) program.values[slot] = c10::IValue();
+          const int64_t released = now_ns();
+          s.timings->push_back(
+              {step.op, stream, start - origin_ns_, end - origin_ns_, released - end});
         }
-        keep_results(op, program.values, s.stack, step.release);
       } catch (...) {
         errors_[stream] = std::current_exception();
       }

@@ -26,6 +26,7 @@ struct OpTiming {
   int stream = 0;
   int64_t start_ns = 0;  // since the start of the run
   int64_t end_ns = 0;
+  int64_t release_ns = 0;  // time spent freeing the values this op read last
 };
 
 class Executor {
