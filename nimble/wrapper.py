@@ -147,7 +147,14 @@ class Nimble(torch.nn.Module):
         )
         self._static_inputs = [static_leaves[i] for i in tensor_positions]
         if streams == "auto":
-            self._choose_streams()
+            # Timing replays run the model: keep its state, the RNG and the inputs intact.
+            state = _ModelState(self.module)
+            try:
+                self._choose_streams()
+            finally:
+                state.restore()
+                for i in tensor_positions:
+                    static_leaves[i].copy_(leaves[i])
 
         self._in_spec = spec
         self._in_leaves = [None if isinstance(v, torch.Tensor) else v for v in leaves]

@@ -1,5 +1,6 @@
 """The user contract: output structures, state and input mutation, output ownership."""
 
+import pytest
 import torch
 
 import nimble
@@ -39,9 +40,10 @@ class CountsCalls(torch.nn.Module):
         return x * self.calls
 
 
-def test_buffer_mutation_replays_like_eager():
+@pytest.mark.parametrize("streams", [1, "auto"])
+def test_buffer_mutation_replays_like_eager(streams):
     eager, replayed = CountsCalls(), CountsCalls()
-    fast = nimble.Nimble(replayed).prepare(torch.randn(2, 4))
+    fast = nimble.Nimble(replayed).prepare(torch.randn(2, 4), streams=streams)
     # prepare leaves the model as it found it
     assert replayed.calls.item() == 0
     for _ in range(3):
