@@ -1,4 +1,4 @@
-"""python -m nimble {bench,tune} ..."""
+"""python -m nimble COMMAND ..."""
 
 import sys
 
@@ -6,7 +6,6 @@ USAGE = """usage: python -m nimble COMMAND [options]
 
 commands:
   bench   time eager PyTorch against nimble's replay, side by side
-  tune    run the auto-tuner (e.g. on the simulator: tune --simulate)
 
 `python -m nimble COMMAND --help` describes each command."""
 
@@ -18,8 +17,6 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     if command == "bench":
         from .bench import main as run
-    elif command == "tune":
-        from .tuning_cli import main as run
     else:
         print(f"unknown command '{command}'\n\n{USAGE}", file=sys.stderr)
         return 2
