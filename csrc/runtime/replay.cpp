@@ -46,6 +46,8 @@ at::Tensor copy_of(const at::Tensor& src) {
 Replay::Replay(Program program, const ExecutorOptions& options) : program_(std::move(program)) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   executor_ = make_executor(program_, options);
+  // A CUDA graph has its input addresses baked in (and reuses its outputs): copy there.
+  binding_ = executor_->reuses_outputs() ? nullptr : std::make_unique<InputBinding>(program_, true);
 }
 
 void Replay::check_inputs(const std::vector<at::Tensor>& inputs) const {
@@ -70,15 +72,21 @@ void Replay::check_inputs(const std::vector<at::Tensor>& inputs) const {
   }
 }
 
-void Replay::copy_in(const std::vector<at::Tensor>& inputs) {
+InputBinding::Scope Replay::bind_inputs(const std::vector<at::Tensor>& inputs) const {
+  return binding_ ? binding_->bind(program_, inputs) : InputBinding::Scope();
+}
+
+void Replay::copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound) {
   for (size_t i = 0; i < inputs.size(); ++i) {
+    if (bound.bound(i)) continue;
     at::Tensor& buffer = program_.values[program_.inputs[i]].toTensor();
     if (!buffer.is_same(inputs[i])) copy_into(buffer, inputs[i]);
   }
 }
 
-void Replay::copy_back(const std::vector<at::Tensor>& inputs) {
+void Replay::copy_back(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound) {
   for (int i : program_.mutated_inputs) {
+    if (bound.bound(i)) continue;
     const at::Tensor& buffer = program_.values[program_.inputs[i]].toTensor();
     at::Tensor target = inputs[i];
     if (!buffer.is_same(target)) copy_into(target, buffer);
@@ -90,9 +98,12 @@ std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool 
   std::lock_guard<std::mutex> lock(mutex_);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   for (FoldedBatchNorm& fold : program_.folds) fold.refresh_if_stale();
-  copy_in(inputs);
-  executor_->run(program_);
-  copy_back(inputs);
+  {
+    const InputBinding::Scope bound = bind_inputs(inputs);
+    copy_in(inputs, bound);
+    executor_->run(program_);
+    copy_back(inputs, bound);
+  }
   std::vector<at::Tensor> outputs;
   outputs.reserve(program_.outputs.size());
   for (size_t i = 0; i < program_.outputs.size(); ++i) {
@@ -108,6 +119,8 @@ void Replay::set_executor_options(const ExecutorOptions& options) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   executor_.reset();  // its worker threads go before the new ones start
   executor_ = make_executor(program_, options);
+  // A CUDA graph has its input addresses baked in (and reuses its outputs): copy there.
+  binding_ = executor_->reuses_outputs() ? nullptr : std::make_unique<InputBinding>(program_, true);
 }
 
 Replay::TimedRun Replay::run_timed(const std::vector<at::Tensor>& inputs) {
@@ -116,10 +129,13 @@ Replay::TimedRun Replay::run_timed(const std::vector<at::Tensor>& inputs) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   const auto start = std::chrono::steady_clock::now();
   for (FoldedBatchNorm& fold : program_.folds) fold.refresh_if_stale();
-  copy_in(inputs);
   TimedRun run;
-  run.ops = executor_->run_timed(program_);
-  copy_back(inputs);
+  {
+    const InputBinding::Scope bound = bind_inputs(inputs);
+    copy_in(inputs, bound);
+    run.ops = executor_->run_timed(program_);
+    copy_back(inputs, bound);
+  }
   run.total_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();

@@ -10,6 +10,7 @@
 
 #include "program/program.h"
 #include "runtime/executor.h"
+#include "runtime/input_binding.h"
 
 namespace nimble {
 
@@ -36,11 +37,13 @@ class Replay {
 
  private:
   void check_inputs(const std::vector<at::Tensor>& inputs) const;
-  void copy_in(const std::vector<at::Tensor>& inputs);
-  void copy_back(const std::vector<at::Tensor>& inputs);
+  void copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound);
+  void copy_back(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound);
+  InputBinding::Scope bind_inputs(const std::vector<at::Tensor>& inputs) const;
 
   Program program_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<InputBinding> binding_;  // none for backends with fixed addresses
   std::mutex mutex_;
 };
 

@@ -115,3 +115,46 @@ def test_prepare_does_not_shift_the_users_random_stream():
     torch.manual_seed(3)
     nimble.Nimble(Noisy()).prepare(torch.zeros(4))
     torch.testing.assert_close(torch.rand(3), expected)
+
+
+class AddsInPlace(torch.nn.Module):
+    def forward(self, x, y):
+        x.add_(y)
+        return (x * 2).sum(0)
+
+
+def test_inputs_read_in_place_leave_no_trace_between_calls():
+    fast = nimble.Nimble(AddsInPlace()).prepare((torch.randn(3, 4), torch.randn(3, 4)))
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    a_eager = a.clone()
+    expected = AddsInPlace()(a_eager, b)
+    torch.testing.assert_close(fast(a, b), expected)
+    torch.testing.assert_close(a, a_eager)  # the write landed in the caller's tensor
+    a.fill_(100.0)  # the replay must not still be reading the caller's memory
+    c, d = torch.randn(3, 4), torch.randn(3, 4)
+    c_eager = c.clone()
+    torch.testing.assert_close(fast(c, d), AddsInPlace()(c_eager, d))
+    torch.testing.assert_close(c, c_eager)
+
+
+def test_one_tensor_passed_for_two_inputs():
+    fast = nimble.Nimble(AddsInPlace()).prepare((torch.randn(3, 4), torch.randn(3, 4)))
+    x = torch.randn(3, 4)
+    x_eager = x.clone()
+    expected = AddsInPlace()(x_eager, x_eager)
+    torch.testing.assert_close(fast(x, x), expected)
+    torch.testing.assert_close(x, x_eager)
+
+
+def test_output_that_views_the_input():
+    class Reshapes(torch.nn.Module):
+        def forward(self, x):
+            return x.view(-1), x.sum()
+
+    fast = nimble.Nimble(Reshapes()).prepare(torch.randn(2, 3))
+    x = torch.randn(2, 3)
+    flat, total = fast(x)
+    torch.testing.assert_close(flat, x.view(-1))
+    x.zero_()
+    fast(torch.randn(2, 3))
+    assert not torch.equal(flat, torch.zeros(6))  # a copy, not the caller's nor our memory
