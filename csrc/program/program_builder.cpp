@@ -159,19 +159,24 @@ void ProgramBuilder::add_state(const at::Tensor& tensor) {
   if (!slot_by_impl_.count(tensor.unsafeGetTensorImpl())) new_slot(tensor, SlotRole::kState);
 }
 
-void ProgramBuilder::add_op(const std::string& qualified_name, const std::string& overload,
-                            std::vector<c10::IValue> args, std::vector<c10::IValue> returns) {
+c10::OperatorHandle find_op(const std::string& qualified_name, const std::string& overload) {
   auto handle = c10::Dispatcher::singleton().findSchema({qualified_name, overload});
   if (!handle) {
     throw std::invalid_argument("nimble cannot replay op " + qualified_name + "." + overload +
                                 ": it has no registered C++ schema");
   }
-  const c10::FunctionSchema& schema = handle->schema();
+  return *handle;
+}
+
+void ProgramBuilder::add_op(const std::string& qualified_name, const std::string& overload,
+                            std::vector<c10::IValue> args, std::vector<c10::IValue> returns) {
+  const c10::OperatorHandle handle = find_op(qualified_name, overload);
+  const c10::FunctionSchema& schema = handle.schema();
   if (args.size() != schema.arguments().size() || returns.size() != schema.returns().size()) {
     std::ostringstream msg;
-    msg << "op " << op_name(*handle) << " expects " << schema.arguments().size()
-        << " arguments and " << schema.returns().size() << " returns, the trace recorded "
-        << args.size() << " and " << returns.size();
+    msg << "op " << op_name(handle) << " expects " << schema.arguments().size() << " arguments and "
+        << schema.returns().size() << " returns, the trace recorded " << args.size() << " and "
+        << returns.size();
     throw std::invalid_argument(msg.str());
   }
   for (const c10::IValue& arg : args)
@@ -184,8 +189,8 @@ void ProgramBuilder::add_op(const std::string& qualified_name, const std::string
     const bool tensor_like = value.isTensor() || value.isTensorList() || value.isNone() ||
                              (value.isList() && value.toListRef().empty());
     if (!tensor_like) {
-      throw std::invalid_argument("nimble cannot replay op " + op_name(*handle) +
-                                  ": it returns a " + value.tagKind() +
+      throw std::invalid_argument("nimble cannot replay op " + op_name(handle) + ": it returns a " +
+                                  value.tagKind() +
                                   " computed while the model runs, which a replay cannot "
                                   "reproduce without running Python");
     }
@@ -195,7 +200,7 @@ void ProgramBuilder::add_op(const std::string& qualified_name, const std::string
       }
     });
   }
-  raw_ops_.push_back(TracedOp{*handle, std::move(args), std::move(returns)});
+  raw_ops_.push_back(TracedOp{handle, std::move(args), std::move(returns)});
 }
 
 void ProgramBuilder::set_outputs(const std::vector<at::Tensor>& outputs) {

@@ -28,6 +28,9 @@ struct BuildOptions {
   bool plan_memory = true;
 };
 
+// The dispatcher's handle for an op overload; std::invalid_argument naming it if none.
+c10::OperatorHandle find_op(const std::string& qualified_name, const std::string& overload);
+
 class ProgramBuilder {
  public:
   int add_input(const at::Tensor& tensor);

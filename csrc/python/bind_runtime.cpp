@@ -76,13 +76,9 @@ void bind_runtime(py::module_& m) {
       .def("add_op",
            [](ProgramBuilder& b, const std::string& name, const std::string& overload,
               const py::list& args, const py::list& returns) {
-             auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
-             if (!handle) {
-               throw std::invalid_argument("nimble cannot replay op " + name + "." + overload +
-                                           ": it has no registered C++ schema");
-             }
-             b.add_op(name, overload, to_ivalues(*handle, args, false),
-                      to_ivalues(*handle, returns, true));
+             const c10::OperatorHandle handle = find_op(name, overload);
+             b.add_op(name, overload, to_ivalues(handle, args, false),
+                      to_ivalues(handle, returns, true));
            })
       .def("set_outputs", &ProgramBuilder::set_outputs)
       .def(
