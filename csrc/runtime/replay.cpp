@@ -44,6 +44,11 @@ at::Tensor copy_of(const at::Tensor& src) {
 }  // namespace
 
 Replay::Replay(Program program, const ExecutorOptions& options) : program_(std::move(program)) {
+  for (size_t s = 0; s < program_.slots.size(); ++s) {
+    if (program_.slots[s].role != SlotRole::kState) continue;
+    const at::Tensor& t = program_.values[s].toTensor();
+    state_layouts_.push_back({static_cast<int>(s), t.scalar_type(), t.device(), t.sizes().vec()});
+  }
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   executor_ = make_executor(program_, options);
   // A CUDA graph has its input addresses baked in (and reuses its outputs): copy there.
@@ -76,6 +81,21 @@ InputBinding::Scope Replay::bind_inputs(const std::vector<at::Tensor>& inputs) c
   return binding_ ? binding_->bind(program_, inputs) : InputBinding::Scope();
 }
 
+void Replay::check_state() const {
+  for (const StateLayout& expected : state_layouts_) {
+    const at::Tensor& t = program_.values[expected.slot].toTensor();
+    if (t.scalar_type() != expected.dtype || t.device() != expected.device ||
+        t.sizes() != c10::IntArrayRef(expected.sizes)) {
+      std::ostringstream msg;
+      msg << "a parameter or buffer changed since prepare: it was a "
+          << c10::getDtypeNames(expected.dtype).first << " tensor of shape "
+          << c10::IntArrayRef(expected.sizes) << " on " << expected.device << ", it is "
+          << describe(t) << " now; call prepare() again after moving or converting the model";
+      throw std::invalid_argument(msg.str());
+    }
+  }
+}
+
 void Replay::copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (bound.bound(i)) continue;
@@ -95,6 +115,7 @@ void Replay::copy_back(const std::vector<at::Tensor>& inputs, const InputBinding
 
 std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool copy_outputs) {
   check_inputs(inputs);
+  check_state();
   std::lock_guard<std::mutex> lock(mutex_);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   for (FoldedBatchNorm& fold : program_.folds) fold.refresh_if_stale();
@@ -125,6 +146,7 @@ void Replay::set_executor_options(const ExecutorOptions& options) {
 
 Replay::TimedRun Replay::run_timed(const std::vector<at::Tensor>& inputs) {
   check_inputs(inputs);
+  check_state();
   std::lock_guard<std::mutex> lock(mutex_);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   const auto start = std::chrono::steady_clock::now();

@@ -37,6 +37,9 @@ class Replay {
 
  private:
   void check_inputs(const std::vector<at::Tensor>& inputs) const;
+  // Parameters and buffers are used in place; one moved or converted since prepare
+  // (`.to()`, `.double()`, `.data = ...`) would make the trace wrong.
+  void check_state() const;
   void copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound);
   void copy_back(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound);
   InputBinding::Scope bind_inputs(const std::vector<at::Tensor>& inputs) const;
@@ -44,6 +47,13 @@ class Replay {
   Program program_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<InputBinding> binding_;  // none for backends with fixed addresses
+  struct StateLayout {
+    int slot;
+    c10::ScalarType dtype;
+    c10::Device device;
+    std::vector<int64_t> sizes;
+  };
+  std::vector<StateLayout> state_layouts_;
   std::mutex mutex_;
 };
 

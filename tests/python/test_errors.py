@@ -131,3 +131,11 @@ def test_module_reassigning_a_buffer_is_refused_and_left_intact():
 def test_not_a_module():
     with pytest.raises(TypeError, match="wraps a torch.nn.Module, got function"):
         nimble.Nimble(lambda x: x)
+
+
+def test_model_converted_after_prepare_is_refused():
+    model = torch.nn.Linear(4, 3).eval()
+    fast = nimble.Nimble(model).prepare(torch.randn(2, 4))
+    model.double()
+    with pytest.raises(ValueError, match=r"parameter or buffer changed since prepare: it was a float32 .* float64 .* call prepare\(\) again"):
+        fast(torch.randn(2, 4))
