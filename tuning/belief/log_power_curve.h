@@ -1,0 +1,28 @@
+#pragma once
+// The log-power learning curve f(x) = a / (1 + (x / e^b)^c) (Domhan et al.), which DynaTune
+// found to fit best-so-far GFLOPS curves: increasing for c < 0, saturating at a.
+#include <Eigen/Dense>
+#include <vector>
+
+namespace nimble::tuning {
+
+struct LogPowerParams {
+  double a = 0;  // the ceiling the curve saturates at
+  double b = 0;  // log of the x where half the ceiling is reached
+  double c = 0;  // steepness; negative for an increasing curve
+  Eigen::Vector3d vector() const { return {a, b, c}; }
+  static LogPowerParams from(const Eigen::Vector3d& v) { return {v[0], v[1], v[2]}; }
+};
+
+double log_power(const LogPowerParams& p, double x);
+
+struct CurveFit {
+  LogPowerParams params;
+  double rmse = 0;
+};
+
+// Nonlinear least squares (Levenberg-Marquardt on Eigen, several starts) of the curve to
+// (xs, ys), with x > 0. Throws when there are fewer points than parameters.
+CurveFit fit_log_power(const std::vector<double>& xs, const std::vector<double>& ys);
+
+}  // namespace nimble::tuning

@@ -1,0 +1,44 @@
+#pragma once
+// Every measurement goes to SQLite as it happens, one transaction per batch, in WAL mode: a
+// killed tuning process loses at most the batch in flight and leaves a readable database.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tuning/database/database_record.h"
+
+struct sqlite3;
+
+namespace nimble::tuning {
+
+class TuningDatabase {
+ public:
+  explicit TuningDatabase(const std::string& path);
+  const std::string& path() const { return path_; }
+
+  void append(const std::vector<DatabaseRecord>& batch);
+  // All records of a task on a device, in insertion order (any run).
+  std::vector<DatabaseRecord> records(const std::string& signature,
+                                      const std::string& device) const;
+  // The fastest successful measurement of a task on a device.
+  std::optional<DatabaseRecord> best(const std::string& signature, const std::string& device) const;
+  long count() const;
+  std::vector<std::string> signatures(const std::string& device) const;
+
+  // Returns the number of records written / read.
+  long export_json_lines(const std::string& file) const;
+  long import_json_lines(const std::string& file);
+
+ private:
+  struct Closer {
+    void operator()(sqlite3* db) const;
+  };
+  void execute(const char* sql) const;
+  std::vector<DatabaseRecord> query(const std::string& sql,
+                                    const std::vector<std::string>& args) const;
+  std::string path_;
+  std::unique_ptr<sqlite3, Closer> db_;
+};
+
+}  // namespace nimble::tuning

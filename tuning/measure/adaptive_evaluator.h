@@ -1,0 +1,45 @@
+#pragma once
+// AdaTune's adaptive evaluator: repeat a timing until its mean is known to a relative
+// precision that follows the observed coefficient of variation, and stop early once a
+// candidate is clearly slower than the task's best.
+#include <limits>
+
+#include "tuning/measure/measurer.h"
+
+namespace nimble::tuning {
+
+struct AdaptiveEvaluatorOptions {
+  int min_repeats = 2;   // a coefficient of variation needs two samples
+  int max_repeats = 16;
+  // Stop when the relative standard error of the mean, cv / sqrt(n), falls below this.
+  double target_relative_error = 0.02;
+  // Cut a candidate short once even its optimistic mean is this many times the best.
+  double slower_than_best_factor = 1.5;
+  double confidence_z = 2.0;  // "optimistic" = mean lowered by z standard errors
+};
+
+class AdaptiveEvaluator : public RepeatPolicy {
+ public:
+  AdaptiveEvaluator(AdaptiveEvaluatorOptions options, double best_seconds)
+      : options_(options), best_seconds_(best_seconds) {}
+  RepeatDecision after_repeat(const std::vector<double>& seconds) const override;
+
+ private:
+  AdaptiveEvaluatorOptions options_;
+  double best_seconds_;
+};
+
+// The AutoTVM default, kept as the baseline the adaptive evaluator is compared against.
+class FixedRepeats : public RepeatPolicy {
+ public:
+  explicit FixedRepeats(int repeats) : repeats_(repeats) {}
+  RepeatDecision after_repeat(const std::vector<double>& seconds) const override {
+    return static_cast<int>(seconds.size()) >= repeats_ ? RepeatDecision::kEnough
+                                                        : RepeatDecision::kContinue;
+  }
+
+ private:
+  int repeats_;
+};
+
+}  // namespace nimble::tuning

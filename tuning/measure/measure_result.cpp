@@ -1,0 +1,31 @@
+#include "tuning/measure/measure_result.h"
+
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+namespace nimble::tuning {
+
+const char* to_string(MeasureError error) {
+  switch (error) {
+    case MeasureError::kNone: return "none";
+    case MeasureError::kCompile: return "compile";
+    case MeasureError::kRuntime: return "runtime";
+    case MeasureError::kTimeout: return "timeout";
+  }
+  return "unknown";
+}
+
+MeasureError measure_error_from_string(const std::string& name) {
+  for (const auto e : {MeasureError::kNone, MeasureError::kCompile, MeasureError::kRuntime,
+                       MeasureError::kTimeout})
+    if (name == to_string(e)) return e;
+  throw std::invalid_argument("unknown measure error '" + name + "'");
+}
+
+double MeasureResult::mean_seconds() const {
+  if (!ok()) return std::numeric_limits<double>::infinity();
+  return std::accumulate(seconds.begin(), seconds.end(), 0.0) / static_cast<double>(seconds.size());
+}
+
+}  // namespace nimble::tuning

@@ -1,0 +1,52 @@
+#include "tuning/scheduler/dynatune_scheduler.h"
+
+#include <algorithm>
+
+namespace nimble::tuning {
+
+double DynaTuneScheduler::exploration_constant(const SchedulerView& view) const {
+  if (!std::isnan(options_.c)) return options_.c;
+  return view.initial_model_seconds < 1e-3 ? 0.2 : 2.0;
+}
+
+double DynaTuneScheduler::predicted_reduction_ms(const SchedulerView& view, size_t task) const {
+  if (task >= beliefs_.size() || !beliefs_[task].valid) return 0.0;
+  const TaskProgress& t = view.tasks[task];
+  const BeliefPrediction& b = beliefs_[task];
+  const double predicted_gflops = (b.best + b.expected_improvement) * view.peak_gflops;
+  if (predicted_gflops <= 0) return 0.0;
+  const double predicted_seconds = std::min(t.best_seconds, t.flops / (predicted_gflops * 1e9));
+  return t.weight * (t.best_seconds - predicted_seconds) * 1e3;
+}
+
+double DynaTuneScheduler::upper_confidence_bound(const SchedulerView& view, size_t task) const {
+  const TaskProgress& t = view.tasks[task];
+  if (t.slots == 0) return std::numeric_limits<double>::infinity();
+  const double round = static_cast<double>(std::max<long>(view.slot, 1));
+  return predicted_reduction_ms(view, task) +
+         std::sqrt(exploration_constant(view) * std::log(round) / static_cast<double>(t.slots));
+}
+
+std::optional<size_t> DynaTuneScheduler::choose(const SchedulerView& view) {
+  std::optional<size_t> pick;
+  double best = -std::numeric_limits<double>::infinity();
+  for (const size_t i : live_tasks(view)) {
+    const double u = upper_confidence_bound(view, i);
+    if (u > best) {
+      best = u;
+      pick = i;
+    }
+  }
+  return pick;
+}
+
+void DynaTuneScheduler::observe(size_t task, const SchedulerView& view) {
+  if (beliefs_.size() < view.tasks.size()) beliefs_.resize(view.tasks.size());
+  const TaskProgress& t = view.tasks[task];
+  std::vector<double> normalized(*t.best_gflops_history);
+  for (double& v : normalized) v /= view.peak_gflops;
+  beliefs_[task] = predict_belief(normalized, static_cast<int>(std::max<long>(t.last_slot_trials, 1)),
+                                  options_.belief, rng_);
+}
+
+}  // namespace nimble::tuning

@@ -1,0 +1,43 @@
+#pragma once
+// DynaTune (Zhang et al., ICLR 2021): tuning time is cut into fixed slots and each slot goes to
+// the task with the highest upper confidence bound on the model-latency reduction one more slot
+// would bring,
+//   u_k = w_k * (latency_k now - latency_k predicted) + sqrt(C * ln t / c_k),
+// where the prediction is the current best GFLOPS plus the expected improvement of the task's
+// Bayesian belief model (belief_model.h). Tasks never tuned come first (u = gamma = infinity).
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "tuning/belief/belief_model.h"
+#include "tuning/scheduler/task_scheduler.h"
+
+namespace nimble::tuning {
+
+struct DynaTuneOptions {
+  // Exploration constant; NaN picks the paper's default: 2, or 0.2 when the model's initial
+  // latency is under 1 ms. Rewards are in milliseconds, the unit these constants were set in.
+  double c = std::numeric_limits<double>::quiet_NaN();
+  BeliefOptions belief;
+};
+
+class DynaTuneScheduler : public TaskScheduler {
+ public:
+  DynaTuneScheduler(DynaTuneOptions options, uint64_t seed) : options_(options), rng_(seed) {}
+  std::string name() const override { return "dynatune"; }
+  std::optional<size_t> choose(const SchedulerView& view) override;
+  void observe(size_t task, const SchedulerView& view) override;
+
+  double exploration_constant(const SchedulerView& view) const;
+  // Predicted weighted latency reduction (ms) of one more slot of `task`, from its belief.
+  double predicted_reduction_ms(const SchedulerView& view, size_t task) const;
+  double upper_confidence_bound(const SchedulerView& view, size_t task) const;
+  const std::vector<BeliefPrediction>& beliefs() const { return beliefs_; }
+
+ private:
+  DynaTuneOptions options_;
+  std::mt19937_64 rng_;
+  std::vector<BeliefPrediction> beliefs_;  // rested arms: refreshed only when a task is tuned
+};
+
+}  // namespace nimble::tuning

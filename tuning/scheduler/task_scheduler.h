@@ -1,0 +1,52 @@
+#pragma once
+// The operator scheduler: which task gets the next time slot. Every scheduler sees the same
+// view of the tuning state and answers through the same call, so they are interchangeable
+// by name (see scheduler_factory.h).
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nimble::tuning {
+
+struct TaskProgress {
+  std::string name;
+  std::string group;
+  double flops = 0;
+  double weight = 1;
+  double best_seconds = 0;  // the task's contribution per occurrence (baseline until tuned)
+  long trials = 0;
+  long slots = 0;            // slots given to the task so far
+  long last_slot_trials = 0;
+  bool finished = false;     // no improvement for long enough, or space exhausted
+  const std::vector<double>* best_gflops_history = nullptr;  // per trial
+  const std::vector<double>* best_seconds_per_slot = nullptr;  // after each of its slots
+};
+
+struct SchedulerView {
+  const std::vector<TaskProgress>& tasks;
+  long slot = 0;              // slots handed out so far, all tasks together
+  double peak_gflops = 1;     // the device's peak, to normalize curves
+  double model_seconds = 0;   // current estimated model latency
+  double initial_model_seconds = 0;
+};
+
+class TaskScheduler {
+ public:
+  virtual ~TaskScheduler() = default;
+  virtual std::string name() const = 0;
+  // The task for the next slot, or nothing when no live task should be tuned any more.
+  virtual std::optional<size_t> choose(const SchedulerView& view) = 0;
+  // After the chosen task's slot; schedulers with beliefs update them here.
+  virtual void observe(size_t /*task*/, const SchedulerView& /*view*/) {}
+};
+
+// Live tasks in index order, the candidate set of every scheduler.
+inline std::vector<size_t> live_tasks(const SchedulerView& view) {
+  std::vector<size_t> live;
+  for (size_t i = 0; i < view.tasks.size(); ++i)
+    if (!view.tasks[i].finished) live.push_back(i);
+  return live;
+}
+
+}  // namespace nimble::tuning

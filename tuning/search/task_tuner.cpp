@@ -1,0 +1,146 @@
+#include "tuning/search/task_tuner.h"
+
+#include <algorithm>
+
+#include "tuning/search/diverse_selection.h"
+
+namespace nimble::tuning {
+
+TaskTuner::TaskTuner(const Task& task, SearchOptions options, uint64_t seed)
+    : task_(task),
+      options_(options),
+      rng_(seed),
+      model_(options.cost_model, seed),
+      filter_(options.cold_filter) {}
+
+double TaskTuner::best_gflops() const {
+  return has_best() ? task_.flops / best_seconds_ / 1e9 : 0.0;
+}
+
+std::vector<Config> TaskTuner::random_unvisited(int count,
+                                                std::unordered_set<Config, ConfigHash>& taken) {
+  std::vector<Config> out;
+  // Misses only become likely when the space is nearly used up; then the space is exhausted
+  // for practical purposes.
+  for (int attempt = 0; attempt < 200 * count && static_cast<int>(out.size()) < count; ++attempt) {
+    Config c = task_.space.random_config(rng_);
+    if (visited_.count(c) || taken.count(c)) continue;
+    taken.insert(c);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<Config> TaskTuner::propose(int count) {
+  std::unordered_set<Config, ConfigHash> taken;
+  if (static_cast<double>(visited_.size()) >= task_.space.size()) {
+    exhausted_ = true;
+    return {};
+  }
+  if (!model_.trained()) {
+    auto out = random_unvisited(count, taken);
+    if (out.empty()) exhausted_ = true;
+    return out;
+  }
+  std::vector<Config> starts;
+  if (has_best()) starts.push_back(best_config_);
+  const auto excluded = [this](const Config& c) { return visited_.count(c) > 0; };
+  const std::vector<ScoredConfig> pool =
+      anneal(task_.space, model_, excluded, count * options_.pool_factor, starts,
+             options_.annealing, rng_);
+  const std::vector<size_t> order = select_diverse(pool, count, options_.diversity_weight);
+  std::vector<bool> used(pool.size(), false);
+  for (const size_t i : order) used[i] = true;
+  size_t spare = 0;  // next unused pool entry, the first source of fresh replacements
+
+  std::vector<Config> out;
+  std::uniform_real_distribution<double> uniform(0, 1);
+  for (const size_t i : order) {
+    const ScoredConfig* pick = &pool[i];
+    if (uniform(rng_) < options_.random_fraction) {
+      auto fresh = random_unvisited(1, taken);
+      if (!fresh.empty()) {
+        out.push_back(std::move(fresh[0]));
+        continue;
+      }
+    }
+    ++cold_stats_.proposals_checked;
+    if (filter_.should_replace(task_.space.features(pick->config), pick->score, model_.updates(),
+                               rng_)) {
+      ++cold_stats_.proposals_replaced;
+      // The replacement is the best unused pool entry the model does not also call cold, and
+      // a random config when the pool has none left.
+      const ScoredConfig* replacement = nullptr;
+      while (spare < pool.size() && !replacement) {
+        if (!used[spare] && !taken.count(pool[spare].config) &&
+            !filter_.is_cold(task_.space.features(pool[spare].config), pool[spare].score))
+          replacement = &pool[spare];
+        ++spare;
+      }
+      if (replacement) {
+        used[static_cast<size_t>(replacement - pool.data())] = true;
+        pick = replacement;
+      } else {
+        auto fresh = random_unvisited(1, taken);
+        if (!fresh.empty()) {
+          out.push_back(std::move(fresh[0]));
+          continue;
+        }
+      }
+    }
+    if (taken.insert(pick->config).second) out.push_back(pick->config);
+  }
+  if (static_cast<int>(out.size()) < count) {
+    auto more = random_unvisited(count - static_cast<int>(out.size()), taken);
+    for (auto& c : more) out.push_back(std::move(c));
+  }
+  if (out.empty()) exhausted_ = true;
+  return out;
+}
+
+void TaskTuner::record(const std::vector<Config>& configs,
+                       const std::vector<MeasureResult>& results) {
+  for (size_t i = 0; i < configs.size() && i < results.size(); ++i) {
+    const Config& config = configs[i];
+    const MeasureResult& r = results[i];
+    if (!visited_.insert(config).second) continue;  // a restored duplicate adds nothing
+    const double seconds = r.mean_seconds();
+    const double gflops = r.ok() && seconds > 0 ? task_.flops / seconds / 1e9 : 0.0;
+    cold_stats_.total_seconds += r.cost_seconds;
+    if (!r.ok()) {
+      ++failures_;
+      cold_stats_.failed_seconds += r.cost_seconds;
+    } else if (has_best() && seconds > options_.cold_filter.cold_factor * best_seconds_) {
+      ++cold_stats_.cold_measured;
+      cold_stats_.cold_seconds += r.cost_seconds;
+    }
+    const double previous_best = best_gflops();
+    if (r.ok() && seconds < best_seconds_) {
+      best_seconds_ = seconds;
+      best_config_ = config;
+      last_improvement_trial_ = trials() + 1;
+      if (previous_best > 0) filter_.rescale(previous_best / gflops);
+    }
+    const double best = best_gflops();
+    filter_.remember(task_.space.features(config), best > 0 ? gflops / best : 0.0, !r.ok());
+    configs_.push_back(config);
+    throughput_.push_back(gflops);
+    history_.push_back(best);
+  }
+  retrain();
+}
+
+void TaskTuner::retrain() {
+  if (static_cast<int>(configs_.size()) < options_.min_records_for_model || !has_best()) return;
+  std::vector<std::vector<float>> features;
+  std::vector<float> targets;
+  features.reserve(configs_.size());
+  const double best = best_gflops();
+  for (size_t i = 0; i < configs_.size(); ++i) {
+    features.push_back(task_.space.features(configs_[i]));
+    targets.push_back(static_cast<float>(throughput_[i] / best));
+  }
+  model_.fit(features, targets);
+}
+
+}  // namespace nimble::tuning

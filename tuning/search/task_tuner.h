@@ -1,0 +1,81 @@
+#pragma once
+// The search for one task (AutoTVM-style): random configs until the cost model has data, then
+// simulated annealing on the model, a diverse batch, an epsilon share of random configs, cold
+// candidates filtered (Trimmer). A config is never proposed twice.
+#include <limits>
+#include <random>
+#include <unordered_set>
+#include <vector>
+
+#include "tuning/filter/cold_candidate_filter.h"
+#include "tuning/search/simulated_annealing.h"
+#include "tuning/search/xgboost_cost_model.h"
+#include "tuning/task/task.h"
+
+namespace nimble::tuning {
+
+struct SearchOptions {
+  int batch_size = 8;
+  int min_records_for_model = 8;  // random proposals until this many records exist
+  double random_fraction = 0.05;  // AutoTVM's epsilon-greedy share of random configs
+  double diversity_weight = 0.05;
+  int pool_factor = 4;            // annealing keeps this many candidates per batch slot
+  AnnealingOptions annealing;
+  CostModelOptions cost_model;
+  ColdFilterOptions cold_filter;
+};
+
+struct ColdStats {
+  long proposals_checked = 0;
+  long proposals_replaced = 0;
+  long cold_measured = 0;       // measured candidates slower than cold_factor x the best
+  double cold_seconds = 0;      // tuning time those cold candidates consumed
+  double failed_seconds = 0;
+  double total_seconds = 0;
+};
+
+class TaskTuner {
+ public:
+  TaskTuner(const Task& task, SearchOptions options, uint64_t seed);
+
+  // Up to `count` never-measured configs; fewer only when the space is exhausted.
+  std::vector<Config> propose(int count);
+  // Feed back a measured batch (also used to restore records from a database).
+  void record(const std::vector<Config>& configs, const std::vector<MeasureResult>& results);
+
+  bool has_best() const { return !best_config_.empty(); }
+  double best_seconds() const { return best_seconds_; }
+  const Config& best_config() const { return best_config_; }
+  double best_gflops() const;
+  long trials() const { return static_cast<long>(history_.size()); }
+  long trials_since_improvement() const { return trials() - last_improvement_trial_; }
+  long failures() const { return failures_; }
+  // Best-so-far GFLOPS after every trial (0 until the first valid measurement).
+  const std::vector<double>& best_gflops_history() const { return history_; }
+  bool exhausted() const { return exhausted_; }
+  bool measured(const Config& c) const { return visited_.count(c) > 0; }
+  const ColdStats& cold_stats() const { return cold_stats_; }
+  const XGBoostCostModel& cost_model() const { return model_; }
+
+ private:
+  std::vector<Config> random_unvisited(int count, std::unordered_set<Config, ConfigHash>& taken);
+  void retrain();
+
+  const Task& task_;
+  SearchOptions options_;
+  std::mt19937_64 rng_;
+  XGBoostCostModel model_;
+  ColdCandidateFilter filter_;
+  std::unordered_set<Config, ConfigHash> visited_;
+  std::vector<Config> configs_;
+  std::vector<double> throughput_;  // GFLOPS per record, 0 for failures
+  std::vector<double> history_;
+  Config best_config_;
+  double best_seconds_ = std::numeric_limits<double>::infinity();
+  long last_improvement_trial_ = 0;
+  long failures_ = 0;
+  bool exhausted_ = false;
+  ColdStats cold_stats_;
+};
+
+}  // namespace nimble::tuning

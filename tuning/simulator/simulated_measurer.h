@@ -1,0 +1,28 @@
+#pragma once
+// Times candidates of a synthetic landscape the way a real measurer would cost: a build, then
+// timed repeats, each repeat at least `min_repeat_seconds` long (AutoTVM's min_repeat_ms) and
+// noisy. The tuning time a candidate consumed is simulated, so runs are fast and reproducible.
+#include <memory>
+#include <random>
+
+#include "tuning/measure/measurer.h"
+#include "tuning/simulator/synthetic_landscape.h"
+
+namespace nimble::tuning {
+
+class SimulatedMeasurer : public Measurer {
+ public:
+  SimulatedMeasurer(std::shared_ptr<const SyntheticLandscape> landscape, uint64_t seed,
+                    double min_repeat_seconds = 0.05)
+      : landscape_(std::move(landscape)), rng_(seed), min_repeat_seconds_(min_repeat_seconds) {}
+  std::vector<MeasureResult> measure(const std::vector<Config>& batch,
+                                     const RepeatPolicy& repeats) override;
+  const SyntheticLandscape& landscape() const { return *landscape_; }
+
+ private:
+  std::shared_ptr<const SyntheticLandscape> landscape_;
+  std::mt19937_64 rng_;
+  double min_repeat_seconds_;
+};
+
+}  // namespace nimble::tuning

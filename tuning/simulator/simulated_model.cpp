@@ -1,0 +1,43 @@
+#include "tuning/simulator/simulated_model.h"
+
+#include <cmath>
+#include <memory>
+#include <random>
+
+#include "tuning/simulator/simulated_measurer.h"
+#include "tuning/simulator/synthetic_landscape.h"
+
+namespace nimble::tuning {
+
+std::vector<Task> make_simulated_model(const SimulatedModelOptions& options) {
+  std::mt19937_64 rng(options.seed * 1000003ULL + 7);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<Task> tasks;
+  for (int i = 0; i < options.tasks; ++i) {
+    LandscapeSpec spec;
+    spec.name = "sim" + std::to_string(i);
+    spec.flops = 2e7 * std::pow(100.0, u(rng));  // 2e7 .. 2e9 FLOPs
+    spec.ceiling_fraction = 0.1 + 0.6 * u(rng);
+    spec.noise = 0.02 + 0.08 * u(rng);
+    spec.compile_seconds = 0.3 + 0.9 * u(rng);
+    spec.compile_failure_rate = 0.02 + 0.06 * u(rng);
+    spec.jump_factor = 1.2 + 0.6 * u(rng);
+    spec.seed = options.seed * 131 + static_cast<uint64_t>(i);
+    auto landscape = std::make_shared<const SyntheticLandscape>(spec, options.peak_gflops);
+    Task t;
+    t.name = spec.name;
+    t.signature = "simulated/seed" + std::to_string(options.seed) + "/task" + std::to_string(i);
+    t.group = i % 3 == 0 ? "conv" : (i % 3 == 1 ? "dense" : "depthwise");
+    t.space = landscape->space();
+    t.flops = spec.flops;
+    t.weight = 1 + std::floor(4 * u(rng));
+    // The untuned kernel is 3-10x slower than the best schedule.
+    t.baseline_seconds = landscape->optimum_seconds() * (3 + 7 * u(rng));
+    t.measurer = std::make_shared<SimulatedMeasurer>(
+        landscape, options.noise_seed * 1000033ULL + options.seed * 977 + static_cast<uint64_t>(i));
+    tasks.push_back(std::move(t));
+  }
+  return tasks;
+}
+
+}  // namespace nimble::tuning

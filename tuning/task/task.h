@@ -1,0 +1,24 @@
+#pragma once
+// A tuning task: one kernel shape of the model, with the space of its schedules.
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "tuning/measure/measurer.h"
+#include "tuning/space/knob_space.h"
+
+namespace nimble::tuning {
+
+struct Task {
+  std::string name;
+  std::string signature;  // identifies the kernel shape in the database across runs
+  std::string group;      // tasks of one group share a best GFLOPS estimate (Ansor's beta term)
+  KnobSpace space;
+  double flops = 0;
+  double weight = 1;  // how many times the task occurs in the model
+  // Latency of the untuned kernel the model would otherwise run; infinity when none exists.
+  double baseline_seconds = std::numeric_limits<double>::infinity();
+  std::shared_ptr<Measurer> measurer;
+};
+
+}  // namespace nimble::tuning

@@ -1,0 +1,62 @@
+#pragma once
+// Tunes all tasks of a model: a scheduler hands out fixed time slots, each slot runs the
+// chosen task's search in measured batches, every measurement goes to the database, and the
+// survey stop ends the run (goal, budget or fading improvement).
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tuning/database/tuning_database.h"
+#include "tuning/measure/adaptive_evaluator.h"
+#include "tuning/scheduler/task_scheduler.h"
+#include "tuning/search/task_tuner.h"
+#include "tuning/survey/survey_stop.h"
+#include "tuning/task/task.h"
+#include "tuning/tuner/tuning_report.h"
+
+namespace nimble::tuning {
+
+struct TunerOptions {
+  double slot_seconds = 30;  // DynaTune's fixed slot length in tuning time
+  double budget_seconds = std::numeric_limits<double>::infinity();
+  long budget_trials = 0;    // 0: unlimited
+  long early_stop_trials = 100;  // a task without improvement for this many trials is finished
+  double peak_gflops = 1000;  // device peak, to normalize GFLOPS for the belief model
+  std::string device = "cpu";
+  std::string run = "run";
+  bool resume = true;         // start from the database's records of the same tasks
+  bool adaptive_evaluator = true;
+  AdaptiveEvaluatorOptions evaluator;
+  int fixed_repeats = 10;     // when the adaptive evaluator is off
+  // Real runs pay for search time too; simulations leave it out to stay reproducible.
+  bool charge_search_time = true;
+  SearchOptions search;
+  SurveyStopOptions survey;
+  uint64_t seed = 0;
+};
+
+struct ProgressEvent {
+  long slot = 0;
+  std::string task;
+  long task_trials = 0;
+  long trials = 0;
+  double tuning_seconds = 0;
+  double model_seconds = 0;
+  double best_model_seconds = 0;
+};
+using ProgressCallback = std::function<void(const ProgressEvent&)>;
+
+class ModelTuner {
+ public:
+  ModelTuner(std::vector<Task> tasks, TunerOptions options, TuningDatabase* database = nullptr);
+  const std::vector<Task>& tasks() const { return tasks_; }
+  TuningReport run(TaskScheduler& scheduler, const ProgressCallback& progress = {});
+
+ private:
+  std::vector<Task> tasks_;
+  TunerOptions options_;
+  TuningDatabase* database_;  // not owned; may be null
+};
+
+}  // namespace nimble::tuning
