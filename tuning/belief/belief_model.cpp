@@ -62,7 +62,8 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
     xs.push_back(static_cast<double>(n));
     ys.push_back(history.back());
   }
-  const CurveFit fit = fit_log_power(xs, ys);
+  // Maximum likelihood under the prior's ceiling (the device peak) starts the sampler.
+  const CurveFit fit = fit_log_power(xs, ys, 1.0);
   const double x_next = static_cast<double>(n + std::max(1, horizon));
   const double last = history.back();
   // The noise level is what the best fit leaves; a floor keeps a perfect fit from collapsing
@@ -116,7 +117,11 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
   // The posterior predictive of y = f(x) + noise: the spread of the curves plus the noise the
   // likelihood assumes (Domhan et al.); a best-so-far curve moves in steps of about that size.
   out.stddev = std::sqrt(std::max(0.0, sum_sq / count - out.mean * out.mean) + sigma * sigma);
-  out.expected_improvement = expected_improvement(out.mean, out.stddev, last);
+  // Normalized GFLOPS cannot pass the device peak (1): E[max(min(Y, 1) - best, 0)] equals
+  // EI(best) - EI(1) for best <= 1.
+  out.expected_improvement = std::max(
+      0.0, expected_improvement(out.mean, out.stddev, last) -
+               expected_improvement(out.mean, out.stddev, 1.0));
   out.acceptance_fraction = posterior.acceptance_fraction;
   return out;
 }

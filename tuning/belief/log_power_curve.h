@@ -2,6 +2,7 @@
 // The log-power learning curve f(x) = a / (1 + (x / e^b)^c) (Domhan et al.), which DynaTune
 // found to fit best-so-far GFLOPS curves: increasing for c < 0, saturating at a.
 #include <Eigen/Dense>
+#include <limits>
 #include <vector>
 
 namespace nimble::tuning {
@@ -21,8 +22,10 @@ struct CurveFit {
   double rmse = 0;
 };
 
-// Nonlinear least squares (Levenberg-Marquardt on Eigen, several starts) of the curve to
-// (xs, ys), with x > 0. Throws when there are fewer points than parameters.
-CurveFit fit_log_power(const std::vector<double>& xs, const std::vector<double>& ys);
+// Nonlinear least squares (Levenberg-Marquardt on Eigen, several starts) of an increasing curve
+// (c < 0) with a ceiling a < max_ceiling to (xs, ys), x > 0. Throws when there are fewer points
+// than parameters.
+CurveFit fit_log_power(const std::vector<double>& xs, const std::vector<double>& ys,
+                       double max_ceiling = std::numeric_limits<double>::infinity());
 
 }  // namespace nimble::tuning

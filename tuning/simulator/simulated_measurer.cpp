@@ -28,7 +28,7 @@ std::vector<MeasureResult> SimulatedMeasurer::measure(const std::vector<Config>&
       case MeasureError::kTimeout:
         r.error = truth.error;
         r.message = "simulated timeout";
-        r.cost_seconds += 10 * landscape_->timeout_seconds();
+        r.cost_seconds += timeout_cost_seconds_;  // the runner waits out its time limit
         continue;
       case MeasureError::kNone:
         break;

@@ -23,6 +23,7 @@ class SimulatedMeasurer : public Measurer {
   std::shared_ptr<const SyntheticLandscape> landscape_;
   std::mt19937_64 rng_;
   double min_repeat_seconds_;
+  double timeout_cost_seconds_ = 4.0;  // AutoTVM's default runner timeout
 };
 
 }  // namespace nimble::tuning

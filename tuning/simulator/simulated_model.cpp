@@ -21,7 +21,9 @@ std::vector<Task> make_simulated_model(const SimulatedModelOptions& options) {
     spec.noise = 0.02 + 0.08 * u(rng);
     spec.compile_seconds = 0.3 + 0.9 * u(rng);
     spec.compile_failure_rate = 0.02 + 0.06 * u(rng);
-    spec.jump_factor = 1.2 + 0.6 * u(rng);
+    // Jumps are occasional: about half of the tasks have a hidden faster region.
+    const double jump = 1.2 + 0.6 * u(rng);
+    spec.jump_factor = u(rng) < 0.5 ? jump : 1.0;
     spec.seed = options.seed * 131 + static_cast<uint64_t>(i);
     auto landscape = std::make_shared<const SyntheticLandscape>(spec, options.peak_gflops);
     Task t;

@@ -24,7 +24,8 @@ SimulationOptions default_simulation_options() {
   SimulationOptions o;
   o.tuner.charge_search_time = false;
   o.tuner.slot_seconds = 20;
-  o.tuner.early_stop_trials = 100;
+  // AutoTVM-like per-task tails: a task is finished after 200 trials without improvement.
+  o.tuner.early_stop_trials = 200;
   o.tuner.device = "simulated";
   // Compared runs spend the same budget; the survey stop is opt-in here.
   o.tuner.survey.stop_on_rate = false;

@@ -18,7 +18,7 @@ struct SimulationOptions {
   SchedulerOptions scheduler_options;
   // Trial budget per task when tuner.budget_trials is 0; also the sequential scheduler's
   // per-task share, as an AutoTVM user would set n_trial.
-  long trials_per_task = 150;
+  long trials_per_task = 400;
 };
 
 // Simulations default to what makes runs comparable and reproducible: measurement time only.

@@ -80,9 +80,9 @@ double SyntheticLandscape::efficiency(const Config& c) const {
   // Big x and k tiles together spill the cache.
   if (c[kTileX] + c[kTileK] > 10) e *= 0.5;
   // The jump: a narrow region (one unroll/vectorize pair near the best x tile) runs faster than
-  // anything outside it.
+  // anything outside it (jump_factor 1 means the task has none).
   if (c[kUnroll] == jump_unroll_ && c[kVectorize] == jump_vectorize_ &&
-      std::abs(c[kTileX] - optimum_position_[0]) <= 1)
+      std::abs(c[kTileX] - optimum_position_[0]) <= 2)
     e *= spec_.jump_factor / (choice_factor_[0][c[kUnroll]] * choice_factor_[1][c[kVectorize]]);
   // Ruggedness: neighbouring configs differ by a few percent for no visible reason.
   const double u = static_cast<double>(hash(c, 2) >> 11) / 9007199254740992.0;

@@ -1,0 +1,106 @@
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "tuning/space/knob_space.h"
+
+namespace nimble::tuning {
+namespace {
+
+KnobSpace example_space() {
+  KnobSpace s;
+  s.add_knob(Knob::integer_range("unroll", 0, 12, 4));
+  s.add_knob(Knob::power_of_two_range("tile_x", 1, 128));
+  s.add_knob(Knob::power_of_two_range("tile_y", 2, 64));
+  s.add_knob(Knob::categorical("layout", {"nchw", "nhwc"}));
+  s.add_product_at_most({"tile_x", "tile_y"}, 256);
+  s.add_divides("tile_y", "tile_x");
+  return s;
+}
+
+TEST(Knob, KindsListTheirValues) {
+  const Knob r = Knob::integer_range("u", 0, 12, 4);
+  EXPECT_EQ(r.size(), 4);
+  EXPECT_EQ(r.value(3), 12);
+  const Knob p = Knob::power_of_two_range("t", 2, 64);
+  EXPECT_EQ(p.size(), 6);
+  EXPECT_EQ(p.value(0), 2);
+  EXPECT_EQ(p.value(5), 64);
+  const Knob c = Knob::categorical("l", {"a", "b", "c"});
+  EXPECT_EQ(c.label(1), "b");
+  EXPECT_FALSE(c.ordered());
+  EXPECT_THROW(Knob::power_of_two_range("bad", 3, 8), std::invalid_argument);
+  EXPECT_THROW(Knob::integer_range("bad", 5, 1), std::invalid_argument);
+}
+
+TEST(KnobSpace, ConstraintsTieKnobsTogether) {
+  const KnobSpace s = example_space();
+  EXPECT_EQ(s.size(), 4.0 * 8 * 6 * 2);
+  EXPECT_TRUE(s.valid({0, 3, 1, 0}));    // 8 x 4, 4 divides 8
+  EXPECT_FALSE(s.valid({0, 7, 5, 0}));   // 128 x 64 > 256
+  EXPECT_FALSE(s.valid({0, 1, 2, 0}));   // 8 does not divide 2
+  EXPECT_FALSE(s.valid({0, 1, 2}));      // wrong arity
+  EXPECT_FALSE(s.valid({0, 8, 0, 0}));   // index out of range
+  EXPECT_EQ(s.describe({1, 3, 1, 1}), "unroll=4 tile_x=8 tile_y=4 layout=nhwc");
+  EXPECT_EQ(s.constraint_descriptions().size(), 2u);
+}
+
+TEST(KnobSpace, RandomConfigsAndNeighborsAreValidProperty) {
+  const KnobSpace s = example_space();
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    Config c = s.random_config(rng);
+    for (int step = 0; step < 50; ++step) {
+      ASSERT_TRUE(s.valid(c));
+      const Config n = s.neighbor(c, rng);
+      ASSERT_TRUE(s.valid(n));
+      int differing = 0;
+      for (size_t k = 0; k < c.size(); ++k) differing += c[k] != n[k];
+      ASSERT_LE(differing, 1);
+      c = n;
+    }
+  }
+}
+
+TEST(KnobSpace, RandomConfigsCoverTheValidSpace) {
+  KnobSpace s;
+  s.add_knob(Knob::power_of_two_range("a", 1, 8));
+  s.add_knob(Knob::power_of_two_range("b", 1, 8));
+  s.add_product_at_most({"a", "b"}, 8);
+  std::mt19937_64 rng(1);
+  std::set<Config> seen;
+  for (int i = 0; i < 2000; ++i) seen.insert(s.random_config(rng));
+  EXPECT_EQ(seen.size(), 10u);  // pairs of powers of two with product <= 8
+}
+
+TEST(KnobSpace, UnsatisfiableSpaceThrows) {
+  KnobSpace s;
+  s.add_knob(Knob::integer_range("a", 1, 3));
+  s.add_constraint("never", [](const std::vector<int64_t>&) { return false; });
+  std::mt19937_64 rng(0);
+  EXPECT_THROW(s.random_config(rng), std::runtime_error);
+}
+
+TEST(Config, JsonRoundTripProperty) {
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 200; ++i) {
+    Config c(std::uniform_int_distribution<int>(0, 8)(rng));
+    for (int& v : c) v = std::uniform_int_distribution<int>(0, 100000)(rng);
+    EXPECT_EQ(config_from_json(config_to_json(c)), c);
+  }
+  EXPECT_THROW(config_from_json("nope"), std::invalid_argument);
+}
+
+TEST(KnobSpace, FeaturesArePositionsInUnitRange) {
+  const KnobSpace s = example_space();
+  const auto f = s.features({3, 0, 5, 1});
+  ASSERT_EQ(f.size(), 4u);
+  EXPECT_FLOAT_EQ(f[0], 1.0f);
+  EXPECT_FLOAT_EQ(f[1], 0.0f);
+  EXPECT_FLOAT_EQ(f[2], 1.0f);
+  EXPECT_FLOAT_EQ(f[3], 1.0f);
+}
+
+}  // namespace
+}  // namespace nimble::tuning

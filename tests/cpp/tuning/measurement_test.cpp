@@ -1,0 +1,147 @@
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "tuning/measure/adaptive_evaluator.h"
+#include "tuning/simulator/simulated_measurer.h"
+#include "tuning/simulator/simulated_model.h"
+
+namespace nimble::tuning {
+namespace {
+
+// Feeds a fixed sequence of timings to a policy and returns how many it consumed and the
+// final decision.
+std::pair<size_t, RepeatDecision> consume(const RepeatPolicy& policy,
+                                          const std::vector<double>& timings) {
+  std::vector<double> seen;
+  for (const double t : timings) {
+    seen.push_back(t);
+    const RepeatDecision d = policy.after_repeat(seen);
+    if (d != RepeatDecision::kContinue) return {seen.size(), d};
+  }
+  return {seen.size(), RepeatDecision::kContinue};
+}
+
+TEST(AdaptiveEvaluator, SteadyTimingsNeedFewRepeats) {
+  const AdaptiveEvaluator e({}, 1.0);
+  const auto [n, d] = consume(e, std::vector<double>(16, 1.0));
+  EXPECT_EQ(n, 2u);
+  EXPECT_EQ(d, RepeatDecision::kEnough);
+}
+
+TEST(AdaptiveEvaluator, RepeatsGrowWithTheCoefficientOfVariation) {
+  AdaptiveEvaluatorOptions o;
+  o.max_repeats = 64;
+  size_t previous = 0;
+  for (const double noise : {0.01, 0.05, 0.1, 0.2}) {
+    std::mt19937_64 rng(7);
+    std::normal_distribution<double> normal(1.0, noise);
+    std::vector<double> timings(64);
+    for (double& t : timings) t = std::max(0.1, normal(rng));
+    const auto [n, d] = consume(AdaptiveEvaluator(o, std::numeric_limits<double>::infinity()),
+                                timings);
+    EXPECT_EQ(d, RepeatDecision::kEnough);
+    EXPECT_GE(n, previous) << "noise " << noise;
+    previous = n;
+  }
+  EXPECT_GT(previous, 10u);
+}
+
+TEST(AdaptiveEvaluator, NeverExceedsMaxRepeats) {
+  AdaptiveEvaluatorOptions o;
+  o.max_repeats = 5;
+  const std::vector<double> wild = {1, 3, 1, 3, 1, 3, 1, 3, 1, 3};
+  const auto [n, d] = consume(AdaptiveEvaluator(o, std::numeric_limits<double>::infinity()), wild);
+  EXPECT_EQ(n, 5u);
+  EXPECT_EQ(d, RepeatDecision::kEnough);
+}
+
+TEST(AdaptiveEvaluator, CutsClearlySlowerCandidatesShort) {
+  const AdaptiveEvaluator e({}, 1.0);
+  EXPECT_EQ(consume(e, {10.0, 10.0}).second, RepeatDecision::kCutShort);
+  EXPECT_EQ(consume(e, {10.0}).first, 1u);  // one sample far beyond the best is enough
+  EXPECT_EQ(consume(e, {2.0, 2.0}).second, RepeatDecision::kCutShort);
+  // Within the factor of the best: measured properly.
+  EXPECT_EQ(consume(e, {1.2, 1.2}).second, RepeatDecision::kEnough);
+}
+
+TEST(FixedRepeats, CountsExactly) {
+  EXPECT_EQ(consume(FixedRepeats(3), std::vector<double>(10, 1.0)).first, 3u);
+}
+
+TEST(MeasureResult, MeanAndErrorNames) {
+  MeasureResult r;
+  r.seconds = {1, 2, 3};
+  EXPECT_DOUBLE_EQ(r.mean_seconds(), 2.0);
+  r.error = MeasureError::kTimeout;
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(std::isinf(r.mean_seconds()));
+  for (const auto e : {MeasureError::kNone, MeasureError::kCompile, MeasureError::kRuntime,
+                       MeasureError::kTimeout})
+    EXPECT_EQ(measure_error_from_string(to_string(e)), e);
+  EXPECT_THROW(measure_error_from_string("bogus"), std::invalid_argument);
+}
+
+TEST(SimulatedMeasurer, AdaptiveEvaluationSpendsLessTimeThanFixedRepeats) {
+  SimulatedModelOptions o;
+  o.seed = 4;
+  o.tasks = 3;
+  const auto tasks = make_simulated_model(o);
+  for (const auto& task : tasks) {
+    std::mt19937_64 rng(1);
+    std::vector<Config> batch;
+    for (int i = 0; i < 32; ++i) batch.push_back(task.space.random_config(rng));
+    // The same best for both: half of the random configs' mean, so slow ones can be cut.
+    const auto fixed = task.measurer->measure(batch, FixedRepeats(10));
+    double best = std::numeric_limits<double>::infinity();
+    for (const auto& r : fixed) best = std::min(best, r.mean_seconds());
+    const auto adaptive = task.measurer->measure(batch, AdaptiveEvaluator({}, best));
+    double fixed_cost = 0, adaptive_cost = 0;
+    long cut = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      fixed_cost += fixed[i].cost_seconds;
+      adaptive_cost += adaptive[i].cost_seconds;
+      cut += adaptive[i].cut_short;
+      EXPECT_EQ(fixed[i].error, adaptive[i].error);  // failures are a property of the config
+    }
+    EXPECT_LT(adaptive_cost, fixed_cost) << task.name;
+    EXPECT_GT(cut, 0) << task.name;
+  }
+}
+
+TEST(SimulatedModel, ShowsTheLandscapeFeaturesTheTunerMustHandle) {
+  SimulatedModelOptions o;
+  o.seed = 11;
+  const auto tasks = make_simulated_model(o);
+  ASSERT_EQ(tasks.size(), 12u);
+  double lo = 1e300, hi = 0;
+  long failures = 0, total = 0;
+  for (const auto& t : tasks) {
+    const auto& m = dynamic_cast<const SimulatedMeasurer&>(*t.measurer);
+    lo = std::min(lo, t.weight * m.landscape().optimum_seconds());
+    hi = std::max(hi, t.weight * m.landscape().optimum_seconds());
+    EXPECT_GT(t.baseline_seconds, m.landscape().optimum_seconds());
+    std::mt19937_64 rng(2);
+    double best = std::numeric_limits<double>::infinity();
+    for (int i = 0; i < 300; ++i) {
+      const auto truth = m.landscape().evaluate(t.space.random_config(rng));
+      ++total;
+      if (truth.error != MeasureError::kNone) ++failures;
+      else best = std::min(best, truth.seconds);
+    }
+    // Random search does not find the ceiling: there is something to tune.
+    EXPECT_GT(best, m.landscape().optimum_seconds() * 1.0001) << t.name;
+  }
+  EXPECT_GT(hi / lo, 10.0);  // an order of magnitude between tasks
+  EXPECT_GT(failures, 0);
+  EXPECT_LT(failures, total / 2);
+  // Same seed, same model.
+  const auto again = make_simulated_model(o);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    EXPECT_EQ(tasks[i].flops, again[i].flops);
+    EXPECT_EQ(tasks[i].signature, again[i].signature);
+  }
+}
+
+}  // namespace
+}  // namespace nimble::tuning

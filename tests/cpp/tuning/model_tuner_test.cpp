@@ -1,0 +1,188 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+
+#include "test_tasks.h"
+#include "tuning/scheduler/scheduler_factory.h"
+#include "tuning/simulator/simulation.h"
+#include "tuning/tuner/model_tuner.h"
+
+namespace nimble::tuning {
+namespace {
+
+std::string temp_db(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("nimble_tuner_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return (dir / "tuning.db").string();
+}
+
+TunerOptions small_options() {
+  TunerOptions o;
+  o.slot_seconds = 20;
+  o.budget_trials = 96;
+  o.charge_search_time = false;
+  o.survey.stop_on_rate = false;
+  o.search.annealing.chains = 16;
+  o.search.annealing.steps = 10;
+  return o;
+}
+
+std::vector<Task> three_tasks() {
+  return {testing::bowl_task("a", 1e9, 1, 1), testing::bowl_task("b", 4e9, 2, 2),
+          testing::bowl_task("c", 2e8, 3, 3)};
+}
+
+TEST(ModelTuner, SpendsTheBudgetAndWritesEveryMeasurement) {
+  TuningDatabase db(temp_db("budget"));
+  ModelTuner tuner(three_tasks(), small_options(), &db);
+  const auto scheduler = make_scheduler("round-robin", {});
+  long events = 0;
+  const TuningReport r = tuner.run(*scheduler, [&](const ProgressEvent& e) {
+    ++events;
+    EXPECT_EQ(e.slot, events);
+    EXPECT_FALSE(e.task.empty());
+  });
+  EXPECT_EQ(r.stop_reason, "budget");
+  EXPECT_EQ(r.trials, 96);
+  EXPECT_EQ(db.count(), 96);
+  EXPECT_EQ(events, r.slots);
+  long task_trials = 0;
+  for (const auto& t : r.tasks) task_trials += t.trials;
+  EXPECT_EQ(task_trials, 96);
+  // The curve starts at the baseline model, never rises, and its time only grows.
+  ASSERT_GE(r.curve.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.curve.front().model_seconds, r.initial_model_seconds);
+  for (size_t i = 1; i < r.curve.size(); ++i) {
+    EXPECT_LE(r.curve[i].model_seconds, r.curve[i - 1].model_seconds);
+    EXPECT_GT(r.curve[i].seconds, r.curve[i - 1].seconds);
+  }
+  EXPECT_LT(r.final_model_seconds, r.initial_model_seconds);
+  EXPECT_FALSE(r.epochs.empty());
+}
+
+TEST(ModelTuner, ResumesFromTheDatabaseWithoutMeasuringAConfigTwice) {
+  const std::string path = temp_db("resume");
+  double first_final = 0;
+  {
+    TuningDatabase db(path);
+    ModelTuner tuner(three_tasks(), small_options(), &db);
+    const auto s = make_scheduler("round-robin", {});
+    first_final = tuner.run(*s).final_model_seconds;
+  }
+  TuningDatabase db(path);
+  TunerOptions o = small_options();
+  o.seed = 99;
+  ModelTuner tuner(three_tasks(), o, &db);
+  const auto s = make_scheduler("round-robin", {});
+  const TuningReport r = tuner.run(*s);
+  EXPECT_DOUBLE_EQ(r.initial_model_seconds, first_final);  // the bests came back
+  EXPECT_EQ(db.count(), 192);
+  for (const auto& sig : db.signatures("cpu")) {
+    std::set<Config> configs;
+    for (const auto& rec : db.records(sig, "cpu"))
+      EXPECT_TRUE(configs.insert(rec.config).second) << sig << " measured a config twice";
+  }
+}
+
+TEST(ModelTuner, StopsWhenEveryTaskIsFinished) {
+  std::vector<Task> tasks = three_tasks();
+  for (auto& t : tasks) {
+    t.space = KnobSpace({Knob::integer_range("a", 0, 3), Knob::categorical("b", {"p", "q"})});
+    t.measurer = std::make_shared<testing::FormulaMeasurer>(
+        [](const Config& c) { return 1e-3 * (1 + c[0]); }, nullptr, 0.01, 4);
+  }
+  TunerOptions o = small_options();
+  o.budget_trials = 0;
+  o.search.min_records_for_model = 4;
+  ModelTuner tuner(tasks, o);
+  const auto s = make_scheduler("dynatune", {});
+  const TuningReport r = tuner.run(*s);
+  EXPECT_EQ(r.stop_reason, "all-tasks-finished");
+  for (const auto& t : r.tasks) {
+    EXPECT_EQ(t.trials, 8);  // the whole space, once
+    EXPECT_TRUE(t.finished);
+  }
+}
+
+TEST(ModelTuner, FinishesATaskWithoutImprovementAfterTheSetNumberOfTrials) {
+  Task flat = testing::bowl_task("flat", 1e9, 1, 0);
+  flat.measurer = std::make_shared<testing::FormulaMeasurer>(
+      [](const Config&) { return 1e-3; }, nullptr, 0.0, 1);
+  TunerOptions o = small_options();
+  o.budget_trials = 0;
+  o.early_stop_trials = 24;
+  ModelTuner tuner({flat}, o);
+  const auto s = make_scheduler("sequential", {});
+  const TuningReport r = tuner.run(*s);
+  EXPECT_EQ(r.stop_reason, "all-tasks-finished");
+  // The first trial sets the best, 24 more do not improve it; the check runs after each batch of 8.
+  EXPECT_EQ(r.tasks[0].trials, 32);
+}
+
+class ThrowingMeasurer : public Measurer {
+ public:
+  std::vector<MeasureResult> measure(const std::vector<Config>&, const RepeatPolicy&) override {
+    throw std::runtime_error("device lost");
+  }
+};
+
+TEST(ModelTuner, FailuresAreRecordedAndNeverStopTheTuner) {
+  std::vector<Task> tasks = three_tasks();
+  tasks[1].measurer = std::make_shared<ThrowingMeasurer>();
+  TuningDatabase db(temp_db("failures"));
+  ModelTuner tuner(tasks, small_options(), &db);
+  const auto s = make_scheduler("round-robin", {});
+  const TuningReport r = tuner.run(*s);
+  EXPECT_EQ(r.stop_reason, "budget");
+  EXPECT_EQ(r.tasks[1].failures, r.tasks[1].trials);
+  EXPECT_GT(r.tasks[1].trials, 0);
+  EXPECT_GT(r.tasks[0].trials - r.tasks[0].failures, 0);
+  for (const auto& rec : db.records("test/b", "cpu")) EXPECT_EQ(rec.result.error, MeasureError::kRuntime);
+}
+
+TEST(ModelTuner, SurveyStopEndsTheRunAtTheGoal) {
+  TunerOptions o = small_options();
+  o.budget_trials = 0;
+  o.survey.goal_seconds = 1.0;  // any latency meets it after the first epoch
+  ModelTuner tuner(three_tasks(), o);
+  const auto s = make_scheduler("round-robin", {});
+  const TuningReport r = tuner.run(*s);
+  EXPECT_EQ(r.stop_reason, "goal");
+  EXPECT_EQ(r.epochs.size(), 1u);
+  EXPECT_EQ(r.slots, 3);
+}
+
+TEST(Simulation, EverySchedulerImprovesTheSimulatedModel) {
+  SimulationOptions o = default_simulation_options();
+  o.model.tasks = 4;
+  o.model.seed = 3;
+  o.trials_per_task = 24;
+  o.tuner.search.annealing.chains = 16;
+  o.tuner.search.annealing.steps = 10;
+  o.scheduler_options.dynatune.belief.mcmc.steps = 100;
+  o.scheduler_options.dynatune.belief.mcmc.samples = 50;
+  const Comparison c = compare_schedulers(scheduler_names(), {3}, o, 2);
+  ASSERT_EQ(c.rows.size(), scheduler_names().size());
+  for (const auto& run : c.runs) {
+    EXPECT_EQ(run.report.trials, 96) << run.scheduler;
+    EXPECT_LT(run.report.final_model_seconds, run.report.initial_model_seconds) << run.scheduler;
+    EXPECT_LE(run.time_to_95, run.time_to_99);
+  }
+  const std::string table = comparison_table(c);
+  for (const auto& name : scheduler_names()) EXPECT_NE(table.find("| " + name + " |"), std::string::npos);
+  EXPECT_NE(curve_to_csv(c.runs[0].report.curve).find("seconds,trials,model_ms\n0,0,"), std::string::npos);
+}
+
+TEST(TimeToReach, FindsTheFirstPointAtOrBelowTheLatency) {
+  const std::vector<CurvePoint> curve = {{0, 0, 10}, {5, 8, 6}, {9, 16, 4}};
+  EXPECT_DOUBLE_EQ(time_to_reach(curve, 6), 5);
+  EXPECT_DOUBLE_EQ(time_to_reach(curve, 10), 0);
+  EXPECT_TRUE(std::isinf(time_to_reach(curve, 3)));
+}
+
+}  // namespace
+}  // namespace nimble::tuning

@@ -1,0 +1,174 @@
+#include <gtest/gtest.h>
+
+#include <random>
+#include <unordered_set>
+
+#include "test_tasks.h"
+#include "tuning/filter/cold_candidate_filter.h"
+#include "tuning/measure/adaptive_evaluator.h"
+#include "tuning/search/diverse_selection.h"
+#include "tuning/search/task_tuner.h"
+#include "tuning/search/xgboost_cost_model.h"
+
+namespace nimble::tuning {
+namespace {
+
+TEST(XGBoostCostModel, LearnsARankingOfConfigs) {
+  std::mt19937_64 rng(0);
+  std::uniform_real_distribution<float> u(0, 1);
+  auto f = [](const std::vector<float>& x) { return x[0] * (1 - x[1]) + 0.2f * x[2]; };
+  std::vector<std::vector<float>> train, test;
+  std::vector<float> y;
+  for (int i = 0; i < 300; ++i) {
+    train.push_back({u(rng), u(rng), u(rng)});
+    y.push_back(f(train.back()));
+  }
+  for (int i = 0; i < 100; ++i) test.push_back({u(rng), u(rng), u(rng)});
+  XGBoostCostModel model;
+  EXPECT_FALSE(model.trained());
+  EXPECT_THROW(model.predict(test), std::logic_error);
+  model.fit(train, y);
+  ASSERT_TRUE(model.trained());
+  const auto p = model.predict(test);
+  ASSERT_EQ(p.size(), test.size());
+  // Pairwise ranking accuracy on held-out configs.
+  long agree = 0, pairs = 0;
+  for (size_t i = 0; i < test.size(); ++i)
+    for (size_t j = i + 1; j < test.size(); ++j) {
+      const float truth = f(test[i]) - f(test[j]);
+      if (std::abs(truth) < 0.05f) continue;
+      ++pairs;
+      agree += (truth > 0) == (p[i] > p[j]);
+    }
+  EXPECT_GT(static_cast<double>(agree) / pairs, 0.9);
+}
+
+TEST(DiverseSelection, PrefersNewKnobValuesOverNearCopies) {
+  std::vector<ScoredConfig> c = {{{0, 0}, 1.0f}, {{0, 1}, 0.99f}, {{3, 3}, 0.9f}};
+  EXPECT_EQ(select_diverse(c, 2, 0.0), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(select_diverse(c, 2, 0.1), (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(select_diverse(c, 5, 0.1).size(), 3u);
+}
+
+TEST(TaskTuner, NeverProposesAMeasuredConfigProperty) {
+  for (uint64_t seed = 0; seed < 3; ++seed) {
+    const Task task = testing::bowl_task("bowl", 1e9, 1, seed);
+    TaskTuner tuner(task, {}, seed);
+    std::unordered_set<Config, ConfigHash> seen;
+    for (int b = 0; b < 12; ++b) {
+      const auto batch = tuner.propose(8);
+      ASSERT_FALSE(batch.empty());
+      for (const auto& c : batch) {
+        ASSERT_TRUE(task.space.valid(c));
+        ASSERT_TRUE(seen.insert(c).second) << "config proposed twice";
+      }
+      tuner.record(batch, task.measurer->measure(batch, AdaptiveEvaluator({}, tuner.best_seconds())));
+    }
+    EXPECT_EQ(tuner.trials(), static_cast<long>(seen.size()));
+  }
+}
+
+TEST(TaskTuner, ExhaustsASmallSpaceWithoutRepeating) {
+  Task task = testing::bowl_task("tiny", 1e9, 1, 0);
+  task.space = KnobSpace({Knob::integer_range("a", 0, 4), Knob::categorical("b", {"p", "q"})});
+  task.measurer = std::make_shared<testing::FormulaMeasurer>(
+      [](const Config& c) { return 1e-3 * (1 + c[0] + c[1]); }, nullptr, 0.0, 1);
+  SearchOptions o;
+  o.min_records_for_model = 4;
+  TaskTuner tuner(task, o, 3);
+  std::set<Config> seen;
+  for (int i = 0; i < 10 && !tuner.exhausted(); ++i) {
+    const auto batch = tuner.propose(4);
+    for (const auto& c : batch) EXPECT_TRUE(seen.insert(c).second);
+    if (!batch.empty()) tuner.record(batch, task.measurer->measure(batch, FixedRepeats(2)));
+  }
+  EXPECT_EQ(seen.size(), 10u);
+  EXPECT_TRUE(tuner.exhausted());
+  EXPECT_EQ(tuner.best_config(), (Config{0, 0}));
+}
+
+TEST(TaskTuner, ModelGuidedSearchBeatsRandomSearch) {
+  // Same trial count, same landscape; averaged over seeds so that luck does not decide.
+  double guided = 0, random = 0;
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    const Task task = testing::bowl_task("bowl", 1e9, 1, seed, 0.0);
+    TaskTuner tuner(task, {}, seed);
+    for (int b = 0; b < 6; ++b) {
+      const auto batch = tuner.propose(8);
+      tuner.record(batch, task.measurer->measure(batch, FixedRepeats(1)));
+    }
+    guided += tuner.best_seconds();
+    std::mt19937_64 rng(seed);
+    double best = std::numeric_limits<double>::infinity();
+    std::vector<Config> batch;
+    for (int i = 0; i < 48; ++i) batch.push_back(task.space.random_config(rng));
+    for (const auto& r : task.measurer->measure(batch, FixedRepeats(1)))
+      best = std::min(best, r.mean_seconds());
+    random += best;
+  }
+  EXPECT_LT(guided, random);
+}
+
+TEST(TaskTuner, RecordsFailuresAndKeepsGoing) {
+  Task task = testing::bowl_task("fails", 1e9, 1, 0);
+  task.measurer = std::make_shared<testing::FormulaMeasurer>(
+      [](const Config&) { return 1e-3; }, [](const Config&) { return true; }, 0.0, 1);
+  TaskTuner tuner(task, {}, 1);
+  for (int b = 0; b < 3; ++b) {
+    const auto batch = tuner.propose(8);
+    ASSERT_EQ(batch.size(), 8u);
+    tuner.record(batch, task.measurer->measure(batch, FixedRepeats(2)));
+  }
+  EXPECT_EQ(tuner.failures(), 24);
+  EXPECT_FALSE(tuner.has_best());
+  EXPECT_EQ(tuner.best_gflops_history(), std::vector<double>(24, 0.0));
+}
+
+TEST(ColdCandidateFilter, FlagsPredictedSlowAndFailedNeighbourhoods) {
+  ColdFilterOptions o;
+  o.neighbors = 2;
+  ColdCandidateFilter f(o);
+  EXPECT_TRUE(f.is_cold({0.5f, 0.5f}, 0.3));   // predicted 3.3x slower than the best
+  EXPECT_FALSE(f.is_cold({0.5f, 0.5f}, 0.9));
+  f.remember({0.0f, 0.0f}, 0.0, true);
+  f.remember({0.05f, 0.0f}, 0.0, true);
+  f.remember({1.0f, 1.0f}, 1.0, false);
+  f.remember({0.9f, 1.0f}, 0.9, false);
+  EXPECT_TRUE(f.is_cold({0.02f, 0.01f}, 0.9));   // next to two failures
+  EXPECT_FALSE(f.is_cold({0.95f, 0.95f}, 0.9));  // next to the best
+  f.rescale(0.4);  // the best improved 2.5x: the old best is now cold
+  EXPECT_TRUE(f.is_cold({0.95f, 0.95f}, 0.9));
+}
+
+TEST(ColdCandidateFilter, FilteringProbabilityDecaysWithModelUpdates) {
+  ColdFilterOptions o;
+  o.decay = 0.5;
+  const ColdCandidateFilter f(o);
+  EXPECT_DOUBLE_EQ(f.probability(0), 1.0);
+  EXPECT_DOUBLE_EQ(f.probability(3), 0.125);
+  // The coin follows the probability: with p = 1/8, about one cold proposal in eight goes.
+  std::mt19937_64 rng(5);
+  int replaced = 0;
+  for (int i = 0; i < 8000; ++i) replaced += f.should_replace({0.5f}, 0.0, 3, rng);
+  EXPECT_NEAR(replaced / 8000.0, 0.125, 0.02);
+  o.enabled = false;
+  EXPECT_EQ(ColdCandidateFilter(o).probability(0), 0.0);
+}
+
+TEST(TaskTuner, ColdFilterReplacesProposalsAndStatsAddUp) {
+  const Task task = testing::bowl_task("cold", 1e9, 1, 2);
+  TaskTuner tuner(task, {}, 2);
+  for (int b = 0; b < 8; ++b) {
+    const auto batch = tuner.propose(8);
+    tuner.record(batch, task.measurer->measure(batch, AdaptiveEvaluator({}, tuner.best_seconds())));
+  }
+  const ColdStats& s = tuner.cold_stats();
+  EXPECT_GT(s.proposals_checked, 0);
+  EXPECT_GT(s.proposals_replaced, 0);
+  EXPECT_LE(s.proposals_replaced, s.proposals_checked);
+  EXPECT_LE(s.cold_seconds + s.failed_seconds, s.total_seconds);
+  EXPECT_GT(s.total_seconds, 0);
+}
+
+}  // namespace
+}  // namespace nimble::tuning
