@@ -11,7 +11,9 @@
 namespace nimble::tuning {
 namespace {
 
+// Median of the defined values (a ratio of two "never reached" times is undefined).
 double median(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return std::isnan(x); }), v.end());
   if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
   const size_t m = v.size() / 2;

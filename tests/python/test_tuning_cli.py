@@ -1,0 +1,135 @@
+"""`python -m nimble tune --simulate ...` and a tuning process killed mid-run."""
+
+import json
+import os
+import signal
+import sqlite3
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+import zlib
+
+import pytest
+
+from nimble import tuning_cli
+from nimble._C import tuning
+
+SMALL = ["--tasks", "3", "--trials-per-task", "24", "--mcmc-steps", "100"]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def cli(*args):
+    """Runs the tune command in a fresh interpreter, as `python -m nimble tune` does."""
+    code = "import sys; from nimble.tuning_cli import main; sys.exit(main(sys.argv[1:]))"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", code, "tune", *args], capture_output=True,
+                          text=True, env=env, cwd=ROOT)
+
+
+def read_png(path):
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, chunks = 8, {}
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        crc = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])[0]
+        assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF
+        chunks[kind] = chunks.get(kind, b"") + body
+        pos += 12 + length
+    width, height, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
+    pixels = zlib.decompress(chunks[b"IDAT"])
+    assert len(pixels) == height * (1 + 3 * width) and (depth, color) == (8, 2)
+    return width, height, pixels
+
+
+def test_json_output_has_the_curve_and_convergence_times():
+    done = cli("--simulate", "--scheduler", "dynatune", "--seed", "1", "--json", *SMALL)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["scheduler"] == "dynatune" and out["seed"] == 1 and out["trials"] == 72
+    assert out["final_model_ms"] < out["initial_model_ms"]
+    assert 0 <= out["time_to_95_s"] <= out["time_to_99_s"] <= out["tuning_seconds"]
+    curve = out["curve"]
+    final = out["final_model_ms"]
+    assert min(s for s, _, ms in curve if ms <= final / 0.99) == out["time_to_99_s"]
+    assert 0 <= out["scheduler_overhead_share"] < 1
+
+
+def test_text_output_curve_csv_and_plot(tmp_path):
+    png, csv = tmp_path / "curve.png", tmp_path / "curve.csv"
+    done = cli("--simulate", "--scheduler", "round-robin", "--seed", "0", "--plot", str(png),
+               "--curve", str(csv), *SMALL)
+    assert done.returncode == 0, done.stderr
+    assert "time to 95% of the final latency" in done.stdout
+    assert "slot" in done.stderr  # progress lines
+    lines = csv.read_text().splitlines()
+    assert lines[0] == "seconds,trials,model_ms" and len(lines) > 5
+    width, height, pixels = read_png(png)
+    assert (width, height) == (900, 540)
+    assert len(set(pixels)) > 3  # more than a blank canvas
+
+
+def test_compare_prints_the_table_for_every_scheduler(tmp_path):
+    png = tmp_path / "compare.png"
+    done = cli("--simulate", "--compare", "--seeds", "2", "--json", "--plot", str(png), *SMALL)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert [r["scheduler"] for r in out["rows"]] == tuning.scheduler_names()
+    seq = next(r for r in out["rows"] if r["scheduler"] == "sequential")
+    # Undefined (None) when sequential never got within 1% of the best final latency.
+    assert seq["speedup_vs_sequential"] in (None, pytest.approx(1.0))
+    for row in out["rows"]:
+        if row["time_to_99_s"] is not None:
+            assert row["time_to_95_s"] <= row["time_to_99_s"]
+    for name in tuning.scheduler_names():
+        assert f"| {name} |" in out["table"]
+    read_png(png)
+
+
+def test_bad_arguments_fail_cleanly():
+    assert cli("--scheduler", "dynatune").returncode == 2  # no --simulate
+    done = cli("--simulate", "--scheduler", "bogus")
+    assert done.returncode == 2 and "unknown scheduler 'bogus'" in done.stderr
+    assert tuning_cli.main(["--simulate", "--scheduler", "bogus"]) == 2
+
+
+def test_a_killed_tuning_process_leaves_a_readable_database(tmp_path):
+    db = tmp_path / "killed.db"
+    script = textwrap.dedent(f"""
+        import time
+        from nimble._C import tuning
+        # Slow slots down so that the process is surely mid-run when it is killed.
+        tuning.simulate(scheduler="dynatune", seed=0, tasks=4, trials_per_task=100000,
+                        slot_seconds=5, database={str(db)!r}, mcmc_steps=50, mcmc_samples=20,
+                        progress=lambda e: time.sleep(0.05))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        count = 0
+        deadline = time.monotonic() + 120
+        while count < 40 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            if db.exists():
+                try:
+                    with sqlite3.connect(db) as conn:
+                        count = conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
+                except sqlite3.OperationalError:
+                    pass  # schema not created yet
+        assert proc.poll() is None, "the tuning process ended on its own"
+        assert count >= 40
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        rows = conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
+    assert rows >= count and rows % 8 == 0  # whole batches only
+    store = tuning.TuningDatabase(str(db))
+    assert store.count() == rows
+    for sig in store.signatures("simulated"):
+        assert store.records(sig, "simulated")
