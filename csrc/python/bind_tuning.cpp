@@ -28,7 +28,8 @@ py::object finite_or_none(double v) { return std::isfinite(v) ? py::cast(v) : py
 
 py::list curve_to_list(const std::vector<CurvePoint>& curve) {
   py::list out;
-  for (const auto& p : curve) out.append(py::make_tuple(p.seconds, p.trials, p.model_seconds * 1e3));
+  for (const auto& p : curve)
+    out.append(py::make_tuple(p.seconds, p.trials, p.model_seconds * 1e3));
   return out;
 }
 
@@ -173,7 +174,8 @@ class PythonMeasurer : public Measurer {
           config[py::str(knob.name())] = knob.value(batch[i][k]);
       }
       try {
-        time_with_policy(repeats, [&] { return measure_(config).cast<double>(); }, out[i]);
+        time_with_policy(
+            repeats, [&] { return measure_(config).cast<double>(); }, out[i]);
       } catch (py::error_already_set& e) {
         out[i].seconds.clear();
         out[i].error = e.matches(PyExc_TimeoutError) ? MeasureError::kTimeout
@@ -217,7 +219,8 @@ std::vector<Task> tasks_from_python(const py::list& specs) {
     t.weight = spec.contains("weight") ? spec["weight"].cast<double>() : 1.0;
     if (spec.contains("baseline_seconds"))
       t.baseline_seconds = spec["baseline_seconds"].cast<double>();
-    for (const auto& k : spec["knobs"].cast<py::list>()) t.space.add_knob(knob_from_spec(k.cast<py::tuple>()));
+    for (const auto& k : spec["knobs"].cast<py::list>())
+      t.space.add_knob(knob_from_spec(k.cast<py::tuple>()));
     if (spec.contains("constraints")) {
       for (const auto& c : spec["constraints"].cast<py::list>()) {
         auto holder = std::make_shared<py::object>(c.cast<py::object>());
@@ -270,10 +273,9 @@ void bind_tuning(py::module_& m) {
                     double goal_ms, bool adaptive, bool cold_filter, int batch_size,
                     int mcmc_walkers, int mcmc_steps, int mcmc_samples,
                     std::optional<std::string> database, bool resume, const py::object& progress) {
-        const RunOptions run =
-            run_options(slot_seconds, budget_trials, budget_seconds, early_stop_trials, c,
-                        survey_stop, phi, goal_ms, adaptive, cold_filter, batch_size, mcmc_walkers,
-                        mcmc_steps, mcmc_samples);
+        const RunOptions run = run_options(
+            slot_seconds, budget_trials, budget_seconds, early_stop_trials, c, survey_stop, phi,
+            goal_ms, adaptive, cold_filter, batch_size, mcmc_walkers, mcmc_steps, mcmc_samples);
         SimulationOptions o = simulation_options(scheduler, seed, tasks, trials_per_task, run);
         o.tuner.resume = resume;
         make_scheduler(scheduler, o.scheduler_options);  // an unknown name fails before the run
@@ -290,11 +292,11 @@ void bind_tuning(py::module_& m) {
       py::arg("scheduler") = "dynatune", py::arg("seed") = 0, py::arg("tasks") = 12,
       py::arg("trials_per_task") = 400, py::arg("slot_seconds") = 20.0,
       py::arg("budget_trials") = 0, py::arg("budget_seconds") = inf,
-      py::arg("early_stop_trials") = 200, py::arg("c") = py::none(),
-      py::arg("survey_stop") = false, py::arg("phi") = -0.25, py::arg("goal_ms") = 0.0,
-      py::arg("adaptive") = true, py::arg("cold_filter") = true, py::arg("batch_size") = 8,
-      py::arg("mcmc_walkers") = 10, py::arg("mcmc_steps") = 500, py::arg("mcmc_samples") = 200,
-      py::arg("database") = py::none(), py::arg("resume") = true, py::arg("progress") = py::none(),
+      py::arg("early_stop_trials") = 200, py::arg("c") = py::none(), py::arg("survey_stop") = false,
+      py::arg("phi") = -0.25, py::arg("goal_ms") = 0.0, py::arg("adaptive") = true,
+      py::arg("cold_filter") = true, py::arg("batch_size") = 8, py::arg("mcmc_walkers") = 10,
+      py::arg("mcmc_steps") = 500, py::arg("mcmc_samples") = 200, py::arg("database") = py::none(),
+      py::arg("resume") = true, py::arg("progress") = py::none(),
       "Tune a simulated model (see tuning/README.md); returns the report as a dict.");
 
   t.def(
@@ -305,10 +307,9 @@ void bind_tuning(py::module_& m) {
                     bool adaptive, bool cold_filter, int batch_size, int mcmc_walkers,
                     int mcmc_steps, int mcmc_samples, int threads) {
         if (schedulers.empty()) schedulers = scheduler_names();
-        const RunOptions run = run_options(slot_seconds, budget_trials, budget_seconds,
-                                           early_stop_trials, c, false, -0.25, 0, adaptive,
-                                           cold_filter, batch_size, mcmc_walkers, mcmc_steps,
-                                           mcmc_samples);
+        const RunOptions run = run_options(
+            slot_seconds, budget_trials, budget_seconds, early_stop_trials, c, false, -0.25, 0,
+            adaptive, cold_filter, batch_size, mcmc_walkers, mcmc_steps, mcmc_samples);
         const SimulationOptions base =
             simulation_options(schedulers[0], 0, tasks, trials_per_task, run);
         for (const auto& name : schedulers) make_scheduler(name, base.scheduler_options);
@@ -361,9 +362,9 @@ void bind_tuning(py::module_& m) {
                     bool adaptive, bool cold_filter, int batch_size, double peak_gflops,
                     std::optional<std::string> database, std::string device, std::string run,
                     uint64_t seed, const py::object& progress) {
-        const RunOptions r = run_options(slot_seconds, budget_trials, budget_seconds,
-                                         early_stop_trials, c, survey_stop, phi, goal_ms, adaptive,
-                                         cold_filter, batch_size, 10, 500, 200);
+        const RunOptions r =
+            run_options(slot_seconds, budget_trials, budget_seconds, early_stop_trials, c,
+                        survey_stop, phi, goal_ms, adaptive, cold_filter, batch_size, 10, 500, 200);
         TunerOptions o;
         SchedulerOptions s;
         r.apply(o, s);
@@ -387,12 +388,11 @@ void bind_tuning(py::module_& m) {
       },
       py::arg("tasks"), py::arg("scheduler") = "dynatune", py::arg("slot_seconds") = 5.0,
       py::arg("budget_trials") = 0, py::arg("budget_seconds") = inf,
-      py::arg("early_stop_trials") = 100, py::arg("c") = py::none(),
-      py::arg("survey_stop") = true, py::arg("phi") = -0.25, py::arg("goal_ms") = 0.0,
-      py::arg("adaptive") = true, py::arg("cold_filter") = true, py::arg("batch_size") = 8,
-      py::arg("peak_gflops") = 1000.0, py::arg("database") = py::none(),
-      py::arg("device") = "cpu", py::arg("run") = "run", py::arg("seed") = 0,
-      py::arg("progress") = py::none(),
+      py::arg("early_stop_trials") = 100, py::arg("c") = py::none(), py::arg("survey_stop") = true,
+      py::arg("phi") = -0.25, py::arg("goal_ms") = 0.0, py::arg("adaptive") = true,
+      py::arg("cold_filter") = true, py::arg("batch_size") = 8, py::arg("peak_gflops") = 1000.0,
+      py::arg("database") = py::none(), py::arg("device") = "cpu", py::arg("run") = "run",
+      py::arg("seed") = 0, py::arg("progress") = py::none(),
       "Tune tasks defined in Python. Each task is a dict: name, flops, knobs (tuples "
       "(name, 'int', lo, hi[, step]) / (name, 'pow2', lo, hi) / (name, 'choice', [labels])), "
       "measure(config) -> seconds of one run (raise to fail), optional signature, weight, "

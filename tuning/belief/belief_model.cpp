@@ -90,7 +90,8 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
   start[0] = std::clamp(std::max(start[0], 1.02 * last), 1e-9, 1.0);
   start[2] = std::clamp(start[2], -19.0, -2e-3);
   start[1] = std::clamp(start[1], -9.0, 24.0);
-  for (int attempt = 0; attempt < 2 && start[0] > last && !std::isfinite(log_prob(start)); ++attempt) {
+  for (int attempt = 0; attempt < 2 && start[0] > last && !std::isfinite(log_prob(start));
+       ++attempt) {
     // f(x_next) >= last  <=>  b <= ln(x_next) - ln(a / last - 1) / c; a flat curve (c near 0)
     // cannot get there within the prior's range of b, so steepen it on the second try.
     if (attempt == 1) start[2] = std::min(start[2], -1.0);
@@ -119,9 +120,8 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
   out.stddev = std::sqrt(std::max(0.0, sum_sq / count - out.mean * out.mean) + sigma * sigma);
   // Normalized GFLOPS cannot pass the device peak (1): E[max(min(Y, 1) - best, 0)] equals
   // EI(best) - EI(1) for best <= 1.
-  out.expected_improvement = std::max(
-      0.0, expected_improvement(out.mean, out.stddev, last) -
-               expected_improvement(out.mean, out.stddev, 1.0));
+  out.expected_improvement = std::max(0.0, expected_improvement(out.mean, out.stddev, last) -
+                                               expected_improvement(out.mean, out.stddev, 1.0));
   out.acceptance_fraction = posterior.acceptance_fraction;
   return out;
 }

@@ -18,17 +18,17 @@ struct BeliefOptions {
   // A segment with fewer points is merged into the one before it: early on almost every
   // trial is a jump, and a handful of flat points says nothing about the next slot.
   int min_segment_points = 16;
-  int max_fit_points = 100;    // longer histories are thinned, bounding the sampler's cost
+  int max_fit_points = 100;  // longer histories are thinned, bounding the sampler's cost
   EnsembleOptions mcmc;
 };
 
 struct BeliefPrediction {
-  bool valid = false;          // false: too little history to believe anything
-  double best = 0;             // best measured value (normalized)
-  double mean = 0;             // posterior predictive mean at the horizon
+  bool valid = false;  // false: too little history to believe anything
+  double best = 0;     // best measured value (normalized)
+  double mean = 0;     // posterior predictive mean at the horizon
   double stddev = 0;
   double expected_improvement = 0;
-  size_t segment_start = 0;    // trial index where the fitted segment begins
+  size_t segment_start = 0;  // trial index where the fitted segment begins
   double acceptance_fraction = 0;
 };
 

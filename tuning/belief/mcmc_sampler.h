@@ -12,8 +12,8 @@ namespace nimble::tuning {
 struct EnsembleOptions {
   int walkers = 10;
   int steps = 500;
-  int samples = 200;       // drawn evenly from the second half of the chains
-  double stretch = 2.0;    // the scale a of the stretch distribution g(z) ~ 1/sqrt(z) on [1/a, a]
+  int samples = 200;         // drawn evenly from the second half of the chains
+  double stretch = 2.0;      // the scale a of the stretch distribution g(z) ~ 1/sqrt(z) on [1/a, a]
   double init_scale = 1e-3;  // radius of the Gaussian ball around the start, relative
 };
 

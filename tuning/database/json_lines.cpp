@@ -16,11 +16,21 @@ std::string quote(const std::string& s) {
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -125,15 +135,22 @@ class Parser {
       if (c == '\\' && i_ < s_.size()) {
         const char e = s_[i_++];
         switch (e) {
-          case 'n': c = '\n'; break;
-          case 't': c = '\t'; break;
-          case 'r': c = '\r'; break;
+          case 'n':
+            c = '\n';
+            break;
+          case 't':
+            c = '\t';
+            break;
+          case 'r':
+            c = '\r';
+            break;
           case 'u': {
             c = static_cast<char>(std::stoi(s_.substr(i_, 4), nullptr, 16));
             i_ += 4;
             break;
           }
-          default: c = e;
+          default:
+            c = e;
         }
       }
       out += c;

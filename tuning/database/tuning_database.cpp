@@ -31,8 +31,10 @@ std::string seconds_to_json(const std::vector<double>& seconds) {
 }
 
 std::vector<double> seconds_from_json(const std::string& text) {
-  return from_json_line("{\"run\":\"\",\"signature\":\"\",\"device\":\"\",\"config\":[],"
-                        "\"seconds\":" + text + ",\"error\":\"none\",\"message\":\"\"}")
+  return from_json_line(
+             "{\"run\":\"\",\"signature\":\"\",\"device\":\"\",\"config\":[],"
+             "\"seconds\":" +
+             text + ",\"error\":\"none\",\"message\":\"\"}")
       .result.seconds;
 }
 
@@ -113,7 +115,8 @@ std::vector<DatabaseRecord> TuningDatabase::query(const std::string& sql,
                                                   const std::vector<std::string>& args) const {
   Statement s = prepare(db_.get(),
                         "SELECT run, signature, device, config, seconds, error, message,"
-                        " cost_seconds, cut_short, recorded_at FROM measurements " + sql);
+                        " cost_seconds, cut_short, recorded_at FROM measurements " +
+                            sql);
   for (size_t i = 0; i < args.size(); ++i)
     sqlite3_bind_text(s.get(), static_cast<int>(i + 1), args[i].c_str(), -1, SQLITE_TRANSIENT);
   std::vector<DatabaseRecord> out;
@@ -159,8 +162,8 @@ long TuningDatabase::count() const {
 }
 
 std::vector<std::string> TuningDatabase::signatures(const std::string& device) const {
-  Statement s = prepare(db_.get(),
-                        "SELECT DISTINCT signature FROM measurements WHERE device = ? ORDER BY 1");
+  Statement s =
+      prepare(db_.get(), "SELECT DISTINCT signature FROM measurements WHERE device = ? ORDER BY 1");
   sqlite3_bind_text(s.get(), 1, device.c_str(), -1, SQLITE_TRANSIENT);
   std::vector<std::string> out;
   while (sqlite3_step(s.get()) == SQLITE_ROW) out.push_back(column_text(s.get(), 0));

@@ -11,10 +11,10 @@ namespace nimble::tuning {
 
 struct ColdFilterOptions {
   bool enabled = true;
-  double cold_factor = 2.0;           // cold = more than this many times slower than the best
-  int neighbors = 3;                  // k of the similarity query
-  double initial_probability = 1.0;   // filtering probability before the first model update
-  double decay = 0.9;                 // multiplied in at every cost-model update
+  double cold_factor = 2.0;          // cold = more than this many times slower than the best
+  int neighbors = 3;                 // k of the similarity query
+  double initial_probability = 1.0;  // filtering probability before the first model update
+  double decay = 0.9;                // multiplied in at every cost-model update
   double min_probability = 0.0;
 };
 

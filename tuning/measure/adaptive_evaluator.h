@@ -9,7 +9,7 @@
 namespace nimble::tuning {
 
 struct AdaptiveEvaluatorOptions {
-  int min_repeats = 2;   // a coefficient of variation needs two samples
+  int min_repeats = 2;  // a coefficient of variation needs two samples
   int max_repeats = 16;
   // Stop when the relative standard error of the mean, cv / sqrt(n), falls below this.
   double target_relative_error = 0.02;

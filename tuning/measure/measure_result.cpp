@@ -8,10 +8,14 @@ namespace nimble::tuning {
 
 const char* to_string(MeasureError error) {
   switch (error) {
-    case MeasureError::kNone: return "none";
-    case MeasureError::kCompile: return "compile";
-    case MeasureError::kRuntime: return "runtime";
-    case MeasureError::kTimeout: return "timeout";
+    case MeasureError::kNone:
+      return "none";
+    case MeasureError::kCompile:
+      return "compile";
+    case MeasureError::kRuntime:
+      return "runtime";
+    case MeasureError::kTimeout:
+      return "timeout";
   }
   return "unknown";
 }

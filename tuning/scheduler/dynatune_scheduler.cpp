@@ -45,8 +45,8 @@ void DynaTuneScheduler::observe(size_t task, const SchedulerView& view) {
   const TaskProgress& t = view.tasks[task];
   std::vector<double> normalized(*t.best_gflops_history);
   for (double& v : normalized) v /= view.peak_gflops;
-  beliefs_[task] = predict_belief(normalized, static_cast<int>(std::max<long>(t.last_slot_trials, 1)),
-                                  options_.belief, rng_);
+  beliefs_[task] = predict_belief(
+      normalized, static_cast<int>(std::max<long>(t.last_slot_trials, 1)), options_.belief, rng_);
 }
 
 }  // namespace nimble::tuning

@@ -22,7 +22,8 @@ std::unique_ptr<TaskScheduler> make_scheduler(const std::string& name,
   if (name == "flop-linear") return std::make_unique<FlopLinearScheduler>();
   if (name == "gradient" || name == "ansor")
     return std::make_unique<GradientScheduler>(options.gradient, options.seed);
-  if (name == "dynatune") return std::make_unique<DynaTuneScheduler>(options.dynatune, options.seed);
+  if (name == "dynatune")
+    return std::make_unique<DynaTuneScheduler>(options.dynatune, options.seed);
   std::string known;
   for (const auto& n : scheduler_names()) known += (known.empty() ? "" : ", ") + n;
   throw std::invalid_argument("unknown scheduler '" + name + "' (known: " + known + ")");

@@ -16,18 +16,18 @@ struct TaskProgress {
   double weight = 1;
   double best_seconds = 0;  // the task's contribution per occurrence (baseline until tuned)
   long trials = 0;
-  long slots = 0;            // slots given to the task so far
+  long slots = 0;  // slots given to the task so far
   long last_slot_trials = 0;
-  bool finished = false;     // no improvement for long enough, or space exhausted
-  const std::vector<double>* best_gflops_history = nullptr;  // per trial
+  bool finished = false;  // no improvement for long enough, or space exhausted
+  const std::vector<double>* best_gflops_history = nullptr;    // per trial
   const std::vector<double>* best_seconds_per_slot = nullptr;  // after each of its slots
 };
 
 struct SchedulerView {
   const std::vector<TaskProgress>& tasks;
-  long slot = 0;              // slots handed out so far, all tasks together
-  double peak_gflops = 1;     // the device's peak, to normalize curves
-  double model_seconds = 0;   // current estimated model latency
+  long slot = 0;             // slots handed out so far, all tasks together
+  double peak_gflops = 1;    // the device's peak, to normalize curves
+  double model_seconds = 0;  // current estimated model latency
   double initial_model_seconds = 0;
 };
 

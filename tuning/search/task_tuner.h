@@ -19,7 +19,7 @@ struct SearchOptions {
   int min_records_for_model = 8;  // random proposals until this many records exist
   double random_fraction = 0.05;  // AutoTVM's epsilon-greedy share of random configs
   double diversity_weight = 0.05;
-  int pool_factor = 4;            // annealing keeps this many candidates per batch slot
+  int pool_factor = 4;  // annealing keeps this many candidates per batch slot
   AnnealingOptions annealing;
   CostModelOptions cost_model;
   ColdFilterOptions cold_filter;
@@ -28,8 +28,8 @@ struct SearchOptions {
 struct ColdStats {
   long proposals_checked = 0;
   long proposals_replaced = 0;
-  long cold_measured = 0;       // measured candidates slower than cold_factor x the best
-  double cold_seconds = 0;      // tuning time those cold candidates consumed
+  long cold_measured = 0;   // measured candidates slower than cold_factor x the best
+  double cold_seconds = 0;  // tuning time those cold candidates consumed
   double failed_seconds = 0;
   double total_seconds = 0;
 };

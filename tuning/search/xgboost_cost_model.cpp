@@ -67,7 +67,8 @@ void XGBoostCostModel::fit(const std::vector<std::vector<float>>& features,
   ++updates_;
 }
 
-std::vector<float> XGBoostCostModel::predict(const std::vector<std::vector<float>>& features) const {
+std::vector<float> XGBoostCostModel::predict(
+    const std::vector<std::vector<float>>& features) const {
   if (!booster_) throw std::logic_error("cost model used before it was trained");
   if (features.empty()) return {};
   DMatrix data = make_matrix(features);

@@ -107,7 +107,8 @@ std::string comparison_table(const Comparison& c) {
       "|---|---|---|---|---|---|---|---|\n";
   char line[256];
   for (const auto& r : c.rows) {
-    std::snprintf(line, sizeof line, "| %s | %.0f | %.0f | %.3f | %.2fx | %.3f%% | %.2f | %.1f%% |\n",
+    std::snprintf(line, sizeof line,
+                  "| %s | %.0f | %.0f | %.3f | %.2fx | %.3f%% | %.2f | %.1f%% |\n",
                   r.scheduler.c_str(), r.median_time_to_95, r.median_time_to_99, r.median_final_ms,
                   r.median_speedup_vs_sequential, 100 * r.median_overhead_share,
                   r.median_scheduler_ms_per_slot, 100 * r.median_cold_time_share);

@@ -19,7 +19,7 @@ struct LandscapeSpec {
   double noise = 0.05;            // relative standard deviation of one timing
   double compile_seconds = 0.5;
   double compile_failure_rate = 0.04;
-  double jump_factor = 1.5;       // the hidden region's gain over the rest of the space
+  double jump_factor = 1.5;  // the hidden region's gain over the rest of the space
   uint64_t seed = 0;
 };
 
@@ -40,13 +40,13 @@ class SyntheticLandscape {
 
  private:
   double efficiency(const Config& config) const;  // unnormalized, > 0
-  bool runs(const Config& config) const;  // neither too large a tile nor a compile error
+  bool runs(const Config& config) const;          // neither too large a tile nor a compile error
   uint64_t hash(const Config& config, uint64_t salt) const;
 
   LandscapeSpec spec_;
   double peak_gflops_;
   KnobSpace space_;
-  std::vector<int> optimum_position_;   // per ordered knob
+  std::vector<int> optimum_position_;  // per ordered knob
   std::vector<double> width_;
   std::vector<double> floor_;
   std::vector<std::vector<double>> choice_factor_;  // per categorical knob

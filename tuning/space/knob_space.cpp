@@ -98,7 +98,8 @@ Config KnobSpace::neighbor(const Config& config, std::mt19937_64& rng) const {
 
 std::vector<float> KnobSpace::features(const Config& config) const {
   std::vector<float> f(config.size());
-  for (size_t i = 0; i < config.size(); ++i) f[i] = static_cast<float>(knobs_[i].feature(config[i]));
+  for (size_t i = 0; i < config.size(); ++i)
+    f[i] = static_cast<float>(knobs_[i].feature(config[i]));
   return f;
 }
 

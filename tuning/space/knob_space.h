@@ -32,7 +32,9 @@ class KnobSpace {
   std::vector<int64_t> values(const Config& config) const;
   bool in_range(const Config& config) const;
   bool satisfies_constraints(const Config& config) const;
-  bool valid(const Config& config) const { return in_range(config) && satisfies_constraints(config); }
+  bool valid(const Config& config) const {
+    return in_range(config) && satisfies_constraints(config);
+  }
   // Uniform over the valid configs (rejection sampling); throws when none found.
   Config random_config(std::mt19937_64& rng) const;
   // A valid config that differs from `config` in one knob (a step for ordered knobs).

@@ -20,8 +20,9 @@ double unix_now() {
 
 // A task's latency per occurrence: the tuned kernel when it beats the baseline kernel.
 double task_seconds(const Task& task, const TaskTuner& tuner) {
-  return std::min(task.baseline_seconds,
-                  tuner.has_best() ? tuner.best_seconds() : std::numeric_limits<double>::infinity());
+  return std::min(task.baseline_seconds, tuner.has_best()
+                                             ? tuner.best_seconds()
+                                             : std::numeric_limits<double>::infinity());
 }
 
 }  // namespace
@@ -33,8 +34,8 @@ TuningReport ModelTuner::run(TaskScheduler& scheduler, const ProgressCallback& p
   const size_t n = tasks_.size();
   std::vector<std::unique_ptr<TaskTuner>> tuners;
   for (size_t i = 0; i < n; ++i)
-    tuners.push_back(std::make_unique<TaskTuner>(tasks_[i], options_.search,
-                                                 options_.seed * 7919 + 17 * i + 1));
+    tuners.push_back(
+        std::make_unique<TaskTuner>(tasks_[i], options_.search, options_.seed * 7919 + 17 * i + 1));
   if (database_ && options_.resume) {
     for (size_t i = 0; i < n; ++i) {
       std::vector<Config> configs;
@@ -132,8 +133,8 @@ TuningReport ModelTuner::run(TaskScheduler& scheduler, const ProgressCallback& p
       const auto measure_start = Clock::now();
       try {
         if (options_.adaptive_evaluator)
-          results = task.measurer->measure(batch, AdaptiveEvaluator(options_.evaluator,
-                                                                    tuner.best_seconds()));
+          results = task.measurer->measure(
+              batch, AdaptiveEvaluator(options_.evaluator, tuner.best_seconds()));
         else
           results = task.measurer->measure(batch, FixedRepeats(options_.fixed_repeats));
       } catch (const std::exception& e) {
@@ -159,7 +160,8 @@ TuningReport ModelTuner::run(TaskScheduler& scheduler, const ProgressCallback& p
         std::vector<DatabaseRecord> rows;
         const double stamp = unix_now();
         for (size_t i = 0; i < batch.size(); ++i)
-          rows.push_back({options_.run, task.signature, options_.device, batch[i], results[i], stamp});
+          rows.push_back(
+              {options_.run, task.signature, options_.device, batch[i], results[i], stamp});
         database_->append(rows);
       }
       report.trials += static_cast<long>(batch.size());
@@ -179,11 +181,8 @@ TuningReport ModelTuner::run(TaskScheduler& scheduler, const ProgressCallback& p
     report.scheduler_wall_seconds += since(observe_start);
     if (options_.charge_search_time) now += since(observe_start);
 
-    if (progress) {
-      double best_model = model_seconds();
-      progress({report.slots, task.name, tuner.trials(), report.trials, now, model_seconds(),
-                best_model});
-    }
+    if (progress)
+      progress({report.slots, task.name, tuner.trials(), report.trials, now, model_seconds()});
     // An epoch ends once every live task has had a slot since the last one ended.
     had_slot[k] = true;
     bool epoch_done = true;

@@ -20,15 +20,15 @@ namespace nimble::tuning {
 struct TunerOptions {
   double slot_seconds = 30;  // DynaTune's fixed slot length in tuning time
   double budget_seconds = std::numeric_limits<double>::infinity();
-  long budget_trials = 0;    // 0: unlimited
+  long budget_trials = 0;        // 0: unlimited
   long early_stop_trials = 100;  // a task without improvement for this many trials is finished
-  double peak_gflops = 1000;  // device peak, to normalize GFLOPS for the belief model
+  double peak_gflops = 1000;     // device peak, to normalize GFLOPS for the belief model
   std::string device = "cpu";
   std::string run = "run";
-  bool resume = true;         // start from the database's records of the same tasks
+  bool resume = true;  // start from the database's records of the same tasks
   bool adaptive_evaluator = true;
   AdaptiveEvaluatorOptions evaluator;
-  int fixed_repeats = 10;     // when the adaptive evaluator is off
+  int fixed_repeats = 10;  // when the adaptive evaluator is off
   // Real runs pay for search time too; simulations leave it out to stay reproducible.
   bool charge_search_time = true;
   SearchOptions search;
@@ -42,8 +42,7 @@ struct ProgressEvent {
   long task_trials = 0;
   long trials = 0;
   double tuning_seconds = 0;
-  double model_seconds = 0;
-  double best_model_seconds = 0;
+  double model_seconds = 0;  // estimated model latency with the best configs so far
 };
 using ProgressCallback = std::function<void(const ProgressEvent&)>;
 

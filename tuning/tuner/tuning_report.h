@@ -9,7 +9,7 @@
 namespace nimble::tuning {
 
 struct CurvePoint {
-  double seconds = 0;        // tuning time (measurement time, plus search time if charged)
+  double seconds = 0;  // tuning time (measurement time, plus search time if charged)
   long trials = 0;
   double model_seconds = 0;  // estimated model latency: sum of weight x best latency
 };
@@ -20,16 +20,16 @@ struct TaskSummary {
   long trials = 0;
   long failures = 0;
   long slots = 0;
-  double best_seconds = 0;      // infinity when nothing valid was measured
+  double best_seconds = 0;  // infinity when nothing valid was measured
   double baseline_seconds = 0;
-  std::string best_config;      // knob=value list
+  std::string best_config;  // knob=value list
   bool finished = false;
   ColdStats cold;
 };
 
 struct TuningReport {
   std::string scheduler;
-  std::string stop_reason;  // "budget", "goal", "improvement-rate", "all-tasks-finished"
+  std::string stop_reason;         // "budget", "goal", "improvement-rate", "all-tasks-finished"
   std::vector<CurvePoint> curve;   // after every measured batch
   std::vector<CurvePoint> epochs;  // at the end of every survey epoch
   std::vector<TaskSummary> tasks;
@@ -41,10 +41,10 @@ struct TuningReport {
   double search_wall_seconds = 0;     // real time spent proposing candidates
   double initial_model_seconds = 0;
   double final_model_seconds = 0;
-  double cold_time_share = 0;   // share of measurement time spent on cold candidates
+  double cold_time_share = 0;  // share of measurement time spent on cold candidates
   double failed_time_share = 0;
-  long cut_short = 0;           // candidates the adaptive evaluator stopped early
-  long repeats = 0;             // timed repeats, all candidates together
+  long cut_short = 0;  // candidates the adaptive evaluator stopped early
+  long repeats = 0;    // timed repeats, all candidates together
 };
 
 // First tuning time at which the curve's latency is at or below `latency` (infinity: never).

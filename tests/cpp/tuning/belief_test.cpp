@@ -61,7 +61,8 @@ TEST(BeliefModel, ExpectedImprovementMatchesNumericIntegrationProperty) {
     const double step = sd / 400;
     for (double y = mean - 10 * sd; y < mean + 10 * sd; y += step) {
       const double z = (y - mean) / sd;
-      integral += std::max(y - best, 0.0) * std::exp(-0.5 * z * z) / (sd * std::sqrt(2 * M_PI)) * step;
+      integral +=
+          std::max(y - best, 0.0) * std::exp(-0.5 * z * z) / (sd * std::sqrt(2 * M_PI)) * step;
     }
     EXPECT_NEAR(expected_improvement(mean, sd, best), integral, 1e-4);
   }
@@ -79,7 +80,7 @@ BeliefOptions small_budget() {
 TEST(BeliefModel, ARisingCurveIsExpectedToImproveMoreThanASaturatedOne) {
   std::vector<double> rising, saturated;
   for (int i = 1; i <= 40; ++i) {
-    rising.push_back(log_power({0.6, 4.0, -1.2}, i));     // far from its ceiling
+    rising.push_back(log_power({0.6, 4.0, -1.2}, i));      // far from its ceiling
     saturated.push_back(log_power({0.3, -1.0, -3.0}, i));  // at its ceiling long ago
   }
   std::mt19937_64 rng(1);
@@ -99,7 +100,8 @@ TEST(BeliefModel, NeedsHistoryAndRespectsThePeak) {
   std::mt19937_64 rng(2);
   EXPECT_FALSE(predict_belief({0, 0, 0.1}, 8, small_budget(), rng).valid);
   // At the device peak nothing can improve.
-  const BeliefPrediction at_peak = predict_belief(std::vector<double>(30, 1.0), 8, small_budget(), rng);
+  const BeliefPrediction at_peak =
+      predict_belief(std::vector<double>(30, 1.0), 8, small_budget(), rng);
   EXPECT_TRUE(at_peak.valid);
   EXPECT_DOUBLE_EQ(at_peak.expected_improvement, 0.0);
 }
@@ -107,7 +109,8 @@ TEST(BeliefModel, NeedsHistoryAndRespectsThePeak) {
 TEST(BeliefModel, OnlyTheLastSegmentIsFitted) {
   std::vector<double> h;
   for (int i = 1; i <= 30; ++i) h.push_back(log_power({0.1, 1.0, -2.0}, i));
-  for (int i = 1; i <= 30; ++i) h.push_back(log_power({0.5, 2.5, -1.5}, i) + 0.2);  // starts with a jump
+  for (int i = 1; i <= 30; ++i)
+    h.push_back(log_power({0.5, 2.5, -1.5}, i) + 0.2);  // starts with a jump
   std::mt19937_64 rng(3);
   const BeliefPrediction b = predict_belief(h, 10, small_budget(), rng);
   EXPECT_EQ(segment_starts(h, 0.2, 16).back(), 30u);

@@ -45,8 +45,7 @@ DatabaseRecord record(const std::string& sig, Config c, std::vector<double> s,
 TEST(TuningDatabase, StoresQueriesAndFindsTheBest) {
   TuningDatabase db(temp_path("basic"));
   db.append({record("conv", {1, 2}, {3e-3, 3.2e-3}), record("conv", {2, 2}, {1e-3, 1.1e-3}),
-             record("conv", {0, 0}, {}, MeasureError::kCompile),
-             record("dense", {5}, {2e-3})});
+             record("conv", {0, 0}, {}, MeasureError::kCompile), record("dense", {5}, {2e-3})});
   db.append({record("conv", {1, 1}, {5e-4}, MeasureError::kTimeout)});
   EXPECT_EQ(db.count(), 5);
   const auto conv = db.records("conv", "cpu");
@@ -62,7 +61,8 @@ TEST(TuningDatabase, StoresQueriesAndFindsTheBest) {
 }
 
 TEST(JsonLines, RoundTripsEveryField) {
-  const DatabaseRecord r = record("sig \\ \"x\"", {3, 0, 7}, {1.25e-4, 1.5e-4}, MeasureError::kRuntime);
+  const DatabaseRecord r =
+      record("sig \\ \"x\"", {3, 0, 7}, {1.25e-4, 1.5e-4}, MeasureError::kRuntime);
   const DatabaseRecord back = from_json_line(to_json_line(r));
   EXPECT_EQ(back.run, r.run);
   EXPECT_EQ(back.signature, r.signature);

@@ -1,9 +1,9 @@
+#include "tuning/space/knob_space.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 #include <set>
-
-#include "tuning/space/knob_space.h"
 
 namespace nimble::tuning {
 namespace {
@@ -37,11 +37,11 @@ TEST(Knob, KindsListTheirValues) {
 TEST(KnobSpace, ConstraintsTieKnobsTogether) {
   const KnobSpace s = example_space();
   EXPECT_EQ(s.size(), 4.0 * 8 * 6 * 2);
-  EXPECT_TRUE(s.valid({0, 3, 1, 0}));    // 8 x 4, 4 divides 8
-  EXPECT_FALSE(s.valid({0, 7, 5, 0}));   // 128 x 64 > 256
-  EXPECT_FALSE(s.valid({0, 1, 2, 0}));   // 8 does not divide 2
-  EXPECT_FALSE(s.valid({0, 1, 2}));      // wrong arity
-  EXPECT_FALSE(s.valid({0, 8, 0, 0}));   // index out of range
+  EXPECT_TRUE(s.valid({0, 3, 1, 0}));   // 8 x 4, 4 divides 8
+  EXPECT_FALSE(s.valid({0, 7, 5, 0}));  // 128 x 64 > 256
+  EXPECT_FALSE(s.valid({0, 1, 2, 0}));  // 8 does not divide 2
+  EXPECT_FALSE(s.valid({0, 1, 2}));     // wrong arity
+  EXPECT_FALSE(s.valid({0, 8, 0, 0}));  // index out of range
   EXPECT_EQ(s.describe({1, 3, 1, 1}), "unroll=4 tile_x=8 tile_y=4 layout=nhwc");
   EXPECT_EQ(s.constraint_descriptions().size(), 2u);
 }

@@ -1,11 +1,11 @@
 // The ensemble sampler against posteriors known in closed form.
+#include "tuning/belief/mcmc_sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
-
-#include "tuning/belief/mcmc_sampler.h"
 
 namespace nimble::tuning {
 namespace {

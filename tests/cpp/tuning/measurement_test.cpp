@@ -38,8 +38,8 @@ TEST(AdaptiveEvaluator, RepeatsGrowWithTheCoefficientOfVariation) {
     std::normal_distribution<double> normal(1.0, noise);
     std::vector<double> timings(64);
     for (double& t : timings) t = std::max(0.1, normal(rng));
-    const auto [n, d] = consume(AdaptiveEvaluator(o, std::numeric_limits<double>::infinity()),
-                                timings);
+    const auto [n, d] =
+        consume(AdaptiveEvaluator(o, std::numeric_limits<double>::infinity()), timings);
     EXPECT_EQ(d, RepeatDecision::kEnough);
     EXPECT_GE(n, previous) << "noise " << noise;
     previous = n;
@@ -126,8 +126,10 @@ TEST(SimulatedModel, ShowsTheLandscapeFeaturesTheTunerMustHandle) {
     for (int i = 0; i < 300; ++i) {
       const auto truth = m.landscape().evaluate(t.space.random_config(rng));
       ++total;
-      if (truth.error != MeasureError::kNone) ++failures;
-      else best = std::min(best, truth.seconds);
+      if (truth.error != MeasureError::kNone)
+        ++failures;
+      else
+        best = std::min(best, truth.seconds);
     }
     // Random search does not find the ceiling: there is something to tune.
     EXPECT_GT(best, m.landscape().optimum_seconds() * 1.0001) << t.name;

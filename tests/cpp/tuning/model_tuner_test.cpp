@@ -1,3 +1,5 @@
+#include "tuning/tuner/model_tuner.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,7 +9,6 @@
 #include "test_tasks.h"
 #include "tuning/scheduler/scheduler_factory.h"
 #include "tuning/simulator/simulation.h"
-#include "tuning/tuner/model_tuner.h"
 
 namespace nimble::tuning {
 namespace {
@@ -110,8 +111,8 @@ TEST(ModelTuner, StopsWhenEveryTaskIsFinished) {
 
 TEST(ModelTuner, FinishesATaskWithoutImprovementAfterTheSetNumberOfTrials) {
   Task flat = testing::bowl_task("flat", 1e9, 1, 0);
-  flat.measurer = std::make_shared<testing::FormulaMeasurer>(
-      [](const Config&) { return 1e-3; }, nullptr, 0.0, 1);
+  flat.measurer = std::make_shared<testing::FormulaMeasurer>([](const Config&) { return 1e-3; },
+                                                             nullptr, 0.0, 1);
   TunerOptions o = small_options();
   o.budget_trials = 0;
   o.early_stop_trials = 24;
@@ -141,7 +142,8 @@ TEST(ModelTuner, FailuresAreRecordedAndNeverStopTheTuner) {
   EXPECT_EQ(r.tasks[1].failures, r.tasks[1].trials);
   EXPECT_GT(r.tasks[1].trials, 0);
   EXPECT_GT(r.tasks[0].trials - r.tasks[0].failures, 0);
-  for (const auto& rec : db.records("test/b", "cpu")) EXPECT_EQ(rec.result.error, MeasureError::kRuntime);
+  for (const auto& rec : db.records("test/b", "cpu"))
+    EXPECT_EQ(rec.result.error, MeasureError::kRuntime);
 }
 
 TEST(ModelTuner, SurveyStopEndsTheRunAtTheGoal) {
@@ -173,8 +175,10 @@ TEST(Simulation, EverySchedulerImprovesTheSimulatedModel) {
     EXPECT_LE(run.time_to_95, run.time_to_99);
   }
   const std::string table = comparison_table(c);
-  for (const auto& name : scheduler_names()) EXPECT_NE(table.find("| " + name + " |"), std::string::npos);
-  EXPECT_NE(curve_to_csv(c.runs[0].report.curve).find("seconds,trials,model_ms\n0,0,"), std::string::npos);
+  for (const auto& name : scheduler_names())
+    EXPECT_NE(table.find("| " + name + " |"), std::string::npos);
+  EXPECT_NE(curve_to_csv(c.runs[0].report.curve).find("seconds,trials,model_ms\n0,0,"),
+            std::string::npos);
 }
 
 TEST(TimeToReach, FindsTheFirstPointAtOrBelowTheLatency) {

@@ -138,7 +138,8 @@ TEST(GradientScheduler, GradientFollowsTvmsFormula) {
   const double forward = std::min(next_1, next_2) - 0.006;
   EXPECT_NEAR(s.gradient(state.view(), 0), 2 * (0.2 * backward + 0.8 * forward), 1e-12);
   // With a backward window longer than the history, only the forward term counts.
-  EXPECT_NEAR(s.gradient(state.view(), 1), 1 * 0.8 * (std::min(0.0, 2.0 * 1e9 / 1e12) - 0.001), 1e-12);
+  EXPECT_NEAR(s.gradient(state.view(), 1), 1 * 0.8 * (std::min(0.0, 2.0 * 1e9 / 1e12) - 0.001),
+              1e-12);
 }
 
 TEST(GradientScheduler, WarmsUpEveryTaskThenFollowsTheSteepestGradient) {
@@ -177,7 +178,8 @@ TEST(DynaTuneScheduler, TriesEveryTaskOnceThenPrefersThePredictedReduction) {
     state.tasks[i].best_seconds = state.tasks[i].flops / (state.gflops[i].back() * 1e9);
   }
   EXPECT_EQ(run(s, state, 3), (std::vector<size_t>{0, 1, 2}));
-  EXPECT_GT(s.predicted_reduction_ms(state.view(), 1), 2 * s.predicted_reduction_ms(state.view(), 0));
+  EXPECT_GT(s.predicted_reduction_ms(state.view(), 1),
+            2 * s.predicted_reduction_ms(state.view(), 0));
   EXPECT_EQ(s.choose(state.view()), 1u);
   // Weight multiplies the reduction: a saturated task that occurs often can still win.
   state.tasks[0].weight = 1e6;

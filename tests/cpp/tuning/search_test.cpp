@@ -62,7 +62,8 @@ TEST(TaskTuner, NeverProposesAMeasuredConfigProperty) {
         ASSERT_TRUE(task.space.valid(c));
         ASSERT_TRUE(seen.insert(c).second) << "config proposed twice";
       }
-      tuner.record(batch, task.measurer->measure(batch, AdaptiveEvaluator({}, tuner.best_seconds())));
+      tuner.record(batch,
+                   task.measurer->measure(batch, AdaptiveEvaluator({}, tuner.best_seconds())));
     }
     EXPECT_EQ(tuner.trials(), static_cast<long>(seen.size()));
   }
@@ -128,7 +129,7 @@ TEST(ColdCandidateFilter, FlagsPredictedSlowAndFailedNeighbourhoods) {
   ColdFilterOptions o;
   o.neighbors = 2;
   ColdCandidateFilter f(o);
-  EXPECT_TRUE(f.is_cold({0.5f, 0.5f}, 0.3));   // predicted 3.3x slower than the best
+  EXPECT_TRUE(f.is_cold({0.5f, 0.5f}, 0.3));  // predicted 3.3x slower than the best
   EXPECT_FALSE(f.is_cold({0.5f, 0.5f}, 0.9));
   f.remember({0.0f, 0.0f}, 0.0, true);
   f.remember({0.05f, 0.0f}, 0.0, true);
@@ -136,7 +137,7 @@ TEST(ColdCandidateFilter, FlagsPredictedSlowAndFailedNeighbourhoods) {
   f.remember({0.9f, 1.0f}, 0.9, false);
   EXPECT_TRUE(f.is_cold({0.02f, 0.01f}, 0.9));   // next to two failures
   EXPECT_FALSE(f.is_cold({0.95f, 0.95f}, 0.9));  // next to the best
-  f.rescale(0.4);  // the best improved 2.5x: the old best is now cold
+  f.rescale(0.4);                                // the best improved 2.5x: the old best is now cold
   EXPECT_TRUE(f.is_cold({0.95f, 0.95f}, 0.9));
 }
 

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "tuning/survey/survey_stop.h"
+
+#include <gtest/gtest.h>
 
 namespace nimble::tuning {
 namespace {

@@ -29,10 +29,13 @@ class FormulaMeasurer : public Measurer {
         continue;
       }
       const double t = latency_(batch[i]);
-      time_with_policy(repeats, [&] {
-        out[i].cost_seconds += 0.1;
-        return t * std::exp(normal(rng_));
-      }, out[i]);
+      time_with_policy(
+          repeats,
+          [&] {
+            out[i].cost_seconds += 0.1;
+            return t * std::exp(normal(rng_));
+          },
+          out[i]);
     }
     return out;
   }
