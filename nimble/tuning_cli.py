@@ -125,9 +125,10 @@ def _run_one(args) -> int:
     marks = [i * report["tuning_seconds"] / 10 for i in range(11)]
     shown = 0
     for seconds, trials, model_ms in curve:
-        while shown < len(marks) and seconds >= marks[shown]:
+        if shown < len(marks) and seconds >= marks[shown]:
             print(f"{seconds:16.0f} {trials:7d} {model_ms:19.3f}")
-            shown += 1
+            while shown < len(marks) and seconds >= marks[shown]:
+                shown += 1
     print(f"initial {report['initial_model_ms']:.3f} ms, final {final:.3f} ms")
     print(f"time to 95% of the final latency: {_fmt(t95)}; to 99%: {_fmt(t99)}")
     print(f"scheduler overhead {100 * overhead:.3f}% of the slot time; "
