@@ -158,8 +158,12 @@ def _run_compare(args) -> int:
                 for s, t, ms in r["curve"]:
                     f.write(f"{r['scheduler']},{r['seed']},{s:.6g},{t},{ms:.9g}\n")
     if args.json:
-        print(json.dumps({"seeds": seeds, "rows": result["rows"], "table": result["table"],
-                          "wall_seconds": wall}))
+        runs = [{"scheduler": r["scheduler"], "seed": r["seed"], "time_to_95_s": r["time_to_95_s"],
+                 "time_to_99_s": r["time_to_99_s"], "final_model_ms": r["final_model_ms"],
+                 "tuning_seconds": r["tuning_seconds"], "slots": r["slots"],
+                 "scheduler_wall_seconds": r["scheduler_wall_seconds"]} for r in result["runs"]]
+        print(json.dumps({"seeds": seeds, "rows": result["rows"], "runs": runs,
+                          "table": result["table"], "wall_seconds": wall}))
         return 0
     print(f"{len(schedulers)} schedulers on simulated models (seeds {seeds[0]}..{seeds[-1]}, "
           f"{args.tasks} tasks, {args.trials_per_task} trials/task, {args.slot_seconds:g} s slots); "

@@ -86,6 +86,11 @@ def test_compare_prints_the_table_for_every_scheduler(tmp_path):
             assert row["time_to_95_s"] <= row["time_to_99_s"]
     for name in tuning.scheduler_names():
         assert f"| {name} |" in out["table"]
+    assert len(out["runs"]) == 2 * len(tuning.scheduler_names())
+    for seed in (0, 1):
+        finals = [r["final_model_ms"] for r in out["runs"] if r["seed"] == seed]
+        best_runs = [r for r in out["runs"] if r["seed"] == seed and r["final_model_ms"] == min(finals)]
+        assert all(r["time_to_99_s"] is not None for r in best_runs)  # the best reaches its own final
     read_png(png)
 
 
