@@ -46,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mcmc-steps", type=int, default=500, help="ensemble sampler steps")
     p.add_argument("--db", default=None, help="SQLite tuning database to write (and resume from)")
     p.add_argument("--no-resume", action="store_true", help="do not start from the database's records")
+    p.add_argument("--export", default=None, metavar="FILE.jsonl", help="with --db: write every record as JSON lines")
+    p.add_argument("--import", dest="import_", default=None, metavar="FILE.jsonl",
+                   help="with --db: add the records of a JSON lines file")
+    p.add_argument("--best", action="store_true",
+                   help="with --db: print the best config of every task signature on --device")
+    p.add_argument("--device", default="simulated", help="with --best: device of the records")
     p.add_argument("--compare", action="store_true", help="run every scheduler on the same models")
     p.add_argument("--seeds", type=int, default=5, help="with --compare: seeds 0..N-1")
     p.add_argument("--schedulers", default="", help="with --compare: comma-separated subset")
@@ -170,6 +176,31 @@ def _run_compare(args) -> int:
           f"medians over seeds; times to 95%/99% of the best final latency of each seed")
     print(result["table"], end="")
     print(f"({wall:.0f} s wall)")
+    return 0
+
+
+def _database_command(args) -> int:
+    from nimble._C import tuning
+
+    if not args.db:
+        print("python -m nimble tune: --export, --import and --best need --db", file=sys.stderr)
+        return 2
+    db = tuning.TuningDatabase(args.db)
+    if args.import_:
+        print(f"imported {db.import_jsonl(args.import_)} records into {args.db}", file=sys.stderr)
+    if args.export:
+        print(f"exported {db.export_jsonl(args.export)} records to {args.export}", file=sys.stderr)
+    if args.best:
+        best = {sig: db.best(sig, args.device) for sig in db.signatures(args.device)}
+        if args.json:
+            print(json.dumps(best))
+        else:
+            for sig, rec in best.items():
+                if rec is None:
+                    print(f"{sig}: no successful measurement")
+                else:
+                    ms = 1e3 * sum(rec["seconds"]) / len(rec["seconds"])
+                    print(f"{sig}: config {rec['config']} {ms:.4f} ms")
     return 0
 
 
@@ -317,6 +348,8 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "tune":  # accept both `tune ...` and the arguments after it
         argv = argv[1:]
     args = _parser().parse_args(argv)
+    if args.export or args.import_ or args.best:
+        return _database_command(args)
     if not args.simulate:
         print("python -m nimble tune: only --simulate is available so far (tuning real kernels "
               "comes with the tunable kernels); see --help", file=sys.stderr)

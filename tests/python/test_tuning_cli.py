@@ -94,6 +94,22 @@ def test_compare_prints_the_table_for_every_scheduler(tmp_path):
     read_png(png)
 
 
+def test_database_commands_resume_export_import_best(tmp_path):
+    db, other, jsonl = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "a.jsonl"
+    first = cli("--simulate", "--scheduler", "round-robin", "--db", str(db), "--json", *SMALL)
+    assert first.returncode == 0, first.stderr
+    resumed = cli("--simulate", "--scheduler", "round-robin", "--db", str(db), "--json", *SMALL)
+    assert json.loads(resumed.stdout)["initial_model_ms"] == pytest.approx(
+        json.loads(first.stdout)["final_model_ms"])
+    assert cli("--db", str(db), "--export", str(jsonl)).returncode == 0
+    assert len(jsonl.read_text().splitlines()) == 144
+    assert cli("--db", str(other), "--import", str(jsonl)).returncode == 0
+    a = json.loads(cli("--db", str(db), "--best", "--json").stdout)
+    b = json.loads(cli("--db", str(other), "--best", "--json").stdout)
+    assert len(a) == 3 and a == b
+    assert cli("--export", str(jsonl)).returncode == 2  # no --db
+
+
 def test_bad_arguments_fail_cleanly():
     assert cli("--scheduler", "dynatune").returncode == 2  # no --simulate
     done = cli("--simulate", "--scheduler", "bogus")
