@@ -133,11 +133,15 @@ SimulationOptions simulation_options(const std::string& scheduler, uint64_t seed
   return o;
 }
 
-// A progress callback that may be called from a thread without the GIL.
+// The per-slot callback of a run started from Python: checks for Ctrl-C (the run holds no GIL,
+// so Python cannot see the signal otherwise) and calls the user's progress callable, if any.
+// An exception from either ends the run there and reaches the caller; every batch measured so
+// far is already in the database.
 ProgressCallback python_progress(const py::object& callback) {
-  if (callback.is_none()) return {};
   return [callback](const ProgressEvent& e) {
     py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (callback.is_none()) return;
     py::dict d;
     d["slot"] = e.slot;
     d["task"] = e.task;
@@ -177,6 +181,9 @@ class PythonMeasurer : public Measurer {
         time_with_policy(
             repeats, [&] { return measure_(config).cast<double>(); }, out[i]);
       } catch (py::error_already_set& e) {
+        // Ctrl-C inside measure() must stop the run, not count as a failed candidate: raise
+        // the interrupt again for the check after this slot.
+        if (e.matches(PyExc_KeyboardInterrupt)) PyErr_SetInterrupt();
         out[i].seconds.clear();
         out[i].error = e.matches(PyExc_TimeoutError) ? MeasureError::kTimeout
                        : e.matches(PyExc_SyntaxError) || e.matches(PyExc_ImportError)

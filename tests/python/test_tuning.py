@@ -44,6 +44,22 @@ def test_progress_callback_sees_every_slot():
     assert {e["task"] for e in events} == {t["name"] for t in r["tasks"]}
 
 
+def test_an_exception_in_the_progress_callback_ends_the_run(tmp_path):
+    path = str(tmp_path / "stopped.db")
+    seen = []
+
+    def progress(event):
+        seen.append(event)
+        if event["slot"] == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tuning.simulate(scheduler="round-robin", seed=0, database=path, progress=progress, **SMALL)
+    assert len(seen) == 3
+    db = tuning.TuningDatabase(path)
+    assert db.count() == seen[-1]["trials"] > 0  # everything measured before the stop is kept
+
+
 def test_database_records_every_measurement_and_resumes(tmp_path):
     path = str(tmp_path / "tune.db")
     first = tuning.simulate(scheduler="round-robin", seed=3, database=path, **SMALL)
