@@ -8,6 +8,7 @@ refuses ops whose results depend on tensor values, naming the user's source line
 
 from __future__ import annotations
 
+import contextlib
 import os
 import traceback
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ _METADATA_ONLY = {
 
 # Namespaces whose ops run C++ kernels the replay can call without Python.
 _REPLAYABLE_NAMESPACES = {"aten", "prims", "torchvision"}
+# Ops that only annotate a run (`record_function` in `Optimizer.step`): run, not replayed.
+_ANNOTATION_NAMESPACES = {"profiler"}
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _NIMBLE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -127,9 +130,34 @@ class Recorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.trace = Trace()
+        self._paused = False
+        self._host_readable: set[int] = set()
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Ops run here are not part of the trace (e.g. making example gradients)."""
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
+
+    @contextlib.contextmanager
+    def host_reads_allowed(self, tensors):
+        """`.item()` on these tensors is allowed and not recorded: the caller recomputes
+        what the host does with the number before every replay (optimizer step counts)."""
+        self._host_readable = {id(t) for t in tensors}
+        try:
+            yield
+        finally:
+            self._host_readable = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self._paused or getattr(func, "namespace", None) in _ANNOTATION_NAMESPACES:
+            return func(*args, **kwargs)
+        if func is aten._local_scalar_dense.default and id(args[0]) in self._host_readable:
+            return func(*args, **kwargs)
         if func in _VALUE_DEPENDENT or _has_bool_index(func, args) or (
             func not in _METADATA_ONLY and _returns_number(func)
         ):
@@ -160,6 +188,33 @@ def schema_arguments(func, args: tuple, kwargs: dict) -> list:
 
 
 def schema_returns(func, out) -> list:
+    if not func._schema.returns:
+        return []
     if len(func._schema.returns) == 1:
         return [out]
     return list(out)
+
+
+def build_replay(ops, inputs, state, outputs, **options):
+    """Hands traced ops to the C++ program builder and returns the replay it builds.
+
+    `inputs` are the tensors the caller's arguments replace on every replay, `state` the
+    tensors used in place (parameters, buffers, optimizer state), `outputs` the tensors
+    handed back; `options` go to `ProgramBuilder.finish`."""
+    from . import _C
+
+    builder = _C.ProgramBuilder()
+    for tensor in inputs:
+        builder.add_input(tensor)
+    for tensor in state:
+        builder.add_state(tensor)
+    for op in ops:
+        schema = op.func._schema
+        builder.add_op(
+            schema.name,
+            schema.overload_name,
+            schema_arguments(op.func, op.args, op.kwargs),
+            schema_returns(op.func, op.out),
+        )
+    builder.set_outputs(list(outputs))
+    return builder.finish(**options)

@@ -9,8 +9,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import _C
-from .capture import HostReadGuard, Recorder, schema_arguments, schema_returns
+from .capture import HostReadGuard, Recorder, build_replay
 from .errors import NotPreparedError, UnsupportedOpError
 
 
@@ -62,6 +61,7 @@ class Nimble(torch.nn.Module):
             raise TypeError(f"Nimble wraps a torch.nn.Module, got {type(module).__name__}")
         self.module = module
         self._replay = None
+        self._training = None
         self._copy_outputs = True
 
     # -- prepare ---------------------------------------------------------------------
@@ -77,6 +77,10 @@ class Nimble(torch.nn.Module):
         plan_memory: bool = True,
         use_out_variants: bool = True,
         precompute_views: bool = True,
+        training: bool = False,
+        loss_fn=None,
+        optimizer: torch.optim.Optimizer | None = None,
+        example_targets: Any = None,
     ) -> "Nimble":
         """Capture one run of the module on `example_inputs` (a tensor or a tuple of
         positional arguments) and build the replay.
@@ -85,9 +89,23 @@ class Nimble(torch.nn.Module):
         N CPU streams (worker threads) with Nimble's stream assignment; 'auto' times one
         stream against the default number of streams (chosen from the cores and the
         width of the op graph) on the example and keeps the faster.
+
+        `training=True` captures forward and backward: `fast(x)` then returns outputs attached
+        to autograd, and `.backward()` replays the captured backward, accumulating into each
+        parameter's `.grad` as eager does. With `loss_fn`, `optimizer` and
+        `example_targets` as well, the whole step (forward, `loss_fn(output, *targets)`,
+        backward, `optimizer.step()`) is one program run by `fast.step(x, targets)`.
         """
         if not (streams == "auto" or (isinstance(streams, int) and streams >= 1)):
             raise ValueError(f"streams must be 'auto' or a positive int, got {streams!r}")
+        whole_step = [loss_fn is not None, optimizer is not None, example_targets is not None]
+        if any(whole_step) and not (training and all(whole_step)):
+            raise ValueError(
+                "the whole-step mode needs training=True with loss_fn, optimizer and "
+                "example_targets together"
+            )
+        if training and fold_batchnorm:
+            raise ValueError("fold_batchnorm is an inference pass; it cannot be used with training=True")
         args = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
         kwargs = dict(example_kwargs or {})
         leaves, spec = tree_flatten((tuple(args), kwargs))
@@ -98,6 +116,14 @@ class Nimble(torch.nn.Module):
             static_leaves[i] = leaves[i].detach().clone()
         static_args, static_kwargs = tree_unflatten(static_leaves, spec)
 
+        self._training = None
+        if training:
+            return self._prepare_training(
+                args, kwargs, leaves, spec, tensor_positions, static_leaves, static_args,
+                static_kwargs, copy_outputs, streams, loss_fn, optimizer, example_targets,
+                dict(use_out_variants=use_out_variants, precompute_views=precompute_views,
+                     plan_memory=plan_memory),
+            )
         state = _ModelState(self.module)
         identities = self._state_identities()
         try:
@@ -122,23 +148,13 @@ class Nimble(torch.nn.Module):
         for i in tensor_positions:
             static_leaves[i].copy_(leaves[i])
 
-        builder = _C.ProgramBuilder()
-        for i in tensor_positions:
-            builder.add_input(static_leaves[i])
-        for tensor in _ModelState._all(self.module):
-            builder.add_state(tensor)
-        for op in recorder.trace.ops:
-            schema = op.func._schema
-            builder.add_op(
-                schema.name,
-                schema.overload_name,
-                schema_arguments(op.func, op.args, op.kwargs),
-                schema_returns(op.func, op.out),
-            )
         out_leaves, out_spec = tree_flatten(output)
         out_tensor_positions = [i for i, v in enumerate(out_leaves) if isinstance(v, torch.Tensor)]
-        builder.set_outputs([out_leaves[i] for i in out_tensor_positions])
-        self._replay = builder.finish(
+        self._replay = build_replay(
+            recorder.trace.ops,
+            [static_leaves[i] for i in tensor_positions],
+            _ModelState._all(self.module),
+            [out_leaves[i] for i in out_tensor_positions],
             use_out_variants=use_out_variants,
             precompute_views=precompute_views,
             fold_batchnorm=fold_batchnorm,
@@ -156,18 +172,82 @@ class Nimble(torch.nn.Module):
                 for i in tensor_positions:
                     static_leaves[i].copy_(leaves[i])
 
-        self._in_spec = spec
-        self._in_leaves = [None if isinstance(v, torch.Tensor) else v for v in leaves]
-        self._in_tensor_positions = tensor_positions
+        self._remember_inputs(args, kwargs, leaves, spec, tensor_positions, copy_outputs)
         self._out_spec = out_spec
         self._out_leaves = [None if isinstance(v, torch.Tensor) else v for v in out_leaves]
         self._out_tensor_positions = out_tensor_positions
-        self._copy_outputs = copy_outputs
-        self._prepared_training = self.module.training
         # The common call, positional tensors in and one tensor out, skips the pytrees.
-        self._positional_tensors_only = not kwargs and len(tensor_positions) == len(leaves) == len(args)
         self._single_tensor_output = isinstance(output, torch.Tensor)
         return self
+
+    def _remember_inputs(self, args, kwargs, leaves, spec, tensor_positions, copy_outputs) -> None:
+        self._in_spec = spec
+        self._in_leaves = [None if isinstance(v, torch.Tensor) else v for v in leaves]
+        self._in_tensor_positions = tensor_positions
+        self._copy_outputs = copy_outputs
+        self._prepared_training = self.module.training
+        self._positional_tensors_only = not kwargs and len(tensor_positions) == len(leaves) == len(args)
+
+    def _prepare_training(
+        self, args, kwargs, leaves, spec, tensor_positions, static_leaves, static_args,
+        static_kwargs, copy_outputs, streams, loss_fn, optimizer, example_targets, options,
+    ) -> "Nimble":
+        from .training import TrainingReplay
+
+        static_inputs = [static_leaves[i] for i in tensor_positions]
+        identities = self._state_identities()
+        if optimizer is None:
+            self._training = TrainingReplay.forward_backward(
+                self.module, static_args, static_kwargs, static_inputs, options, copy_outputs, streams
+            )
+        else:
+            targets = example_targets if isinstance(example_targets, (tuple, list)) else (example_targets,)
+            if not all(isinstance(t, torch.Tensor) for t in targets):
+                raise ValueError(
+                    f"example_targets must be a tensor or a tuple of tensors, got {_describe_all(list(targets))}"
+                )
+            static_targets = tuple(t.detach().clone() for t in targets)
+            self._training = TrainingReplay.whole_step(
+                self.module, optimizer, loss_fn, static_args, static_kwargs, static_inputs,
+                static_targets, options, streams,
+            )
+        if self._state_identities() != identities:
+            self._training = None
+            raise UnsupportedOpError(
+                "the module replaced a parameter or buffer object during forward; nimble "
+                "replays in-place updates only"
+            )
+        self._replay = self._training.replays[0]
+        self._static_inputs = static_inputs
+        self._remember_inputs(args, kwargs, leaves, spec, tensor_positions, copy_outputs)
+        return self
+
+    def step(self, *args: Any, targets: Any = None, **kwargs: Any) -> torch.Tensor:
+        """One training step replayed: forward, loss, backward and the optimizer update
+        (after `prepare(..., training=True, loss_fn=..., optimizer=..., example_targets=...)`).
+        `fast.step(x, y)`: the last positional argument is the targets unless `targets=` is
+        given. Returns the loss; each parameter's `.grad` holds this step's gradient."""
+        if self._training is None or self._training.optimizer is None:
+            raise NotPreparedError(
+                "step() needs prepare(example_inputs, training=True, loss_fn=..., "
+                "optimizer=..., example_targets=...) first"
+            )
+        if targets is None:
+            if not args:
+                raise ValueError("step(x, targets): no targets given")
+            args, targets = args[:-1], args[-1]
+        targets = tuple(targets) if isinstance(targets, (tuple, list)) else (targets,)
+        self._check_mode()
+        inputs = self._input_tensors(args, kwargs)
+        return self._training.step(args, kwargs, inputs, targets)
+
+    def _check_mode(self) -> None:
+        if self.module.training != self._prepared_training:
+            mode = "train" if self.module.training else "eval"
+            raise NotPreparedError(
+                f"the module was switched to {mode} mode after prepare; the captured trace "
+                f"is for the other mode: call prepare() again"
+            )
 
     def _choose_streams(self, repeats: int = 15) -> None:
         """Keeps multi-stream replay only where it measured faster than one stream."""
@@ -223,12 +303,7 @@ class Nimble(torch.nn.Module):
             raise NotPreparedError(
                 "Nimble was called before prepare(): call fast.prepare(example_inputs) once first"
             )
-        if self.module.training != self._prepared_training:
-            mode = "train" if self.module.training else "eval"
-            raise NotPreparedError(
-                f"the module was switched to {mode} mode after prepare; the captured trace "
-                f"is for the other mode: call prepare() again"
-            )
+        self._check_mode()
         if (
             self._positional_tensors_only
             and not kwargs
@@ -238,6 +313,12 @@ class Nimble(torch.nn.Module):
             inputs = list(args)
         else:
             inputs = self._input_tensors(args, kwargs)
+        if self._training is not None:
+            if self._training.optimizer is not None:
+                raise NotPreparedError(
+                    "this Nimble was prepared for whole training steps: call fast.step(x, targets)"
+                )
+            return self._training.forward(inputs)
         outputs = self._replay.run(inputs, self._copy_outputs)
         if self._single_tensor_output:
             return outputs[0]

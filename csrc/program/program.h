@@ -82,6 +82,11 @@ struct Program {
   int64_t buffer_bytes_unplanned = 0;
   int64_t buffer_bytes = 0;
 
+  // Per op the builder was given (in trace order): its index in `ops`, or -1 when it was
+  // computed once at prepare (a view of stable tensors, an allocation). Lets callers find
+  // the op behind a traced call, e.g. to update its scalar arguments.
+  std::vector<int> op_of_traced;
+
   // Weights derived from parameters at prepare (refreshed when their sources change).
   std::vector<FoldedBatchNorm> folds;
 

@@ -144,6 +144,19 @@ int ProgramBuilder::new_slot(const at::Tensor& tensor, SlotRole role) {
 int ProgramBuilder::slot_of(const at::Tensor& tensor) {
   auto it = slot_by_impl_.find(tensor.unsafeGetTensorImpl());
   if (it != slot_by_impl_.end()) return it->second;
+  if (tensor.defined() && tensor.has_storage()) {
+    const void* storage = tensor.storage().unsafeGetStorageImpl();
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      if (slots_[s].storage != storage || slots_[s].role == SlotRole::kConstant) continue;
+      const at::Tensor& known = capture_values_[s].toTensor();
+      if (known.sizes() == tensor.sizes() && known.strides() == tensor.strides() &&
+          known.storage_offset() == tensor.storage_offset() &&
+          known.scalar_type() == tensor.scalar_type()) {
+        slot_by_impl_[tensor.unsafeGetTensorImpl()] = static_cast<int>(s);
+        return static_cast<int>(s);
+      }
+    }
+  }
   return new_slot(tensor, SlotRole::kConstant);
 }
 
@@ -266,6 +279,7 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
   c10::impl::ExcludeDispatchKeyGuard no_python(c10::DispatchKey::Python);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   std::vector<c10::IValue> stack;
+  program.op_of_traced.assign(raw_ops_.size(), -1);
 
   for (size_t index = 0; index < raw_ops_.size(); ++index) {
     const TracedOp& raw = raw_ops_[index];
@@ -424,6 +438,7 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
       if (std::find(reads.begin(), reads.end(), slot) != reads.end())
         program.slots[slot].mutated = true;
     }
+    program.op_of_traced[index] = static_cast<int>(program.ops.size());
     program.ops.push_back(std::move(node));
   }
 

@@ -42,7 +42,9 @@ class ProgramBuilder {
   Program finish(const BuildOptions& options);
 
  private:
-  int slot_of(const at::Tensor& tensor);  // known slot, or a new constant
+  // Known slot, the slot of an identical alias (same storage, offset, sizes, strides and
+  // dtype: autograd hands saved tensors back in new tensor objects), or a new constant.
+  int slot_of(const at::Tensor& tensor);
   int new_slot(const at::Tensor& tensor, SlotRole role);
 
   std::vector<TracedOp> raw_ops_;

@@ -99,11 +99,18 @@ void bind_runtime(py::module_& m) {
   py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
       .def(
           "run",
-          [](Replay& r, const std::vector<at::Tensor>& inputs, bool copy_outputs) {
+          [](Replay& r, const std::vector<at::Tensor>& inputs, bool copy_outputs, int copy_first) {
             py::gil_scoped_release no_gil;
-            return r.run(inputs, copy_outputs);
+            return r.run(inputs, copy_outputs, copy_first);
           },
-          py::arg("inputs"), py::arg("copy_outputs") = true)
+          py::arg("inputs"), py::arg("copy_outputs") = true, py::arg("copy_first") = -1)
+      .def("register_scalars",
+           [](Replay& r, const std::vector<std::tuple<int, int, int>>& places) {
+             std::vector<Replay::ScalarPlace> converted;
+             for (const auto& [op, arg, elem] : places) converted.push_back({op, arg, elem});
+             r.register_scalars(converted);
+           })
+      .def("set_scalars", &Replay::set_scalars)
       .def("run_timed",
            [](Replay& r, const std::vector<at::Tensor>& inputs) {
              Replay::TimedRun run;

@@ -113,7 +113,8 @@ void Replay::copy_back(const std::vector<at::Tensor>& inputs, const InputBinding
   }
 }
 
-std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool copy_outputs) {
+std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool copy_outputs,
+                                    int copy_first) {
   check_inputs(inputs);
   check_state();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -130,9 +131,65 @@ std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool 
   for (size_t i = 0; i < program_.outputs.size(); ++i) {
     const at::Tensor& value = program_.values[program_.outputs[i]].toTensor();
     const bool reused = program_.output_reuses_storage[i] || executor_->reuses_outputs();
-    outputs.push_back(copy_outputs && reused ? copy_of(value) : value);
+    const bool copy = copy_outputs && (copy_first < 0 || static_cast<int>(i) < copy_first);
+    outputs.push_back(copy && reused ? copy_of(value) : value);
   }
   return outputs;
+}
+
+void Replay::register_scalars(const std::vector<ScalarPlace>& places) {
+  std::vector<ScalarPlace> mapped;
+  mapped.reserve(places.size());
+  for (const ScalarPlace& place : places) {
+    const int traced_ops = static_cast<int>(program_.op_of_traced.size());
+    const int op = place.traced_op >= 0 && place.traced_op < traced_ops
+                       ? program_.op_of_traced[place.traced_op]
+                       : -1;
+    if (op < 0) {
+      throw std::invalid_argument("traced op " + std::to_string(place.traced_op) +
+                                  " is not an op of the replay (computed once at prepare, or "
+                                  "out of range)");
+    }
+    const auto& args = program_.ops[op].args;
+    if (place.arg < 0 || place.arg >= static_cast<int>(args.size()) ||
+        args[place.arg].kind != Arg::Kind::kConstant) {
+      throw std::invalid_argument("op " + program_.ops[op].name + ": argument " +
+                                  std::to_string(place.arg) + " is not a constant");
+    }
+    const c10::IValue& value = args[place.arg].constant;
+    const bool number = place.elem < 0 && (value.isDouble() ||
+                                           (value.isTensor() && value.toTensor().dim() == 0 &&
+                                            value.toTensor().scalar_type() == at::kDouble));
+    const bool element = place.elem >= 0 && value.isList() &&
+                         place.elem < static_cast<int>(value.toListRef().size()) &&
+                         value.toListRef()[place.elem].isDouble();
+    if (!number && !element) {
+      throw std::invalid_argument("op " + program_.ops[op].name + ": argument " +
+                                  std::to_string(place.arg) + " holds no double scalar there");
+    }
+    mapped.push_back({op, place.arg, place.elem});
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  scalar_places_ = std::move(mapped);
+}
+
+void Replay::set_scalars(const std::vector<double>& values) {
+  if (values.size() != scalar_places_.size()) {
+    throw std::invalid_argument("expected " + std::to_string(scalar_places_.size()) +
+                                " scalar values, got " + std::to_string(values.size()));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const ScalarPlace& place = scalar_places_[i];
+    c10::IValue& arg = program_.ops[place.traced_op].args[place.arg].constant;
+    if (place.elem >= 0) {
+      arg.toList().set(place.elem, c10::IValue(values[i]));
+    } else if (arg.isTensor()) {
+      *arg.toTensor().data_ptr<double>() = values[i];
+    } else {
+      arg = c10::IValue(values[i]);
+    }
+  }
 }
 
 void Replay::set_executor_options(const ExecutorOptions& options) {

@@ -21,7 +21,22 @@ class Replay {
   // Throws std::invalid_argument when the inputs differ from the prepared ones in number,
   // shape, dtype or device. With copy_outputs, outputs that live in buffers reused by the
   // next replay are cloned; otherwise the caller gets those buffers themselves.
-  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, bool copy_outputs);
+  // `copy_first`: only the first that many outputs follow `copy_outputs` (the rest are
+  // handed out as they are); -1 for all.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, bool copy_outputs,
+                              int copy_first = -1);
+
+  // Scalar arguments that change between replays (an optimizer's learning rate and bias
+  // corrections). A place is (traced op index, argument index, list element or -1); the
+  // argument is a Python number (double), a list of them, or a 0-dim tensor holding one.
+  // `set_scalars` writes one value per registered place, in order.
+  struct ScalarPlace {
+    int traced_op = 0;
+    int arg = 0;
+    int elem = -1;
+  };
+  void register_scalars(const std::vector<ScalarPlace>& places);
+  void set_scalars(const std::vector<double>& values);
   struct TimedRun {
     int64_t total_ns = 0;  // the whole replay, input copies included
     std::vector<OpTiming> ops;
@@ -54,6 +69,7 @@ class Replay {
     std::vector<int64_t> sizes;
   };
   std::vector<StateLayout> state_layouts_;
+  std::vector<ScalarPlace> scalar_places_;  // traced_op already mapped to an index into ops
   std::mutex mutex_;
 };
 
