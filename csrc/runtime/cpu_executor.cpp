@@ -1,5 +1,6 @@
 #include "runtime/cpu_executor.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <omp.h>
 
@@ -19,17 +20,45 @@ int64_t now_ns() {
       .count();
 }
 
-// Streams size the OpenMP team of each kernel (ATen's CPU kernels and MKL read it from
-// the calling thread); this restores the caller's setting afterwards.
-class KeepOmpThreads {
+}  // namespace
+}  // namespace nimble
+
+// MKL (torch's matrix products) keeps a thread count of its own, which torch.set_num_threads
+// sets process-wide: a stream limits it for its thread as well, or two streams' GEMMs each
+// take every core (and results depend on how many streams there are). Weak: torch builds
+// without MKL lack it. (The lower-case names are the Fortran interface, taking pointers.)
+extern "C" int MKL_Set_Num_Threads_Local(int threads) __attribute__((weak));
+
+namespace nimble {
+namespace {
+
+// The intra-op thread count of the calling thread's kernels: OpenMP's team (ATen, oneDNN)
+// and MKL's. Returns MKL's previous thread-local setting (0: the global one).
+int set_intra_op_threads(int threads) {
+  omp_set_num_threads(threads);
+  return MKL_Set_Num_Threads_Local != nullptr ? MKL_Set_Num_Threads_Local(threads) : 0;
+}
+
+// Streams size the kernels' thread teams; this restores the caller's settings afterwards.
+class KeepIntraOpThreads {
  public:
-  KeepOmpThreads() : saved_(omp_get_max_threads()) {}
-  ~KeepOmpThreads() { omp_set_num_threads(saved_); }
-  KeepOmpThreads(const KeepOmpThreads&) = delete;
-  KeepOmpThreads& operator=(const KeepOmpThreads&) = delete;
+  KeepIntraOpThreads() : saved_omp_(omp_get_max_threads()) {}
+  ~KeepIntraOpThreads() {
+    omp_set_num_threads(saved_omp_);
+    if (changed_ && MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(saved_mkl_);
+  }
+  KeepIntraOpThreads(const KeepIntraOpThreads&) = delete;
+  KeepIntraOpThreads& operator=(const KeepIntraOpThreads&) = delete;
+  void set(int threads) {
+    const int previous = set_intra_op_threads(threads);
+    if (!changed_) saved_mkl_ = previous;
+    changed_ = true;
+  }
 
  private:
-  int saved_;
+  int saved_omp_;
+  int saved_mkl_ = 0;
+  bool changed_ = false;
 };
 
 std::vector<std::vector<int>> readers_of_slots(const Program& program) {
@@ -155,7 +184,11 @@ void CpuExecutor::run_stream(int stream, Program& program, uint64_t epoch) {
 
 void CpuExecutor::worker(int stream) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  omp_set_num_threads(threads_per_stream());
+  // ATen sizes a thread's teams lazily, at its first parallel kernel, to the process-wide
+  // count: have that happen now (get_num_threads runs torch's own lazy initialisation),
+  // or it would undo the stream's share below.
+  at::get_num_threads();
+  set_intra_op_threads(threads_per_stream());
   // Every replay (and the shutdown) advances the epoch by one, and this worker takes
   // part in each, so the next epoch is always seen + 1.
   for (uint64_t seen = 0;;) {
@@ -178,8 +211,8 @@ void CpuExecutor::replay(Program& program, bool timed, std::vector<OpTiming>* ti
   const uint64_t epoch = ++epoch_;
   if (!workers_.empty()) start_.signal(epoch, queue_);
   {
-    const KeepOmpThreads keep;
-    if (!workers_.empty()) omp_set_num_threads(threads_per_stream());
+    KeepIntraOpThreads keep;
+    if (!workers_.empty()) keep.set(threads_per_stream());
     run_stream(0, program, epoch);
   }
   for (size_t s = 1; s < streams_.size(); ++s) stream_done_[s].wait(epoch, queue_);

@@ -1,0 +1,360 @@
+"""Training replays against eager PyTorch: 20-step parity, training semantics, errors.
+
+No tolerances. A replay calls the very kernels eager calls, on the same data, in the same
+order; `.out` overloads share the functional overloads' kernels. What can change a float
+result is the number of intra-op threads a kernel runs with (it changes the order of the
+reductions in convolution and batch-norm backward): one stream uses the caller's count, as
+eager does; with N streams each kernel gets cores / N threads, so the eager reference runs
+with that count too. Training is then expected to be bit-identical to eager over all 20
+steps, and is checked exactly: any difference is a bug (a wrong scalar, a missed
+dependency, an RNG call out of order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+
+import pytest
+import torch
+import torchvision
+
+import nimble
+from nimble.errors import NotPreparedError
+
+STEPS = 20
+
+
+class TransformerClassifier(torch.nn.Module):
+    """A small Transformer-encoder classifier (with dropout, so RNG order matters)."""
+
+    def __init__(self, vocab=100, dim=32, classes=10):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        layer = torch.nn.TransformerEncoderLayer(dim, 4, 64, dropout=0.1, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(dim, classes)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(self.embed(tokens)).mean(1))
+
+
+def _resnet18():
+    return torchvision.models.resnet18(num_classes=10), lambda b: torch.randn(b, 3, 32, 32)
+
+
+def _mobilenet_v2():
+    return torchvision.models.mobilenet_v2(num_classes=10), lambda b: torch.randn(b, 3, 32, 32)
+
+
+def _transformer():
+    return TransformerClassifier(), lambda b: torch.randint(0, 100, (b, 12))
+
+
+MODELS = {"resnet18": _resnet18, "mobilenet_v2": _mobilenet_v2, "transformer": _transformer}
+OPTIMIZERS = {
+    "sgd-momentum": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=1e-4),
+    "sgd-momentum-foreach": lambda p: torch.optim.SGD(
+        p, lr=0.05, momentum=0.9, dampening=0.1, nesterov=False, foreach=True
+    ),
+    "sgd-nesterov": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True),
+    "adam": lambda p: torch.optim.Adam(p, lr=1e-3),
+    "adam-foreach": lambda p: torch.optim.Adam(p, lr=1e-3, weight_decay=1e-4, foreach=True),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=1e-2),
+    "adamw-foreach-amsgrad": lambda p: torch.optim.AdamW(p, lr=1e-3, amsgrad=True, foreach=True),
+}
+
+
+def _assert_same(a, b, exact: bool, what: str):
+    assert exact, "every comparison here is exact (see the module docstring)"
+    torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m: f"{what}: {m}")
+
+
+@contextlib.contextmanager
+def _eager_threads_like(streams: int):
+    """Eager with the intra-op threads each of `streams` CPU streams gets."""
+    saved = torch.get_num_threads()
+    if streams > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // streams))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _assert_models_equal(eager, replayed, exact):
+    for (name, a), b in zip(eager.state_dict().items(), replayed.state_dict().values()):
+        _assert_same(b, a, exact, name)
+
+
+def _assert_optimizers_equal(eager_opt, replayed_opt, exact):
+    a, b = eager_opt.state_dict(), replayed_opt.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    assert a["state"].keys() == b["state"].keys()
+    for key, entries in a["state"].items():
+        for name, value in entries.items():
+            _assert_same(b["state"][key][name], value, exact, f"optimizer state {key}.{name}")
+
+
+def _pair(model_name, optimizer_name, seed=0):
+    torch.manual_seed(seed)
+    model, make_input = MODELS[model_name]()
+    model.train()
+    twin = copy.deepcopy(model)
+    make = OPTIMIZERS[optimizer_name]
+    return model, make(model.parameters()), twin, make(twin.parameters()), make_input
+
+
+def _batches(make_input, batch, steps, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    return [(make_input(batch), torch.randint(0, 10, (batch,), generator=g)) for _ in range(steps)]
+
+
+def _whole_step_parity(model_name, optimizer_name, streams=1, batch=16, scheduler=False):
+    eager, eager_opt, twin, twin_opt, make_input = _pair(model_name, optimizer_name)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    data = _batches(make_input, batch, STEPS)
+    fast = nimble.Nimble(twin).prepare(
+        data[0][0], training=True, loss_fn=loss_fn, optimizer=twin_opt,
+        example_targets=data[0][1], streams=streams,
+    )
+    schedulers = []
+    if scheduler:
+        schedulers = [torch.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5) for o in (eager_opt, twin_opt)]
+    exact = True
+    torch.manual_seed(123)
+    eager_rng = torch.get_rng_state()
+    for step, (x, y) in enumerate(data):
+        torch.set_rng_state(eager_rng)
+        # nimble's first step runs eagerly (it creates the optimizer state), on the caller's threads
+        with _eager_threads_like(streams if step > 0 else 1):
+            eager_opt.zero_grad()
+            expected = loss_fn(eager(x), y)
+            expected.backward()
+            eager_opt.step()
+        eager_rng, replay_rng = torch.get_rng_state(), None
+        torch.set_rng_state(eager_rng if step == 0 else replay_state)
+        if step == 0:
+            torch.manual_seed(123)
+        got = fast.step(x, y)
+        replay_state = torch.get_rng_state()
+        _assert_same(got, expected.detach(), exact, f"loss at step {step}")
+        for s in schedulers:
+            s.step()
+    _assert_models_equal(eager, twin, exact)
+    _assert_optimizers_equal(eager_opt, twin_opt, exact)
+    for p, q in zip(eager.parameters(), twin.parameters()):
+        _assert_same(q.grad, p.grad, exact, "grad")
+
+
+@pytest.mark.parametrize("model_name", list(MODELS))
+@pytest.mark.parametrize("optimizer_name", ["sgd-momentum", "adam"])
+def test_whole_step_matches_eager_for_20_steps(model_name, optimizer_name):
+    _whole_step_parity(model_name, optimizer_name)
+
+
+@pytest.mark.parametrize(
+    "optimizer_name",
+    ["sgd-momentum-foreach", "sgd-nesterov", "adam-foreach", "adamw", "adamw-foreach-amsgrad"],
+)
+def test_whole_step_optimizer_variants(optimizer_name):
+    _whole_step_parity("transformer", optimizer_name)
+
+
+def test_learning_rate_changes_take_effect():
+    _whole_step_parity("transformer", "adam", scheduler=True)
+    _whole_step_parity("resnet18", "sgd-momentum", scheduler=True, batch=4)
+
+
+def test_whole_step_on_two_streams():
+    _whole_step_parity("resnet18", "sgd-momentum", streams=2, batch=4)
+
+
+def test_whole_step_with_optimizer_state_from_earlier_eager_steps():
+    eager, eager_opt, twin, twin_opt, make_input = _pair("transformer", "adam")
+    loss_fn = torch.nn.CrossEntropyLoss()
+    data = _batches(make_input, 8, 6)
+    torch.manual_seed(5)
+    for x, y in data[:3]:
+        for model, opt in ((eager, eager_opt), (twin, twin_opt)):
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+    fast = nimble.Nimble(twin).prepare(
+        data[0][0], training=True, loss_fn=loss_fn, optimizer=twin_opt, example_targets=data[0][1]
+    )
+    _assert_optimizers_equal(eager_opt, twin_opt, exact=True)  # prepare changed nothing
+    for x, y in data[3:]:
+        state = torch.get_rng_state()
+        eager_opt.zero_grad()
+        loss_fn(eager(x), y).backward()
+        eager_opt.step()
+        torch.set_rng_state(state)
+        fast.step(x, y)
+    _assert_models_equal(eager, twin, exact=True)
+    _assert_optimizers_equal(eager_opt, twin_opt, exact=True)
+
+
+# -- the paper's mode: forward and backward replays, eager optimizer ---------------------
+
+
+def _forward_backward_parity(model_name, streams=1, batch=16, accumulate=False):
+    eager, eager_opt, twin, twin_opt, make_input = _pair(model_name, "sgd-momentum")
+    loss_fn = torch.nn.CrossEntropyLoss()
+    data = _batches(make_input, batch, STEPS)
+    fast = nimble.Nimble(twin).prepare(data[0][0], training=True, streams=streams)
+    exact = True
+    for step, (x, y) in enumerate(data):
+        for model, opt, threads in ((eager, eager_opt, streams), (fast, twin_opt, 1)):
+            with _eager_threads_like(threads):
+                torch.manual_seed(step)
+                if not accumulate or step % 2 == 0:
+                    opt.zero_grad()
+                out = model(x)
+                assert out.requires_grad
+                loss_fn(out, y).backward()
+                if not accumulate or step % 2 == 1:
+                    opt.step()
+        for p, q in zip(eager.parameters(), twin.parameters()):
+            _assert_same(q.grad, p.grad, exact, f"grad at step {step}")
+    _assert_models_equal(eager, twin, exact)
+    _assert_optimizers_equal(eager_opt, twin_opt, exact)
+
+
+@pytest.mark.parametrize("model_name", list(MODELS))
+def test_forward_backward_matches_eager_for_20_steps(model_name):
+    _forward_backward_parity(model_name)
+
+
+def test_forward_backward_accumulates_gradients_like_eager():
+    _forward_backward_parity("transformer", accumulate=True, batch=8)
+
+
+def test_forward_backward_on_two_streams():
+    _forward_backward_parity("resnet18", streams=2, batch=4)
+
+
+def test_backward_of_an_older_forward_is_refused():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    fast = nimble.Nimble(model).prepare(torch.randn(3, 4), training=True)
+    first = fast(torch.randn(3, 4)).sum()
+    fast(torch.randn(3, 4))
+    with pytest.raises(NotPreparedError, match="older forward"):
+        first.backward()
+
+
+def test_dropout_draws_fresh_masks_from_torchs_generator():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Dropout(0.5))
+    fast = nimble.Nimble(model).prepare(torch.randn(4, 16), training=True)
+    x = torch.randn(4, 16)
+    torch.manual_seed(7)
+    a, b = fast(x), fast(x)
+    assert not torch.equal(a, b)  # a new mask every call
+    torch.manual_seed(7)
+    torch.testing.assert_close(a, model(x), rtol=0, atol=0)
+
+
+# -- errors: clear, and nothing changed ---------------------------------------------------
+
+
+def _snapshot(model, opt):
+    return copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+
+
+def _assert_untouched(model, opt, snapshot):
+    state, opt_state = snapshot
+    torch.testing.assert_close(model.state_dict(), state, rtol=0, atol=0)
+    torch.testing.assert_close(opt.state_dict(), opt_state, rtol=0, atol=0)
+
+
+def _prepared_step(optimizer_name="sgd-momentum"):
+    model, _ = _transformer()
+    opt = OPTIMIZERS[optimizer_name](model.parameters())
+    x, y = torch.randint(0, 100, (4, 12)), torch.randint(0, 10, (4,))
+    fast = nimble.Nimble(model).prepare(
+        x, training=True, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=opt, example_targets=y
+    )
+    fast.step(x, y)
+    fast.step(x, y)  # the first step runs eagerly; this one replays
+    return model, opt, fast, x, y
+
+
+@pytest.mark.parametrize(
+    "targets, match",
+    [
+        (torch.randint(0, 10, (5,)), r"targets\[0\]: expected Tensor\[4, int64, cpu\].*got Tensor\[5, int64"),
+        (torch.zeros(4), r"targets\[0\]: expected Tensor\[4, int64, cpu\].*got Tensor\[4, float32"),
+    ],
+)
+def test_targets_of_the_wrong_shape_or_dtype(targets, match):
+    model, opt, fast, x, _ = _prepared_step()
+    snapshot = _snapshot(model, opt)
+    with pytest.raises(ValueError, match=match):
+        fast.step(x, targets)
+    _assert_untouched(model, opt, snapshot)
+
+
+def test_replaced_parameters_are_refused():
+    model, opt, fast, x, y = _prepared_step()
+    model.head = torch.nn.Linear(32, 10)
+    snapshot = _snapshot(model, opt)
+    with pytest.raises(NotPreparedError, match="parameters were replaced"):
+        fast.step(x, y)
+    _assert_untouched(model, opt, snapshot)
+
+
+def test_changed_parameter_groups_are_refused():
+    model, opt, fast, x, y = _prepared_step("adam")
+    extra = torch.nn.Parameter(torch.zeros(3))
+    opt.add_param_group({"params": [extra]})
+    snapshot = _snapshot(model, opt)
+    with pytest.raises(NotPreparedError, match="parameter groups changed"):
+        fast.step(x, y)
+    _assert_untouched(model, opt, snapshot)
+
+
+def test_a_structural_optimizer_change_is_refused():
+    model, opt, fast, x, y = _prepared_step("adam")
+    opt.param_groups[0]["amsgrad"] = True
+    with pytest.raises(NotPreparedError, match="decides which update runs"):
+        fast.step(x, y)
+
+
+def test_a_loss_that_is_not_a_scalar_is_refused_at_prepare():
+    model, _ = _transformer()
+    opt = torch.optim.Adam(model.parameters())
+    snapshot = _snapshot(model, opt)
+    with pytest.raises(ValueError, match="scalar"):
+        nimble.Nimble(model).prepare(
+            torch.randint(0, 100, (4, 12)), training=True, optimizer=opt,
+            loss_fn=torch.nn.CrossEntropyLoss(reduction="none"),
+            example_targets=torch.randint(0, 10, (4,)),
+        )
+    _assert_untouched(model, opt, snapshot)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_switching_train_eval_after_prepare_is_refused():
+    model, opt, fast, x, y = _prepared_step()
+    model.eval()
+    with pytest.raises(NotPreparedError, match="switched to eval mode"):
+        fast.step(x, y)
+
+
+def test_an_unsupported_optimizer_is_refused():
+    model, _ = _transformer()
+    opt = torch.optim.RMSprop(model.parameters())
+    with pytest.raises(nimble.UnsupportedOpError, match="SGD, Adam and AdamW"):
+        nimble.Nimble(model).prepare(
+            torch.randint(0, 100, (4, 12)), training=True, optimizer=opt,
+            loss_fn=torch.nn.CrossEntropyLoss(), example_targets=torch.randint(0, 10, (4,)),
+        )
+
+
+def test_step_needs_the_whole_step_mode():
+    model = torch.nn.Linear(4, 2)
+    fast = nimble.Nimble(model).prepare(torch.randn(3, 4), training=True)
+    with pytest.raises(NotPreparedError, match="step"):
+        fast.step(torch.randn(3, 4), torch.zeros(3))
