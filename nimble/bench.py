@@ -108,11 +108,11 @@ COLUMNS = [
 ]
 
 
-def print_table(rows: list[dict], out=sys.stdout) -> None:
-    cells = [[name for name, _ in COLUMNS]]
+def print_table(rows: list[dict], out=sys.stdout, columns=COLUMNS) -> None:
+    cells = [[name for name, _ in columns]]
     for row in rows:
-        cells.append([fmt.format(row[name]) for name, fmt in COLUMNS])
-    widths = [max(len(r[i]) for r in cells) for i in range(len(COLUMNS))]
+        cells.append([fmt.format(row[name]) for name, fmt in columns])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     for n, r in enumerate(cells):
         print(" | ".join(c.rjust(w) for c, w in zip(r, widths)), file=out)
         if n == 0:
@@ -133,6 +133,14 @@ def main(argv: list[str]) -> int:
                         help="multi-stream mode: N streams or 'auto' (default: one per core, "
                              "capped by the op graph's logical streams)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--train", action="store_true",
+                        help="time one training step (eager; forward+backward replayed with an "
+                             "eager optimizer; the whole step replayed on one and on several "
+                             "streams); torchvision models, 10 classes")
+    parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
+                        help="with --train: SGD (momentum 0.9, weight decay 1e-4) or Adam")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="with --train: kernel time of the whole-step replay by op")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -144,16 +152,32 @@ def main(argv: list[str]) -> int:
     specs = args.model or ["torchvision:resnet18"]
     if specs == ["all"]:
         specs = ALL_MODELS
+    if args.train:
+        from . import bench_train
+
+        if specs == ALL_MODELS:
+            specs = [s for s in specs if s.startswith("torchvision:")]
     rows = []
     for spec in specs:
         try:
-            rows.append(measure(spec, args.batch, args.image_size, args.runs, args.warmup, streams))
+            if args.train:
+                rows.append(bench_train.measure_train(
+                    spec, args.batch, args.image_size, args.runs, args.warmup, streams,
+                    args.optimizer, args.breakdown))
+            else:
+                rows.append(measure(spec, args.batch, args.image_size, args.runs, args.warmup,
+                                    streams))
         except ValueError as error:
             parser.error(str(error))
         if not args.json:
             print(f"measured {spec}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
+    elif args.train:
+        print_table(rows, columns=bench_train.COLUMNS)
+        for row in rows:
+            if "breakdown" in row:
+                bench_train.print_breakdown(row)
     else:
         print_table(rows)
     return 0

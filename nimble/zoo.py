@@ -20,12 +20,12 @@ ALL_MODELS = [f"torchvision:{name}" for name in TORCHVISION_MODELS] + ["transfor
 _MIN_IMAGE_SIZE = {"inception_v3": 75}
 
 
-def _torchvision(name: str, image_size: int) -> tuple[torch.nn.Module, int]:
+def _torchvision(name: str, image_size: int, num_classes: int) -> tuple[torch.nn.Module, int]:
     import torchvision.models as models
 
     if name not in models.list_models(module=models):
         raise ValueError(f"unknown torchvision classification model '{name}'")
-    kwargs: dict = {"weights": None}
+    kwargs: dict = {"weights": None, "num_classes": num_classes}
     if name in ("googlenet", "inception_v3"):
         kwargs.update(aux_logits=False, init_weights=False)
     size = max(image_size, _MIN_IMAGE_SIZE.get(name, 1))
@@ -37,12 +37,12 @@ def _torchvision(name: str, image_size: int) -> tuple[torch.nn.Module, int]:
     return models.get_model(name, **kwargs), size
 
 
-def build(spec: str, batch: int = 1, image_size: int = 64, seed: int = 0):
+def build(spec: str, batch: int = 1, image_size: int = 64, seed: int = 0, num_classes: int = 1000):
     """(model in eval mode, example input) for `family:name`."""
     family, _, name = spec.partition(":")
     torch.manual_seed(seed)
     if family == "torchvision":
-        model, size = _torchvision(name, image_size)
+        model, size = _torchvision(name, image_size, num_classes)
         example = torch.randn(batch, 3, size, size)
     elif family == "transformer" and name == "encoder":
         layer = torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128,
