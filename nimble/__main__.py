@@ -5,7 +5,8 @@ import sys
 USAGE = """usage: python -m nimble COMMAND [options]
 
 commands:
-  bench   time eager PyTorch against nimble's replay, side by side
+  bench   time eager PyTorch against nimble's replay, side by side (--train: a training step)
+  tune    run the auto-tuner (--simulate: on a simulated model; --compare: every scheduler)
 
 `python -m nimble COMMAND --help` describes each command."""
 
@@ -17,6 +18,8 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     if command == "bench":
         from .bench import main as run
+    elif command == "tune":
+        from .tuning_cli import main as run
     else:
         print(f"unknown command '{command}'\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -24,3 +24,24 @@ def test_bench_rejects_unknown_models_and_commands():
     done = run("bench", "--model", "torchvision:not_a_model", "--runs", "1")
     assert done.returncode == 2 and "unknown torchvision classification model 'not_a_model'" in done.stderr
     assert run("frobnicate").returncode == 2
+
+
+TRAIN_FIELDS = {"model", "eager_ms", "fwd_bwd_ms", "fwd_bwd_speedup", "step_ms", "step_speedup",
+                "multi_ms", "multi_vs_single", "physical_streams", "ops", "prepare_s", "breakdown"}
+
+
+def test_bench_train_json():
+    done = run("bench", "--train", "--model", "torchvision:squeezenet1_1", "--batch", "2",
+               "--image-size", "32", "--runs", "2", "--warmup", "1", "--breakdown", "--json")
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)
+    assert TRAIN_FIELDS <= row.keys()
+    assert row["step_ms"] > 0 and row["breakdown"]["kernels_ms"] <= row["breakdown"]["replay_ms"]
+    assert run("bench", "--train", "--model", "transformer:encoder").returncode == 2
+
+
+def test_tune_is_a_command():
+    done = run("tune", "--simulate", "--scheduler", "round-robin", "--seed", "0", "--tasks", "2",
+               "--trials-per-task", "16", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["scheduler"] == "round-robin"
