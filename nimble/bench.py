@@ -37,6 +37,21 @@ def _alternate(first, second, runs: int, warmup: int) -> tuple[list[float], list
     return a, b
 
 
+def peak_allocated_bytes(fn) -> int:
+    """Peak of the bytes allocated and not yet freed while `fn` runs on this thread (tensors
+    that existed before, such as parameters, do not count), from the profiler's memory
+    events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
+        fn()
+    current = peak = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        current += event.self_cpu_memory_usage
+        peak = max(peak, current)
+    return peak
+
+
 def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
             streams: int | str | None = None) -> dict:
     """Eager, single-stream and multi-stream replay of one model, timed side by side.
@@ -72,6 +87,11 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
         overheads.append((total_ns - inside) / 1e3 / max(1, len(ops)))
         frees.append(freeing / 1e3 / max(1, len(ops)))
     own_ms = statistics.median(own)
+    # Peak memory beyond the model's parameters: eager's activations; the replay's
+    # preallocated buffers (resident between calls) plus what its ops allocate while it runs.
+    with torch.no_grad():
+        eager_peak = peak_allocated_bytes(lambda: model(x))
+    replay_peak = fast.memory["buffer_bytes"] + peak_allocated_bytes(lambda: fast(x))
     eager_ms, nimble_ms = _median_ms(eager_times), _median_ms(replay_times)
     multi_ms = _median_ms(multi_times)
     schedule = multi.schedule
@@ -89,6 +109,8 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
         "syncs": schedule["physical_syncs"],
         "buffers_mb": round(fast.memory["buffer_bytes"] / 2**20, 2),
         "unplanned_mb": round(fast.memory["buffer_bytes_unplanned"] / 2**20, 2),
+        "eager_peak_mb": round(eager_peak / 2**20, 2),
+        "replay_peak_mb": round(replay_peak / 2**20, 2),
         "prepare_s": round(prepare_s, 3),
         "ops": fast.num_ops,
         "ops_own_ms": round(own_ms, 4),
@@ -103,7 +125,8 @@ COLUMNS = [
     ("model", "{}"), ("batch", "{}"), ("image_size", "{}"), ("eager_ms", "{:.3f}"),
     ("nimble_ms", "{:.3f}"), ("speedup", "{:.2f}x"), ("multi_ms", "{:.3f}"),
     ("multi_vs_single", "{:.2f}x"), ("logical_streams", "{}"), ("physical_streams", "{}"),
-    ("buffers_mb", "{:.1f}"), ("unplanned_mb", "{:.1f}"), ("prepare_s", "{:.2f}"), ("ops", "{}"),
+    ("buffers_mb", "{:.1f}"), ("unplanned_mb", "{:.1f}"), ("eager_peak_mb", "{:.1f}"),
+    ("replay_peak_mb", "{:.1f}"), ("prepare_s", "{:.2f}"), ("ops", "{}"),
     ("overhead_us_per_op", "{:.3f}"), ("of_which_free_us", "{:.3f}"),
 ]
 

@@ -10,6 +10,7 @@ alternate run by run in pairs, as in the inference benchmark; medians.
 from __future__ import annotations
 
 import copy
+import os
 import statistics
 import sys
 import time
@@ -90,12 +91,12 @@ def measure_train(spec: str, batch: int, image_size: int, runs: int, warmup: int
         x, training=True, loss_fn=loss_fn, optimizer=step_opt, example_targets=y
     )
     step_prepare_s = time.perf_counter() - start
+    if streams == 1:
+        raise ValueError("--train compares one stream with several: --streams must not be 1")
     multi = Nimble(multi_model).prepare(
         x, training=True, loss_fn=loss_fn, optimizer=multi_opt, example_targets=y,
-        streams=streams or "auto" if streams != 1 else 1,
-    ) if streams != 1 else None
-    if multi is None:
-        raise ValueError("--train compares one stream with several: --streams must not be 1")
+        streams=streams or (os.cpu_count() or 1),
+    )
 
     def eager_step():
         eager_opt.zero_grad()

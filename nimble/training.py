@@ -273,6 +273,10 @@ class TrainingReplay:
         used = [self._static_inputs[i] for i in self.backward_input_positions]
         self.backward_replay.run(self.example_gos + saved + used, False)
 
+    def example_inputs(self) -> list[torch.Tensor]:
+        """The inputs of `replays[0]` at prepare (the whole step's include the targets)."""
+        return self._static_step_inputs if self.optimizer is not None else self._static_inputs
+
     def check_parameters(self) -> None:
         now = [id(p) for p in self.module.parameters() if p.requires_grad]
         if now != self._param_ids:

@@ -361,8 +361,21 @@ class Nimble(torch.nn.Module):
 
     def trace(self, path: str) -> None:
         """Writes a Chrome/Perfetto trace-event JSON timeline of one replay (on the
-        example inputs): one row per stream, one slice per op."""
+        example inputs): one row per stream, one slice per op. For a training replay
+        (the forward replay, or the whole step) the model, `.grad` and optimizer state
+        are put back afterwards."""
         from .visualize import write_trace
 
-        total_ns, ops = self.replay.run_timed(self._static_inputs)
+        inputs = self._static_inputs
+        snapshot = None
+        if self._training is not None:
+            from .training import TrainingSnapshot
+
+            snapshot = TrainingSnapshot(self.module, self._training.optimizer)
+            inputs = self._training.example_inputs()
+        try:
+            total_ns, ops = self.replay.run_timed(inputs)
+        finally:
+            if snapshot is not None:
+                snapshot.restore()
         write_trace(path, self.schedule["ops"], ops)

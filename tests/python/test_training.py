@@ -358,3 +358,12 @@ def test_step_needs_the_whole_step_mode():
     fast = nimble.Nimble(model).prepare(torch.randn(3, 4), training=True)
     with pytest.raises(NotPreparedError, match="step"):
         fast.step(torch.randn(3, 4), torch.zeros(3))
+
+
+def test_introspection_of_a_training_replay(tmp_path):
+    model, opt, fast, x, y = _prepared_step("adam")
+    snapshot = _snapshot(model, opt)
+    fast.trace(str(tmp_path / "step.json"))
+    fast.to_dot(str(tmp_path / "step.dot"))
+    _assert_untouched(model, opt, snapshot)  # the timed replay was a real step: undone
+    assert fast.schedule["ops"] and (tmp_path / "step.json").stat().st_size > 0
