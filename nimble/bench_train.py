@@ -69,8 +69,16 @@ def breakdown(fast: Nimble, inputs: list, repeats: int = 5, top: int = 8) -> dic
     }
 
 
-def measure_train(spec: str, batch: int, image_size: int, runs: int, warmup: int,
-                  streams, optimizer: str = "sgd", show_breakdown: bool = False) -> dict:
+def measure_train(
+    spec: str,
+    batch: int,
+    image_size: int,
+    runs: int,
+    warmup: int,
+    streams,
+    optimizer: str = "sgd",
+    show_breakdown: bool = False,
+) -> dict:
     if not spec.startswith("torchvision:"):
         raise ValueError(f"--train benchmarks torchvision classifiers, got '{spec}'")
     model, x = build(spec, batch=batch, image_size=image_size, num_classes=10)
@@ -94,7 +102,11 @@ def measure_train(spec: str, batch: int, image_size: int, runs: int, warmup: int
     if streams == 1:
         raise ValueError("--train compares one stream with several: --streams must not be 1")
     multi = Nimble(multi_model).prepare(
-        x, training=True, loss_fn=loss_fn, optimizer=multi_opt, example_targets=y,
+        x,
+        training=True,
+        loss_fn=loss_fn,
+        optimizer=multi_opt,
+        example_targets=y,
         streams=streams or (os.cpu_count() or 1),
     )
 
@@ -153,10 +165,19 @@ def measure_train(spec: str, batch: int, image_size: int, runs: int, warmup: int
 
 
 COLUMNS = [
-    ("model", "{}"), ("batch", "{}"), ("image_size", "{}"), ("optimizer", "{}"),
-    ("eager_ms", "{:.2f}"), ("fwd_bwd_ms", "{:.2f}"), ("fwd_bwd_speedup", "{:.2f}x"),
-    ("step_ms", "{:.2f}"), ("step_speedup", "{:.2f}x"), ("multi_ms", "{:.2f}"),
-    ("multi_vs_single", "{:.2f}x"), ("physical_streams", "{}"), ("ops", "{}"),
+    ("model", "{}"),
+    ("batch", "{}"),
+    ("image_size", "{}"),
+    ("optimizer", "{}"),
+    ("eager_ms", "{:.2f}"),
+    ("fwd_bwd_ms", "{:.2f}"),
+    ("fwd_bwd_speedup", "{:.2f}x"),
+    ("step_ms", "{:.2f}"),
+    ("step_speedup", "{:.2f}x"),
+    ("multi_ms", "{:.2f}"),
+    ("multi_vs_single", "{:.2f}x"),
+    ("physical_streams", "{}"),
+    ("ops", "{}"),
     ("prepare_s", "{:.2f}"),
 ]
 

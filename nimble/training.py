@@ -19,7 +19,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .capture import HostReadGuard, Recorder, build_replay, schema_arguments
-from .errors import NotPreparedError, UnsupportedOpError
+from .errors import NotPreparedError
 from .optimizer_scalars import OptimizerScalars, scalar_candidates
 
 
@@ -229,17 +229,26 @@ class TrainingReplay:
         forward_ops, backward_ops = ops[:num_forward], ops[num_forward:]
         produced = _produced_ids(forward_ops)
         used_in_backward = _unique(
-            t for op in backward_ops for t in _tensors_in(schema_arguments(op.func, op.args, op.kwargs))
+            t
+            for op in backward_ops
+            for t in _tensors_in(schema_arguments(op.func, op.args, op.kwargs))
         )
         saved = [t for t in used_in_backward if id(t) in produced]
         input_ids = {id(t): i for i, t in enumerate(static_inputs)}
-        self.backward_input_positions = [input_ids[id(t)] for t in used_in_backward if id(t) in input_ids]
+        self.backward_input_positions = [
+            input_ids[id(t)] for t in used_in_backward if id(t) in input_ids
+        ]
         state = module_state(module)
         self.num_user_outputs = len(outs)
         self.differentiable_outputs = differentiable
         self.example_gos = gos
         self.forward_replay = build_replay(
-            forward_ops, static_inputs, state, outs + saved, streams=1 if streams == "auto" else streams, **options
+            forward_ops,
+            static_inputs,
+            state,
+            outs + saved,
+            streams=1 if streams == "auto" else streams,
+            **options,
         )
         kept = [(i, g) for i, g in enumerate(grads) if g is not None]
         # Gradient positions among the Function's inputs (after the owner): inputs, params.
@@ -258,7 +267,9 @@ class TrainingReplay:
         self._param_ids = [id(p) for p in self.params]
         self._out_spec = out_spec
         self._out_leaves = [None if isinstance(v, torch.Tensor) else v for v in out_leaves]
-        self._out_tensor_positions = [i for i, v in enumerate(out_leaves) if isinstance(v, torch.Tensor)]
+        self._out_tensor_positions = [
+            i for i, v in enumerate(out_leaves) if isinstance(v, torch.Tensor)
+        ]
         if streams == "auto":
             snapshot = TrainingSnapshot(module, None)
             try:
@@ -287,6 +298,12 @@ class TrainingReplay:
 
     def forward(self, inputs: list[torch.Tensor]):
         self.check_parameters()
+        for i, (got, prepared) in enumerate(zip(inputs, self._static_inputs)):
+            if got.requires_grad and not prepared.requires_grad:
+                raise NotPreparedError(
+                    f"input {i} requires grad, but did not at prepare: the captured backward "
+                    f"computes no gradient for it; prepare with an example that requires grad"
+                )
         outs = _ForwardBackward.apply(self, *inputs, *self.params)
         leaves = list(self._out_leaves)
         for position, tensor in zip(self._out_tensor_positions, outs):
@@ -297,8 +314,16 @@ class TrainingReplay:
 
     @classmethod
     def whole_step(
-        cls, module, optimizer, loss_fn, static_args, static_kwargs, static_inputs, static_targets,
-        options, streams,
+        cls,
+        module,
+        optimizer,
+        loss_fn,
+        static_args,
+        static_kwargs,
+        static_inputs,
+        static_targets,
+        options,
+        streams,
     ) -> "TrainingReplay":
         self = cls()
         self.module = module
@@ -322,7 +347,10 @@ class TrainingReplay:
             del loss, grads
             snapshot.restore()
             step_tensors = [
-                v for p in self.params for v in optimizer.state[p].values() if isinstance(v, torch.Tensor)
+                v
+                for p in self.params
+                for v in optimizer.state[p].values()
+                if isinstance(v, torch.Tensor)
             ]
             with self.scalars.nudged():
                 expected = self.scalars.expected_values()
@@ -343,13 +371,23 @@ class TrainingReplay:
         finally:
             snapshot.restore()
 
-        self.optimizer_state = {
-            p: dict(optimizer.state[p]) for p in self.params
-        }
-        state = _unique(module_state(module) + [t for e in self.optimizer_state.values() for t in e.values() if isinstance(t, torch.Tensor)])
+        self.optimizer_state = {p: dict(optimizer.state[p]) for p in self.params}
+        state = _unique(
+            module_state(module)
+            + [
+                t
+                for e in self.optimizer_state.values()
+                for t in e.values()
+                if isinstance(t, torch.Tensor)
+            ]
+        )
         self.step_replay = build_replay(
-            ops, static_inputs + list(static_targets), state, [loss] + list(grads),
-            streams=1 if streams == "auto" else streams, **options,
+            ops,
+            static_inputs + list(static_targets),
+            state,
+            [loss] + list(grads),
+            streams=1 if streams == "auto" else streams,
+            **options,
         )
         self.step_replay.register_scalars(self.scalars.places)
         self.replays = [self.step_replay]
@@ -359,7 +397,9 @@ class TrainingReplay:
             timing = TrainingSnapshot(module, optimizer)
             try:
                 self.step_replay.set_scalars(self.scalars.current_values())
-                _choose_streams(self.replays, lambda: self.step_replay.run(self._static_step_inputs, False))
+                _choose_streams(
+                    self.replays, lambda: self.step_replay.run(self._static_step_inputs, False)
+                )
             finally:
                 timing.restore()
         # An optimizer without state (never stepped) makes it on its first step: that step
@@ -375,7 +415,8 @@ class TrainingReplay:
     def check_targets(self, targets: tuple) -> None:
         if len(targets) != len(self._targets):
             raise ValueError(
-                f"expected {len(self._targets)} target tensor(s) (as at prepare), got {len(targets)}"
+                f"expected {len(self._targets)} target tensor(s) (as at prepare), "
+                f"got {len(targets)}"
             )
         for i, (got, expected) in enumerate(zip(targets, self._targets)):
             if (
@@ -385,10 +426,13 @@ class TrainingReplay:
                 or got.device != expected.device
             ):
                 raise ValueError(
-                    f"targets[{i}]: expected {_describe(expected)} (as at prepare), got {_describe(got)}"
+                    f"targets[{i}]: expected {_describe(expected)} (as at prepare), "
+                    f"got {_describe(got)}"
                 )
 
-    def step(self, args: tuple, kwargs: dict, inputs: list[torch.Tensor], targets: tuple) -> torch.Tensor:
+    def step(
+        self, args: tuple, kwargs: dict, inputs: list[torch.Tensor], targets: tuple
+    ) -> torch.Tensor:
         """`args`/`kwargs`: the call as the user made it; `inputs`: its tensors, flattened."""
         self.check_targets(targets)
         self.check_parameters()

@@ -105,7 +105,9 @@ class Nimble(torch.nn.Module):
                 "example_targets together"
             )
         if training and fold_batchnorm:
-            raise ValueError("fold_batchnorm is an inference pass; it cannot be used with training=True")
+            raise ValueError(
+                "fold_batchnorm is an inference pass; it cannot be used with training=True"
+            )
         args = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
         kwargs = dict(example_kwargs or {})
         leaves, spec = tree_flatten((tuple(args), kwargs))
@@ -119,10 +121,24 @@ class Nimble(torch.nn.Module):
         self._training = None
         if training:
             return self._prepare_training(
-                args, kwargs, leaves, spec, tensor_positions, static_leaves, static_args,
-                static_kwargs, copy_outputs, streams, loss_fn, optimizer, example_targets,
-                dict(use_out_variants=use_out_variants, precompute_views=precompute_views,
-                     plan_memory=plan_memory),
+                args,
+                kwargs,
+                leaves,
+                spec,
+                tensor_positions,
+                static_leaves,
+                static_args,
+                static_kwargs,
+                copy_outputs,
+                streams,
+                loss_fn,
+                optimizer,
+                example_targets,
+                dict(
+                    use_out_variants=use_out_variants,
+                    precompute_views=precompute_views,
+                    plan_memory=plan_memory,
+                ),
             )
         state = _ModelState(self.module)
         identities = self._state_identities()
@@ -186,30 +202,65 @@ class Nimble(torch.nn.Module):
         self._in_tensor_positions = tensor_positions
         self._copy_outputs = copy_outputs
         self._prepared_training = self.module.training
-        self._positional_tensors_only = not kwargs and len(tensor_positions) == len(leaves) == len(args)
+        self._positional_tensors_only = not kwargs and len(tensor_positions) == len(leaves) == len(
+            args
+        )
 
     def _prepare_training(
-        self, args, kwargs, leaves, spec, tensor_positions, static_leaves, static_args,
-        static_kwargs, copy_outputs, streams, loss_fn, optimizer, example_targets, options,
+        self,
+        args,
+        kwargs,
+        leaves,
+        spec,
+        tensor_positions,
+        static_leaves,
+        static_args,
+        static_kwargs,
+        copy_outputs,
+        streams,
+        loss_fn,
+        optimizer,
+        example_targets,
+        options,
     ) -> "Nimble":
         from .training import TrainingReplay
 
+        for i in tensor_positions:
+            if leaves[i].requires_grad:  # its gradient is part of the captured backward
+                static_leaves[i].requires_grad_()
         static_inputs = [static_leaves[i] for i in tensor_positions]
         identities = self._state_identities()
         if optimizer is None:
             self._training = TrainingReplay.forward_backward(
-                self.module, static_args, static_kwargs, static_inputs, options, copy_outputs, streams
+                self.module,
+                static_args,
+                static_kwargs,
+                static_inputs,
+                options,
+                copy_outputs,
+                streams,
             )
         else:
-            targets = example_targets if isinstance(example_targets, (tuple, list)) else (example_targets,)
+            targets = (
+                example_targets
+                if isinstance(example_targets, (tuple, list))
+                else (example_targets,)
+            )
             if not all(isinstance(t, torch.Tensor) for t in targets):
                 raise ValueError(
                     f"example_targets must be a tensor or a tuple of tensors, got {_describe_all(list(targets))}"
                 )
             static_targets = tuple(t.detach().clone() for t in targets)
             self._training = TrainingReplay.whole_step(
-                self.module, optimizer, loss_fn, static_args, static_kwargs, static_inputs,
-                static_targets, options, streams,
+                self.module,
+                optimizer,
+                loss_fn,
+                static_args,
+                static_kwargs,
+                static_inputs,
+                static_targets,
+                options,
+                streams,
             )
         if self._state_identities() != identities:
             self._training = None
