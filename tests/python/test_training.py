@@ -392,3 +392,31 @@ def test_gradients_for_inputs_that_require_grad():
     other = nimble.Nimble(model).prepare(torch.randn(3, 4), training=True)
     with pytest.raises(NotPreparedError, match="requires grad"):
         other(torch.randn(3, 4, requires_grad=True))
+
+
+@pytest.mark.parametrize(
+    "name", ["squeezenet1_1", "efficientnet_b0", "mobilenet_v3_small", "regnet_y_400mf"]
+)
+def test_whole_step_on_more_architectures(name):
+    """Stochastic depth (efficientnet), squeeze-excitation, grouped convs, hardswish."""
+    from nimble.zoo import build
+
+    model, x = build("torchvision:" + name, batch=4, image_size=32, num_classes=10)
+    model.train()
+    twin = copy.deepcopy(model)
+    y = torch.randint(0, 10, (4,))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    eager_opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    twin_opt = torch.optim.SGD(twin.parameters(), lr=0.01, momentum=0.9)
+    fast = nimble.Nimble(twin).prepare(
+        x, training=True, loss_fn=loss_fn, optimizer=twin_opt, example_targets=y
+    )
+    for step in range(3):
+        batch = torch.randn_like(x)
+        torch.manual_seed(step)
+        eager_opt.zero_grad()
+        loss_fn(model(batch), y).backward()
+        eager_opt.step()
+        torch.manual_seed(step)
+        fast.step(batch, y)
+    _assert_models_equal(model, twin, exact=True)
