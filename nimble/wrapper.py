@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,6 +23,42 @@ def _describe(value: Any) -> str:
 
 def _describe_all(leaves: list) -> str:
     return "(" + ", ".join(_describe(v) for v in leaves) + ")"
+
+
+@dataclass
+class _Example:
+    """The example call of prepare, flattened, with static copies of its tensors (the
+    replay reads its inputs from buffers of its own: the capture runs on those)."""
+
+    args: tuple
+    kwargs: dict
+    leaves: list
+    spec: Any
+    tensor_positions: list[int]
+    static_leaves: list
+
+    @classmethod
+    def of(cls, example_inputs: Any, example_kwargs: dict | None) -> "_Example":
+        args = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+        kwargs = dict(example_kwargs or {})
+        leaves, spec = tree_flatten((tuple(args), kwargs))
+        positions = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+        static = list(leaves)
+        for i in positions:
+            static[i] = leaves[i].detach().clone()
+        return cls(tuple(args), kwargs, leaves, spec, positions, static)
+
+    def static_call(self) -> tuple[tuple, dict]:
+        return tree_unflatten(self.static_leaves, self.spec)
+
+    @property
+    def static_inputs(self) -> list[torch.Tensor]:
+        return [self.static_leaves[i] for i in self.tensor_positions]
+
+    def restore_static_inputs(self) -> None:
+        """The static copies hold the example's values again (runs may write inputs)."""
+        for i in self.tensor_positions:
+            self.static_leaves[i].copy_(self.leaves[i])
 
 
 class _ModelState:
@@ -108,37 +145,17 @@ class Nimble(torch.nn.Module):
             raise ValueError(
                 "fold_batchnorm is an inference pass; it cannot be used with training=True"
             )
-        args = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-        kwargs = dict(example_kwargs or {})
-        leaves, spec = tree_flatten((tuple(args), kwargs))
-        tensor_positions = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
-        # The replay reads its inputs from buffers of its own: capture on those.
-        static_leaves = list(leaves)
-        for i in tensor_positions:
-            static_leaves[i] = leaves[i].detach().clone()
-        static_args, static_kwargs = tree_unflatten(static_leaves, spec)
-
+        example = _Example.of(example_inputs, example_kwargs)
+        static_args, static_kwargs = example.static_call()
         self._training = None
         if training:
+            options = dict(
+                use_out_variants=use_out_variants,
+                precompute_views=precompute_views,
+                plan_memory=plan_memory,
+            )
             return self._prepare_training(
-                args,
-                kwargs,
-                leaves,
-                spec,
-                tensor_positions,
-                static_leaves,
-                static_args,
-                static_kwargs,
-                copy_outputs,
-                streams,
-                loss_fn,
-                optimizer,
-                example_targets,
-                dict(
-                    use_out_variants=use_out_variants,
-                    precompute_views=precompute_views,
-                    plan_memory=plan_memory,
-                ),
+                example, copy_outputs, streams, loss_fn, optimizer, example_targets, options
             )
         state = _ModelState(self.module)
         identities = self._state_identities()
@@ -146,7 +163,11 @@ class Nimble(torch.nn.Module):
             with torch.no_grad():
                 # Warm-up: lazily created state exists before the recorded run.
                 warm_args, warm_kwargs = tree_unflatten(
-                    [v.clone() if isinstance(v, torch.Tensor) else v for v in static_leaves], spec
+                    [
+                        v.clone() if isinstance(v, torch.Tensor) else v
+                        for v in example.static_leaves
+                    ],
+                    example.spec,
                 )
                 self.module(*warm_args, **warm_kwargs)
                 state.restore()
@@ -161,14 +182,13 @@ class Nimble(torch.nn.Module):
                 "`self.buf = self.buf + 1`); nimble replays in-place updates only: write "
                 "`self.buf.add_(1)` or `self.buf.copy_(...)` instead"
             )
-        for i in tensor_positions:
-            static_leaves[i].copy_(leaves[i])
+        example.restore_static_inputs()
 
         out_leaves, out_spec = tree_flatten(output)
         out_tensor_positions = [i for i, v in enumerate(out_leaves) if isinstance(v, torch.Tensor)]
         self._replay = build_replay(
             recorder.trace.ops,
-            [static_leaves[i] for i in tensor_positions],
+            example.static_inputs,
             _ModelState._all(self.module),
             [out_leaves[i] for i in out_tensor_positions],
             use_out_variants=use_out_variants,
@@ -177,7 +197,7 @@ class Nimble(torch.nn.Module):
             plan_memory=plan_memory,
             streams=1 if streams == "auto" else streams,
         )
-        self._static_inputs = [static_leaves[i] for i in tensor_positions]
+        self._static_inputs = example.static_inputs
         if streams == "auto":
             # Timing replays run the model: keep its state, the RNG and the inputs intact.
             state = _ModelState(self.module)
@@ -185,10 +205,9 @@ class Nimble(torch.nn.Module):
                 self._choose_streams()
             finally:
                 state.restore()
-                for i in tensor_positions:
-                    static_leaves[i].copy_(leaves[i])
+                example.restore_static_inputs()
 
-        self._remember_inputs(args, kwargs, leaves, spec, tensor_positions, copy_outputs)
+        self._remember_inputs(example, copy_outputs)
         self._out_spec = out_spec
         self._out_leaves = [None if isinstance(v, torch.Tensor) else v for v in out_leaves]
         self._out_tensor_positions = out_tensor_positions
@@ -196,26 +215,19 @@ class Nimble(torch.nn.Module):
         self._single_tensor_output = isinstance(output, torch.Tensor)
         return self
 
-    def _remember_inputs(self, args, kwargs, leaves, spec, tensor_positions, copy_outputs) -> None:
-        self._in_spec = spec
-        self._in_leaves = [None if isinstance(v, torch.Tensor) else v for v in leaves]
-        self._in_tensor_positions = tensor_positions
+    def _remember_inputs(self, example: "_Example", copy_outputs: bool) -> None:
+        self._in_spec = example.spec
+        self._in_leaves = [None if isinstance(v, torch.Tensor) else v for v in example.leaves]
+        self._in_tensor_positions = example.tensor_positions
         self._copy_outputs = copy_outputs
         self._prepared_training = self.module.training
-        self._positional_tensors_only = not kwargs and len(tensor_positions) == len(leaves) == len(
-            args
+        self._positional_tensors_only = not example.kwargs and (
+            len(example.tensor_positions) == len(example.leaves) == len(example.args)
         )
 
     def _prepare_training(
         self,
-        args,
-        kwargs,
-        leaves,
-        spec,
-        tensor_positions,
-        static_leaves,
-        static_args,
-        static_kwargs,
+        example: "_Example",
         copy_outputs,
         streams,
         loss_fn,
@@ -225,10 +237,11 @@ class Nimble(torch.nn.Module):
     ) -> "Nimble":
         from .training import TrainingReplay
 
-        for i in tensor_positions:
-            if leaves[i].requires_grad:  # its gradient is part of the captured backward
-                static_leaves[i].requires_grad_()
-        static_inputs = [static_leaves[i] for i in tensor_positions]
+        for i in example.tensor_positions:
+            if example.leaves[i].requires_grad:  # its gradient is part of the captured backward
+                example.static_leaves[i].requires_grad_()
+        static_args, static_kwargs = example.static_call()
+        static_inputs = example.static_inputs
         identities = self._state_identities()
         if optimizer is None:
             self._training = TrainingReplay.forward_backward(
@@ -248,7 +261,8 @@ class Nimble(torch.nn.Module):
             )
             if not all(isinstance(t, torch.Tensor) for t in targets):
                 raise ValueError(
-                    f"example_targets must be a tensor or a tuple of tensors, got {_describe_all(list(targets))}"
+                    "example_targets must be a tensor or a tuple of tensors, "
+                    f"got {_describe_all(list(targets))}"
                 )
             static_targets = tuple(t.detach().clone() for t in targets)
             self._training = TrainingReplay.whole_step(
@@ -270,7 +284,7 @@ class Nimble(torch.nn.Module):
             )
         self._replay = self._training.replays[0]
         self._static_inputs = static_inputs
-        self._remember_inputs(args, kwargs, leaves, spec, tensor_positions, copy_outputs)
+        self._remember_inputs(example, copy_outputs)
         return self
 
     def step(self, *args: Any, targets: Any = None, **kwargs: Any) -> torch.Tensor:
