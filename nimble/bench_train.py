@@ -18,6 +18,7 @@ from collections import defaultdict
 
 import torch
 
+from .bench import _alternate
 from .wrapper import Nimble
 from .zoo import build
 
@@ -25,20 +26,6 @@ OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=1e-4),
     "adam": lambda params: torch.optim.Adam(params, lr=1e-3),
 }
-
-
-def _alternate(first, second, runs: int, warmup: int):
-    a, b = [], []
-    for i in range(warmup + runs):
-        t0 = time.perf_counter()
-        first()
-        t1 = time.perf_counter()
-        second()
-        t2 = time.perf_counter()
-        if i >= warmup:
-            a.append(t1 - t0)
-            b.append(t2 - t1)
-    return a, b
 
 
 def _ms(samples):
