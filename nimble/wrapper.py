@@ -113,6 +113,7 @@ class Nimble(torch.nn.Module):
         fold_batchnorm: bool = False,
         plan_memory: bool = True,
         use_out_variants: bool = True,
+        out_variant_max_bytes: int = 0,
         precompute_views: bool = True,
         training: bool = False,
         loss_fn=None,
@@ -151,6 +152,7 @@ class Nimble(torch.nn.Module):
         if training:
             options = dict(
                 use_out_variants=use_out_variants,
+                out_variant_max_bytes=out_variant_max_bytes,
                 precompute_views=precompute_views,
                 plan_memory=plan_memory,
             )
@@ -192,6 +194,7 @@ class Nimble(torch.nn.Module):
             _ModelState._all(self.module),
             [out_leaves[i] for i in out_tensor_positions],
             use_out_variants=use_out_variants,
+            out_variant_max_bytes=out_variant_max_bytes,
             precompute_views=precompute_views,
             fold_batchnorm=fold_batchnorm,
             plan_memory=plan_memory,

@@ -414,7 +414,12 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
         !returns_changed && !produced.empty()) {
       out_variant = find_out_variant(raw.handle);
       const at::Tensor& first = capture_values_[produced[0].slot].toTensor();
-      if (out_variant && !out_variant->hasKernelForDispatchKey(backend_key(first))) {
+      int64_t produced_bytes = 0;
+      for (const auto& out : produced)
+        produced_bytes += capture_values_[out.slot].toTensor().nbytes();
+      if (out_variant && (!out_variant->hasKernelForDispatchKey(backend_key(first)) ||
+                          (options.out_variant_max_bytes > 0 &&
+                           produced_bytes > options.out_variant_max_bytes))) {
         out_variant.reset();
       }
     }

@@ -20,6 +20,10 @@ namespace nimble {
 struct BuildOptions {
   // Rewrite functional ops to their `.out` overload into preallocated buffers.
   bool use_out_variants = true;
+  // Only ops whose results are at most this many bytes get `.out` buffers (0: any size).
+  // Buffers stay allocated between replays; larger results are better allocated and
+  // freed as eager does, which keeps the replay's peak memory at eager's.
+  int64_t out_variant_max_bytes = 0;
   // Compute views of stable tensors once, at prepare.
   bool precompute_views = true;
   // Fold eval-mode batch norms into the convolutions before them.

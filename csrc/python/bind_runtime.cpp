@@ -84,8 +84,9 @@ void bind_runtime(py::module_& m) {
       .def(
           "finish",
           [](ProgramBuilder& b, bool use_out_variants, bool precompute_views, bool fold_batchnorm,
-             bool plan_memory, int streams, int cores) {
+             bool plan_memory, int streams, int cores, int64_t out_variant_max_bytes) {
             BuildOptions options;
+            options.out_variant_max_bytes = out_variant_max_bytes;
             options.plan_memory = plan_memory;
             options.use_out_variants = use_out_variants;
             options.precompute_views = precompute_views;
@@ -94,7 +95,7 @@ void bind_runtime(py::module_& m) {
           },
           py::arg("use_out_variants") = true, py::arg("precompute_views") = true,
           py::arg("fold_batchnorm") = false, py::arg("plan_memory") = true, py::arg("streams") = 1,
-          py::arg("cores") = 0);
+          py::arg("cores") = 0, py::arg("out_variant_max_bytes") = 0);
 
   py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
       .def(

@@ -46,3 +46,14 @@ def test_outputs_never_share_storage_with_later_buffers():
     with torch.no_grad():
         expected = model(x)
     torch.testing.assert_close(fast(x), expected)
+
+
+def test_large_results_can_be_left_to_the_allocator():
+    model, example = build("torchvision:googlenet", batch=2)
+    everything = nimble.Nimble(model).prepare(example)
+    small_only = nimble.Nimble(model).prepare(example, out_variant_max_bytes=16 * 1024)
+    assert small_only.memory["buffer_bytes_unplanned"] < everything.memory["buffer_bytes_unplanned"]
+    x = torch.randn_like(example)
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(small_only(x), expected, rtol=0, atol=0)
