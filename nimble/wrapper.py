@@ -240,6 +240,16 @@ class Nimble(torch.nn.Module):
     ) -> "Nimble":
         from .training import TrainingReplay
 
+        devices = {t.device.type for t in example.static_inputs + list(self.module.parameters())}
+        if devices - {"cpu"}:
+            # The CUDA graph backend runs the program once to warm up when it is built, which
+            # would apply an optimizer step, and bakes scalar arguments (the learning rate)
+            # into the graph: training there needs both handled first.
+            raise UnsupportedOpError(
+                f"training replays run on the CPU backend; got tensors on {sorted(devices)}. "
+                "CUDA training is not built yet"
+            )
+
         for i in example.tensor_positions:
             if example.leaves[i].requires_grad:  # its gradient is part of the captured backward
                 example.static_leaves[i].requires_grad_()

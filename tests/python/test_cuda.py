@@ -39,3 +39,10 @@ def test_cuda_outputs_are_copied_by_default():
     fast(torch.randn(2, 4, device="cuda"))
     with torch.no_grad():
         torch.testing.assert_close(first, model(a))
+
+
+@needs_gpu
+def test_training_on_cuda_is_refused_clearly():
+    model = torch.nn.Linear(4, 2).cuda()
+    with pytest.raises(nimble.UnsupportedOpError, match="CPU backend"):
+        nimble.Nimble(model).prepare(torch.randn(3, 4, device="cuda"), training=True)

@@ -420,3 +420,10 @@ def test_whole_step_on_more_architectures(name):
         torch.manual_seed(step)
         fast.step(batch, y)
     _assert_models_equal(model, twin, exact=True)
+
+
+def test_training_off_the_cpu_is_refused_before_anything_runs():
+    # A GPU is not needed to see the check: any non-CPU device takes the same path.
+    model = torch.nn.Linear(4, 2, device="meta")
+    with pytest.raises(nimble.UnsupportedOpError, match="CPU backend"):
+        nimble.Nimble(model).prepare(torch.randn(3, 4, device="meta"), training=True)
