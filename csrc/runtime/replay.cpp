@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -218,6 +219,8 @@ Replay::TimedRun Replay::run_timed(const std::vector<at::Tensor>& inputs) {
   run.total_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();
+  std::sort(run.ops.begin(), run.ops.end(),
+            [](const OpTiming& a, const OpTiming& b) { return a.start_ns < b.start_ns; });
   return run;
 }
 
