@@ -115,6 +115,7 @@ class Nimble(torch.nn.Module):
         use_out_variants: bool = True,
         out_variant_max_bytes: int = 0,
         precompute_views: bool = True,
+        drop_noop_ops: bool = True,
         training: bool = False,
         loss_fn=None,
         optimizer: torch.optim.Optimizer | None = None,
@@ -127,6 +128,10 @@ class Nimble(torch.nn.Module):
         N CPU streams (worker threads) with Nimble's stream assignment; 'auto' times one
         stream against the default number of streams (chosen from the cores and the
         width of the op graph) on the example and keeps the faster.
+
+        `drop_noop_ops` (inference): copies and aliases (`clone`, `detach`, ...) whose result
+        readers cannot tell from their input are not replayed; copies whose source or
+        result is written afterwards, that change the layout, or that are returned, stay.
 
         `training=True` captures forward and backward: `fast(x)` then returns outputs attached
         to autograd, and `.backward()` replays the captured backward, accumulating into each
@@ -155,6 +160,8 @@ class Nimble(torch.nn.Module):
                 out_variant_max_bytes=out_variant_max_bytes,
                 precompute_views=precompute_views,
                 plan_memory=plan_memory,
+                # An inference pass: training programs keep every copy they captured.
+                drop_noop_ops=False,
             )
             return self._prepare_training(
                 example, copy_outputs, streams, loss_fn, optimizer, example_targets, options
@@ -198,6 +205,7 @@ class Nimble(torch.nn.Module):
             precompute_views=precompute_views,
             fold_batchnorm=fold_batchnorm,
             plan_memory=plan_memory,
+            drop_noop_ops=drop_noop_ops,
             streams=1 if streams == "auto" else streams,
         )
         self._static_inputs = example.static_inputs

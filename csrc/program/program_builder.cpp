@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "program/memory_plan.h"
+#include "program/noop_elimination.h"
 
 namespace nimble {
 
@@ -261,6 +262,20 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
     return slot_by_impl_.at(t.unsafeGetTensorImpl());
   };
 
+  // Readers of a dropped op's result read its input instead.
+  std::vector<bool> dropped(raw_ops_.size(), false);
+  if (options.drop_noop_ops) {
+    const std::set<int> output_slots(outputs_.begin(), outputs_.end());
+    const auto noops = find_noop_ops(raw_ops_, [&](const at::Tensor& t) {
+      const auto it = slot_by_impl_.find(t.unsafeGetTensorImpl());
+      return it == slot_by_impl_.end() || output_slots.count(it->second) > 0;
+    });
+    for (const NoopOp& noop : noops) {
+      slot_by_impl_[noop.result.unsafeGetTensorImpl()] = slot_of_value(noop.source);
+      dropped[noop.op] = true;
+    }
+  }
+
   // Targets of in-place metadata changes must be recreated on every replay.
   std::unordered_set<int> metadata_changed;
   for (const TracedOp& raw : raw_ops_) {
@@ -282,6 +297,7 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
   program.op_of_traced.assign(raw_ops_.size(), -1);
 
   for (size_t index = 0; index < raw_ops_.size(); ++index) {
+    if (dropped[index]) continue;
     const TracedOp& raw = raw_ops_[index];
     const c10::FunctionSchema& schema = raw.handle.schema();
     const std::string qualified = op_name(raw.handle);
@@ -417,9 +433,9 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
       int64_t produced_bytes = 0;
       for (const auto& out : produced)
         produced_bytes += capture_values_[out.slot].toTensor().nbytes();
-      if (out_variant && (!out_variant->hasKernelForDispatchKey(backend_key(first)) ||
-                          (options.out_variant_max_bytes > 0 &&
-                           produced_bytes > options.out_variant_max_bytes))) {
+      if (out_variant &&
+          (!out_variant->hasKernelForDispatchKey(backend_key(first)) ||
+           (options.out_variant_max_bytes > 0 && produced_bytes > options.out_variant_max_bytes))) {
         out_variant.reset();
       }
     }

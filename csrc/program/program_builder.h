@@ -30,6 +30,8 @@ struct BuildOptions {
   bool fold_batchnorm = false;
   // Let `.out` buffers whose lifetimes cannot overlap share storage.
   bool plan_memory = true;
+  // Drop copies and aliases readers cannot tell from their input (noop_elimination.h).
+  bool drop_noop_ops = true;
 };
 
 // The dispatcher's handle for an op overload; std::invalid_argument naming it if none.

@@ -84,8 +84,10 @@ void bind_runtime(py::module_& m) {
       .def(
           "finish",
           [](ProgramBuilder& b, bool use_out_variants, bool precompute_views, bool fold_batchnorm,
-             bool plan_memory, int streams, int cores, int64_t out_variant_max_bytes) {
+             bool plan_memory, int streams, int cores, int64_t out_variant_max_bytes,
+             bool drop_noop_ops) {
             BuildOptions options;
+            options.drop_noop_ops = drop_noop_ops;
             options.out_variant_max_bytes = out_variant_max_bytes;
             options.plan_memory = plan_memory;
             options.use_out_variants = use_out_variants;
@@ -95,7 +97,8 @@ void bind_runtime(py::module_& m) {
           },
           py::arg("use_out_variants") = true, py::arg("precompute_views") = true,
           py::arg("fold_batchnorm") = false, py::arg("plan_memory") = true, py::arg("streams") = 1,
-          py::arg("cores") = 0, py::arg("out_variant_max_bytes") = 0);
+          py::arg("cores") = 0, py::arg("out_variant_max_bytes") = 0,
+          py::arg("drop_noop_ops") = true);
 
   py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
       .def(

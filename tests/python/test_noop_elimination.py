@@ -1,0 +1,76 @@
+"""Inference pass: copies and aliases that readers cannot tell from their input are not
+replayed; copies that matter stay. Every case is checked against eager."""
+
+import torch
+from torch import nn
+
+import nimble
+
+
+def names(fast: nimble.Nimble) -> list[str]:
+    return [op["name"] for op in fast.replay.ops()]
+
+
+class Fn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def prepared(fn, x, **options):
+    model = Fn(fn).eval()
+    fast = nimble.Nimble(model).prepare(x, **options)
+    y = torch.randn_like(x)
+    with torch.no_grad():
+        expected = model(y.clone())
+    torch.testing.assert_close(fast(y), expected, rtol=0, atol=0)
+    return fast
+
+
+def test_unneeded_clone_and_detach_are_dropped():
+    x = torch.randn(4, 8)
+    fast = prepared(lambda x: torch.relu((x * 2).clone()).detach() + 1, x)
+    assert "aten::clone" not in names(fast) and "aten::detach" not in names(fast)
+    kept = prepared(lambda x: torch.relu((x * 2).clone()).detach() + 1, x, drop_noop_ops=False)
+    assert fast.num_ops < kept.num_ops
+
+
+def test_clone_whose_result_is_written_later_stays():
+    def fn(x):
+        a = x * 2
+        b = a.clone()
+        b.add_(1)
+        return a + b
+
+    assert "aten::clone" in names(prepared(fn, torch.randn(3, 5)))
+
+
+def test_clone_whose_source_is_written_later_stays():
+    def fn(x):
+        a = x * 2
+        b = a.clone()
+        a.mul_(3)
+        return a - b
+
+    assert "aten::clone" in names(prepared(fn, torch.randn(3, 5)))
+
+
+def test_clone_that_changes_layout_stays():
+    assert "aten::clone" in names(prepared(lambda x: x.t().contiguous() + 1, torch.randn(6, 7)))
+
+
+def test_clone_returned_to_the_caller_stays_a_distinct_tensor():
+    x = torch.randn(2, 3)
+    fast = prepared(lambda x: (x + 1).clone(), x)
+    assert "aten::clone" in names(fast)
+
+
+def test_eval_dropout_costs_no_op():
+    x = torch.randn(2, 16)
+    with_dropout = nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.5), nn.ReLU()).eval()
+    without = nn.Sequential(nn.Linear(16, 16), nn.ReLU()).eval()
+    without.load_state_dict(with_dropout.state_dict(), strict=False)
+    assert nimble.Nimble(with_dropout).prepare(x).num_ops == nimble.Nimble(without).prepare(x).num_ops
