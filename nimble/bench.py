@@ -53,15 +53,17 @@ def peak_allocated_bytes(fn) -> int:
 
 
 def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
-            streams: int | str | None = None) -> dict:
+            streams: int | str | None = None, out_variant_max_bytes: int = 0) -> dict:
     """Eager, single-stream and multi-stream replay of one model, timed side by side.
     `streams`: the multi-stream mode (default: as many streams as cores, capped by the
-    op graph's logical streams; 'auto' lets prepare choose)."""
+    op graph's logical streams; 'auto' lets prepare choose). `out_variant_max_bytes` goes
+    to both replays' prepare."""
     model, example = build(spec, batch=batch, image_size=image_size)
     start = time.perf_counter()
-    fast = Nimble(model).prepare(example)
+    fast = Nimble(model).prepare(example, out_variant_max_bytes=out_variant_max_bytes)
     prepare_s = time.perf_counter() - start
-    multi = Nimble(model).prepare(example, streams=streams or (os.cpu_count() or 1))
+    multi = Nimble(model).prepare(example, streams=streams or (os.cpu_count() or 1),
+                                  out_variant_max_bytes=out_variant_max_bytes)
     x = torch.randn_like(example)
     with torch.no_grad():
         expected = model(x)
@@ -155,6 +157,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--streams", default=None,
                         help="multi-stream mode: N streams or 'auto' (default: one per core, "
                              "capped by the op graph's logical streams)")
+    parser.add_argument("--out-variant-max-bytes", type=int, default=0, metavar="N",
+                        help="prepare(out_variant_max_bytes=N): preallocated .out buffers only "
+                             "for results of at most N bytes (default 0: all; 1: none, which "
+                             "keeps the replay's peak memory at eager's)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--train", action="store_true",
                         help="time one training step (eager; forward+backward replayed with an "
@@ -167,6 +173,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.out_variant_max_bytes < 0:
+        parser.error("--out-variant-max-bytes must be 0 (no limit) or a positive byte count")
     streams = args.streams
     if streams is not None and streams != "auto":
         if not streams.isdigit() or int(streams) < 1:
@@ -189,7 +197,7 @@ def main(argv: list[str]) -> int:
                     args.optimizer, args.breakdown))
             else:
                 rows.append(measure(spec, args.batch, args.image_size, args.runs, args.warmup,
-                                    streams))
+                                    streams, args.out_variant_max_bytes))
         except ValueError as error:
             parser.error(str(error))
         if not args.json:

@@ -20,6 +20,15 @@ def test_bench_json():
     assert row["ops"] > 0 and row["eager_ms"] > 0 and row["nimble_ms"] > 0
 
 
+def test_bench_without_out_buffers_preallocates_nothing():
+    done = run("bench", "--model", "torchvision:squeezenet1_1", "--image-size", "32", "--runs",
+               "2", "--warmup", "1", "--out-variant-max-bytes", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)
+    assert row["buffers_mb"] == 0 and row["eager_peak_mb"] > 0
+    assert run("bench", "--out-variant-max-bytes", "-1").returncode == 2
+
+
 def test_bench_rejects_unknown_models_and_commands():
     done = run("bench", "--model", "torchvision:not_a_model", "--runs", "1")
     assert done.returncode == 2 and "unknown torchvision classification model 'not_a_model'" in done.stderr
