@@ -265,10 +265,13 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
   // Readers of a dropped op's result read its input instead.
   std::vector<bool> dropped(raw_ops_.size(), false);
   if (options.drop_noop_ops) {
-    const std::set<int> output_slots(outputs_.begin(), outputs_.end());
+    // An output on the result's storage (the result or a view of it) must not become a
+    // view of the source: returned without a copy, it would let the caller write a
+    // parameter or an input.
+    std::set<const void*> output_storages;
+    for (int slot : outputs_) output_storages.insert(slots_[slot].storage);
     const auto noops = find_noop_ops(raw_ops_, [&](const at::Tensor& t) {
-      const auto it = slot_by_impl_.find(t.unsafeGetTensorImpl());
-      return it == slot_by_impl_.end() || output_slots.count(it->second) > 0;
+      return output_storages.count(t.storage().unsafeGetStorageImpl()) > 0;
     });
     for (const NoopOp& noop : noops) {
       slot_by_impl_[noop.result.unsafeGetTensorImpl()] = slot_of_value(noop.source);

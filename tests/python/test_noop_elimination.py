@@ -68,6 +68,16 @@ def test_clone_returned_to_the_caller_stays_a_distinct_tensor():
     assert "aten::clone" in names(fast)
 
 
+def test_clone_whose_view_is_returned_stays():
+    lin = nn.Linear(3, 3)
+    model = Fn(lambda x: lin.weight.clone().view(-1)).eval()
+    fast = nimble.Nimble(model).prepare(torch.randn(9), copy_outputs=False)
+    assert "aten::clone" in names(fast)
+    before = lin.weight.detach().clone()
+    fast(torch.randn(9)).zero_()  # the caller owns what it got: the parameter stays as it was
+    torch.testing.assert_close(lin.weight.detach(), before, rtol=0, atol=0)
+
+
 def test_eval_dropout_costs_no_op():
     x = torch.randn(2, 16)
     with_dropout = nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.5), nn.ReLU()).eval()
