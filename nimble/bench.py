@@ -160,7 +160,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out-variant-max-bytes", type=int, default=0, metavar="N",
                         help="prepare(out_variant_max_bytes=N): preallocated .out buffers only "
                              "for results of at most N bytes (default 0: all; 1: none, which "
-                             "keeps the replay's peak memory at eager's)")
+                             "brings the replay's peak memory to about eager's)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--train", action="store_true",
                         help="time one training step (eager; forward+backward replayed with an "

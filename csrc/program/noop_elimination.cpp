@@ -1,7 +1,7 @@
 #include "program/noop_elimination.h"
 
-#include <set>
 #include <string>
+#include <unordered_map>
 
 namespace nimble {
 
@@ -9,9 +9,9 @@ namespace {
 
 const void* storage_of(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
 
-// Storages each op writes in place, from the schema's alias annotations.
-std::vector<std::vector<const void*>> written_storages(const std::vector<TracedOp>& ops) {
-  std::vector<std::vector<const void*>> written(ops.size());
+// The index of the last op that writes each storage in place (schema alias annotations).
+std::unordered_map<const void*, size_t> last_writes(const std::vector<TracedOp>& ops) {
+  std::unordered_map<const void*, size_t> last;
   for (size_t i = 0; i < ops.size(); ++i) {
     const auto& arguments = ops[i].handle.schema().arguments();
     for (size_t a = 0; a < ops[i].args.size() && a < arguments.size(); ++a) {
@@ -19,15 +19,15 @@ std::vector<std::vector<const void*>> written_storages(const std::vector<TracedO
       if (alias == nullptr || !alias->isWrite()) continue;
       const c10::IValue& value = ops[i].args[a];
       if (value.isTensor() && value.toTensor().defined()) {
-        written[i].push_back(storage_of(value.toTensor()));
+        last[storage_of(value.toTensor())] = i;
       } else if (value.isTensorList()) {
         for (const at::Tensor& t : value.toTensorVector()) {
-          if (t.defined()) written[i].push_back(storage_of(t));
+          if (t.defined()) last[storage_of(t)] = i;
         }
       }
     }
   }
-  return written;
+  return last;
 }
 
 bool same_layout(const at::Tensor& a, const at::Tensor& b) {
@@ -41,7 +41,7 @@ bool same_layout(const at::Tensor& a, const at::Tensor& b) {
 std::vector<NoopOp> find_noop_ops(const std::vector<TracedOp>& ops,
                                   const std::function<bool(const at::Tensor&)>& keep) {
   std::vector<NoopOp> found;
-  std::vector<std::vector<const void*>> written;  // computed on the first candidate
+  const std::unordered_map<const void*, size_t> last_write = last_writes(ops);
   for (size_t i = 0; i < ops.size(); ++i) {
     const TracedOp& op = ops[i];
     const std::string& name = op.handle.operator_name().name;
@@ -60,13 +60,11 @@ std::vector<NoopOp> find_noop_ops(const std::vector<TracedOp>& ops,
     }
     // Also for aliases: an in-place metadata change (`as_strided_`) is a write, and must
     // not move from the alias to its source.
-    if (written.empty()) written = written_storages(ops);
-    const std::set<const void*> ends = {storage_of(source), storage_of(result)};
-    bool written_later = false;
-    for (size_t j = i + 1; j < ops.size() && !written_later; ++j) {
-      for (const void* s : written[j]) written_later = written_later || ends.count(s) > 0;
-    }
-    if (written_later) continue;
+    const auto written_after = [&](const at::Tensor& t) {
+      const auto it = last_write.find(storage_of(t));
+      return it != last_write.end() && it->second > i;
+    };
+    if (written_after(source) || written_after(result)) continue;
     found.push_back({static_cast<int>(i), result, source});
   }
   return found;
