@@ -38,16 +38,20 @@ def _alternate(first, second, runs: int, warmup: int) -> tuple[list[float], list
 
 
 def peak_allocated_bytes(fn) -> int:
-    """Peak of the bytes allocated and not yet freed while `fn` runs on this thread (tensors
-    that existed before, such as parameters, do not count), from the profiler's memory
-    events."""
+    """Peak of the CPU bytes allocated and not yet freed while `fn` runs (tensors that
+    existed before, such as parameters, do not count). Read from the profiler's record of
+    every allocation and free: per-op memory totals would hide memory an op allocates and
+    frees itself (a convolution's scratch space)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
         fn()
+    cpu = torch._C._autograd.DeviceType.CPU
+    events = [e for e in prof.profiler.kineto_results.events()
+              if e.name() == "[memory]" and e.device_type() == cpu]
     current = peak = 0
-    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
-        current += event.self_cpu_memory_usage
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        current += event.nbytes()
         peak = max(peak, current)
     return peak
 
@@ -90,10 +94,10 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
         frees.append(freeing / 1e3 / max(1, len(ops)))
     own_ms = statistics.median(own)
     # Peak memory beyond the model's parameters: eager's activations; the replay's
-    # preallocated buffers (resident between calls) plus what its ops allocate while it runs.
+    # resident memory (buffers, its pool's block) plus what it allocates while it runs.
     with torch.no_grad():
         eager_peak = peak_allocated_bytes(lambda: model(x))
-    replay_peak = fast.memory["buffer_bytes"] + peak_allocated_bytes(lambda: fast(x))
+    replay_peak = fast.memory["resident_bytes"] + peak_allocated_bytes(lambda: fast(x))
     eager_ms, nimble_ms = _median_ms(eager_times), _median_ms(replay_times)
     multi_ms = _median_ms(multi_times)
     schedule = multi.schedule

@@ -93,7 +93,8 @@ void bind_runtime(py::module_& m) {
             options.use_out_variants = use_out_variants;
             options.precompute_views = precompute_views;
             options.fold_batchnorm = fold_batchnorm;
-            return std::make_shared<Replay>(b.finish(options), ExecutorOptions{streams, cores});
+            return std::make_shared<Replay>(b.finish(options),
+                                            ExecutorOptions{streams, cores, plan_memory});
           },
           py::arg("use_out_variants") = true, py::arg("precompute_views") = true,
           py::arg("fold_batchnorm") = false, py::arg("plan_memory") = true, py::arg("streams") = 1,
@@ -132,7 +133,10 @@ void bind_runtime(py::module_& m) {
           "set_streams",
           [](Replay& r, int streams, int cores) {
             py::gil_scoped_release no_gil;
-            r.set_executor_options(ExecutorOptions{streams, cores});
+            ExecutorOptions options = r.executor_options();
+            options.streams = streams;
+            options.cores = cores;
+            r.set_executor_options(options);
           },
           py::arg("streams"), py::arg("cores") = 0)
       .def("schedule",
@@ -148,10 +152,25 @@ void bind_runtime(py::module_& m) {
              return d;
            })
       .def("memory",
-           [](const Replay& r) {
+           [](Replay& r) {
+             const Replay::Memory m = r.memory();
              py::dict d;
              d["buffer_bytes"] = r.program().buffer_bytes;
              d["buffer_bytes_unplanned"] = r.program().buffer_bytes_unplanned;
+             d["resident_bytes"] = m.resident_bytes;
+             if (m.pool) {
+               py::dict pool;
+               pool["planned"] = m.pool->planned;
+               pool["block_bytes"] = m.pool->block_bytes;
+               pool["requests"] = m.pool->requests;
+               pool["planned_requests"] = m.pool->planned_requests;
+               pool["buffers_moved"] = m.pool->buffers_moved;
+               pool["served_last"] = m.pool->served_last;
+               pool["fallbacks_last"] = m.pool->fallbacks_last;
+               d["pool"] = pool;
+             } else {
+               d["pool"] = py::none();
+             }
              return d;
            })
       .def_property_readonly("num_ops", [](const Replay& r) { return r.program().num_ops(); })

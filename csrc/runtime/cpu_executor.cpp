@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 #include "runtime/op_call.h"
@@ -76,8 +77,8 @@ std::vector<std::vector<int>> readers_of_slots(const Program& program) {
 
 }  // namespace
 
-CpuExecutor::CpuExecutor(const Program& program, scheduling::PhysicalSchedule schedule,
-                         ScheduleInfo info, int cores)
+CpuExecutor::CpuExecutor(Program& program, scheduling::PhysicalSchedule schedule, ScheduleInfo info,
+                         int cores, bool memory_pool)
     : schedule_(std::move(schedule)), info_(std::move(info)), cores_(std::max(1, cores)) {
   const int n = static_cast<int>(program.ops.size());
   if (schedule_.num_streams < 1 || static_cast<int>(schedule_.stream.size()) != n ||
@@ -139,6 +140,12 @@ CpuExecutor::CpuExecutor(const Program& program, scheduling::PhysicalSchedule sc
     }
   }
 
+  for (size_t slot = 0; slot < program.slots.size(); ++slot) {
+    if (!program.slots[slot].is_stable()) transients_.push_back(static_cast<int>(slot));
+  }
+  // Several streams allocate concurrently, in an order that changes between replays:
+  // the pool's plan needs one order.
+  if (memory_pool && schedule_.num_streams == 1) arena_ = std::make_unique<ReplayArena>(program);
   stream_done_.resize(schedule_.num_streams);
   errors_.resize(schedule_.num_streams);
   for (int s = 1; s < schedule_.num_streams; ++s) workers_.emplace_back([this, s] { worker(s); });
@@ -157,6 +164,7 @@ void CpuExecutor::run_stream(int stream, Program& program, uint64_t epoch) {
     if (!errors_[stream]) {
       try {
         const OpNode& op = program.ops[step.op];
+        if (arena_) arena_->op_begins(step.op);
         push_args(op, program.values, s.stack);
         if (!timed_) {
           op.handle.redispatchBoxed(op.keys, &s.stack);
@@ -173,7 +181,12 @@ void CpuExecutor::run_stream(int stream, Program& program, uint64_t epoch) {
           s.timings->push_back(
               {step.op, stream, start - origin_ns_, end - origin_ns_, released - end});
         }
+        // Returned values the program does not keep go now, inside the op (for the pool's
+        // lifetimes), not at the next op.
+        s.stack.clear();
+        if (arena_) arena_->op_ends();
       } catch (...) {
+        if (arena_) arena_->op_ends();
         errors_[stream] = std::current_exception();
       }
     }
@@ -213,6 +226,8 @@ void CpuExecutor::replay(Program& program, bool timed, std::vector<OpTiming>* ti
   const uint64_t epoch = ++epoch_;
   if (!workers_.empty()) start_.signal(epoch, queue_);
   {
+    std::optional<ReplayArena::Scope> pool;
+    if (arena_) pool.emplace(*arena_);
     KeepIntraOpThreads keep;
     if (!workers_.empty()) keep.set(threads_per_stream());
     run_stream(0, program, epoch);
@@ -220,8 +235,14 @@ void CpuExecutor::replay(Program& program, bool timed, std::vector<OpTiming>* ti
   for (size_t s = 1; s < streams_.size(); ++s) stream_done_[s].wait(epoch, queue_);
   for (int slot : end_release_) program.values[slot] = c10::IValue();
   for (const std::exception_ptr& error : errors_) {
-    if (error) std::rethrow_exception(error);
+    if (!error) continue;
+    // Values of the failed replay would otherwise live on into the next one.
+    for (int slot : transients_) program.values[slot] = c10::IValue();
+    for (Stream& s : streams_) s.stack.clear();
+    if (arena_ && arena_->recording()) arena_->discard_recording();
+    std::rethrow_exception(error);
   }
+  if (arena_ && arena_->recording()) arena_->plan();
   if (timings) {
     timings->reserve(program.ops.size());
     for (auto& list : per_stream) timings->insert(timings->end(), list.begin(), list.end());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -17,8 +18,9 @@ namespace nimble {
 class CpuExecutor final : public Executor {
  public:
   // `schedule` must cover the program's ops; `cores` is what the streams' kernels share.
-  CpuExecutor(const Program& program, scheduling::PhysicalSchedule schedule, ScheduleInfo info,
-              int cores);
+  // With one stream and `memory_pool`, replays allocate from a ReplayArena.
+  CpuExecutor(Program& program, scheduling::PhysicalSchedule schedule, ScheduleInfo info, int cores,
+              bool memory_pool);
   ~CpuExecutor() override;
   CpuExecutor(const CpuExecutor&) = delete;
   CpuExecutor& operator=(const CpuExecutor&) = delete;
@@ -28,6 +30,7 @@ class CpuExecutor final : public Executor {
   std::string backend() const override { return "cpu"; }
   int num_streams() const override { return schedule_.num_streams; }
   const ScheduleInfo& schedule() const override { return info_; }
+  const ReplayArena* arena() const override { return arena_.get(); }
 
  private:
   struct Step {
@@ -55,6 +58,8 @@ class CpuExecutor final : public Executor {
   int cores_ = 1;
   std::vector<Stream> streams_;
   std::vector<int> end_release_;  // transient slots no single op is last to read
+  std::vector<int> transients_;   // every transient slot: dropped after a failed replay
+  std::unique_ptr<ReplayArena> arena_;
   std::deque<StreamEvent> events_;
   std::deque<StreamEvent> stream_done_;
   StreamEvent start_;

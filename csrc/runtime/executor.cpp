@@ -50,7 +50,8 @@ std::unique_ptr<Executor> make_executor(Program& program, const ExecutorOptions&
   info.physical_streams = schedule.num_streams;
   info.physical_syncs = static_cast<int>(schedule.syncs.size());
   info.physical_stream = schedule.stream;
-  return std::make_unique<CpuExecutor>(program, std::move(schedule), std::move(info), cores);
+  return std::make_unique<CpuExecutor>(program, std::move(schedule), std::move(info), cores,
+                                       options.memory_pool);
 }
 
 }  // namespace nimble

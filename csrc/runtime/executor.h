@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "program/program.h"
+#include "runtime/replay_arena.h"
 
 namespace nimble {
 
@@ -41,11 +42,16 @@ class Executor {
   // Whether every output lives in memory the next replay overwrites (true for a graph
   // with a private pool), so that callers who keep outputs need copies.
   virtual bool reuses_outputs() const { return false; }
+  // The private memory pool of the replay, if it has one.
+  virtual const ReplayArena* arena() const { return nullptr; }
 };
 
 struct ExecutorOptions {
   int streams = 1;  // physical streams (CPU worker threads); 0 = from cores and DAG width
   int cores = 0;    // cores to plan for; 0 = what the machine has
+  // A single-stream CPU replay allocates from a private pool planned from its first
+  // replay (see runtime/replay_arena.h).
+  bool memory_pool = true;
 };
 
 // The backend for the program's device: CUDA graphs for CUDA programs (when built with

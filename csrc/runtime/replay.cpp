@@ -8,6 +8,7 @@
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_set>
 
 namespace nimble {
 
@@ -44,7 +45,8 @@ at::Tensor copy_of(const at::Tensor& src) {
 
 }  // namespace
 
-Replay::Replay(Program program, const ExecutorOptions& options) : program_(std::move(program)) {
+Replay::Replay(Program program, const ExecutorOptions& options)
+    : program_(std::move(program)), options_(options) {
   for (size_t s = 0; s < program_.slots.size(); ++s) {
     if (program_.slots[s].role != SlotRole::kState) continue;
     const at::Tensor& t = program_.values[s].toTensor();
@@ -158,9 +160,9 @@ void Replay::register_scalars(const std::vector<ScalarPlace>& places) {
                                   std::to_string(place.arg) + " is not a constant");
     }
     const c10::IValue& value = args[place.arg].constant;
-    const bool number = place.elem < 0 && (value.isDouble() ||
-                                           (value.isTensor() && value.toTensor().dim() == 0 &&
-                                            value.toTensor().scalar_type() == at::kDouble));
+    const bool number =
+        place.elem < 0 && (value.isDouble() || (value.isTensor() && value.toTensor().dim() == 0 &&
+                                                value.toTensor().scalar_type() == at::kDouble));
     const bool element = place.elem >= 0 && value.isList() &&
                          place.elem < static_cast<int>(value.toListRef().size()) &&
                          value.toListRef()[place.elem].isDouble();
@@ -197,9 +199,28 @@ void Replay::set_executor_options(const ExecutorOptions& options) {
   std::lock_guard<std::mutex> lock(mutex_);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   executor_.reset();  // its worker threads go before the new ones start
+  options_ = options;
   executor_ = make_executor(program_, options);
   // A CUDA graph has its input addresses baked in (and reuses its outputs): copy there.
   binding_ = executor_->reuses_outputs() ? nullptr : std::make_unique<InputBinding>(program_, true);
+}
+
+Replay::Memory Replay::memory() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Memory m;
+  const ReplayArena* arena = executor_->arena();
+  if (arena) m.pool = arena->stats();
+  // Buffers share storages (planned, or in the pool's block): count each once.
+  std::unordered_set<const c10::StorageImpl*> seen;
+  for (size_t s = 0; s < program_.slots.size(); ++s) {
+    if (program_.slots[s].role != SlotRole::kBuffer) continue;
+    const c10::Storage& storage = program_.values[s].toTensor().storage();
+    if (!seen.insert(storage.unsafeGetStorageImpl()).second) continue;
+    if (arena && arena->owns(storage.data())) continue;
+    m.resident_bytes += static_cast<int64_t>(storage.nbytes());
+  }
+  if (m.pool) m.resident_bytes += m.pool->block_bytes;
+  return m;
 }
 
 Replay::TimedRun Replay::run_timed(const std::vector<at::Tensor>& inputs) {

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "program/program.h"
@@ -46,6 +47,14 @@ class Replay {
 
   // Rebuilds the executor, e.g. with another number of streams.
   void set_executor_options(const ExecutorOptions& options);
+  const ExecutorOptions& executor_options() const { return options_; }
+
+  struct Memory {
+    // What the replay holds between calls: its buffers and its pool's block.
+    int64_t resident_bytes = 0;
+    std::optional<ReplayArena::Stats> pool;  // single-stream CPU replays
+  };
+  Memory memory();
 
   const Program& program() const { return program_; }
   const Executor& executor() const { return *executor_; }
@@ -60,6 +69,7 @@ class Replay {
   InputBinding::Scope bind_inputs(const std::vector<at::Tensor>& inputs) const;
 
   Program program_;
+  ExecutorOptions options_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<InputBinding> binding_;  // none for backends with fixed addresses
   struct StateLayout {

@@ -1,0 +1,85 @@
+#pragma once
+// A private memory pool for single-stream CPU replays: the CPU counterpart of a CUDA
+// graph's private pool, so that a replay needs no more memory than eager does.
+//
+// The first replay is recorded: each allocation the replay thread makes inside an op
+// (results of ops without `.out`, kernels' scratch memory) with its op, its rank among
+// that op's allocations and the clock ticks at which it is made and freed. One block is
+// then planned for those allocations together with the program's `.out` buffers: two of
+// them share bytes only if their lifetimes in the replay's op order do not overlap.
+// Later replays serve each recorded request from its planned offset. A request that
+// differs from the recording (another size, or an extra one), or whose bytes a live
+// allocation still holds, goes to the ordinary allocator instead: a stale plan can cost
+// memory, never correctness. Allocations alive when the replay ends (outputs handed to
+// the caller, caches) are never planned.
+//
+// Torch allocates CPU memory through one process-wide allocator, so the pool serves
+// through a router installed as that allocator once, at the first arena; threads outside
+// a replay's scope, and requests the pool does not serve, go to the allocator that was
+// there before.
+#include <c10/core/Storage.h>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "program/program.h"
+
+namespace nimble {
+
+class ArenaPool;  // the pool's state, shared with the memory it has handed out
+
+class ReplayArena {
+ public:
+  // `program` must outlive the arena; its buffers are moved into the block by `plan` and
+  // back into storages of their own (shared as at build) when the arena goes.
+  explicit ReplayArena(Program& program);
+  ~ReplayArena();
+  ReplayArena(const ReplayArena&) = delete;
+  ReplayArena& operator=(const ReplayArena&) = delete;
+
+  // Routes the calling thread's CPU allocations to the pool for one replay.
+  class Scope {
+   public:
+    explicit Scope(ReplayArena& arena);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    ArenaPool* previous_;
+  };
+
+  bool recording() const;
+  // The replay thread marks each op, so that allocations are told apart by op.
+  void op_begins(int op);
+  void op_ends();
+  // After a successful recorded replay: plans the block and moves the buffers into it.
+  void plan();
+  // A failed replay's recording is dropped; the next replay records again.
+  void discard_recording();
+
+  struct Stats {
+    bool planned = false;
+    int64_t block_bytes = 0;   // the pool's one block, held between replays
+    int requests = 0;          // allocations recorded inside ops
+    int planned_requests = 0;  // of those, served from the block
+    int buffers_moved = 0;     // buffer groups living in the block
+    int served_last = 0;       // last replay: requests served from the block
+    int fallbacks_last = 0;    // last replay: requests unlike the recording, or whose
+                               // planned bytes were still held, served elsewhere
+  };
+  Stats stats() const;
+  // Whether `ptr` points into the pool's block.
+  bool owns(const void* ptr) const;
+
+ private:
+  void restore_buffers();
+
+  Program& program_;
+  std::shared_ptr<ArenaPool> pool_;
+  std::vector<int> moved_slots_;  // buffer and view slots whose storage is in the block
+};
+
+}  // namespace nimble
