@@ -88,8 +88,10 @@ class Nimble(torch.nn.Module):
     >>> y = fast(x)           # same as model(x), without the framework overhead
 
     By default the outputs handed back are the caller's own (a replay never changes a
-    tensor it returned earlier); `prepare(..., copy_outputs=False)` hands out the replay's
-    buffers themselves, which the next call overwrites.
+    tensor it returned earlier). Outputs made by an op are fresh tensors on every call;
+    `prepare(..., copy_outputs=False)` also hands out, without a copy, outputs that live
+    in memory the replay keeps (a view of a parameter or input; every output of a CUDA
+    graph), which the next call may overwrite.
     """
 
     def __init__(self, module: torch.nn.Module) -> None:

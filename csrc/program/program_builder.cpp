@@ -262,14 +262,15 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
     return slot_by_impl_.at(t.unsafeGetTensorImpl());
   };
 
+  std::set<const void*> output_storages;
+  for (int slot : outputs_) output_storages.insert(slots_[slot].storage);
+
   // Readers of a dropped op's result read its input instead.
   std::vector<bool> dropped(raw_ops_.size(), false);
   if (options.drop_noop_ops) {
     // An output on the result's storage (the result or a view of it) must not become a
     // view of the source: returned without a copy, it would let the caller write a
     // parameter or an input.
-    std::set<const void*> output_storages;
-    for (int slot : outputs_) output_storages.insert(slots_[slot].storage);
     const auto noops = find_noop_ops(raw_ops_, [&](const at::Tensor& t) {
       return output_storages.count(t.storage().unsafeGetStorageImpl()) > 0;
     });
@@ -427,10 +428,16 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
     node.reads = reads;
     node.writes = writes;
 
-    // 3. Functional ops with a native `.out` kernel write into preallocated buffers.
+    // 3. Functional ops with a native `.out` kernel write into preallocated buffers;
+    // except where a program output lives: a fresh result each replay can be handed to
+    // the caller as it is, where a buffer would need a copy (memory and time eager
+    // does not spend).
+    const bool makes_output = std::any_of(produced.begin(), produced.end(), [&](const auto& out) {
+      return output_storages.count(program.slots[out.slot].storage) > 0;
+    });
     std::optional<c10::OperatorHandle> out_variant;
     if (options.use_out_variants && !writes_args && !returns_view && returns_only_new_tensors &&
-        !returns_changed && !produced.empty()) {
+        !returns_changed && !produced.empty() && !makes_output) {
       out_variant = find_out_variant(raw.handle);
       const at::Tensor& first = capture_values_[produced[0].slot].toTensor();
       int64_t produced_bytes = 0;

@@ -137,6 +137,11 @@ std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool 
     const bool copy = copy_outputs && (copy_first < 0 || static_cast<int>(i) < copy_first);
     outputs.push_back(copy && reused ? copy_of(value) : value);
   }
+  // Outputs made fresh by their op belong to the caller now: the program keeping them
+  // until the next replay overwrites them would hold two generations at once.
+  for (int slot : program_.outputs) {
+    if (!program_.slots[slot].is_stable()) program_.values[slot] = c10::IValue();
+  }
   return outputs;
 }
 

@@ -57,3 +57,97 @@ def test_large_results_can_be_left_to_the_allocator():
     with torch.no_grad():
         expected = model(x)
     torch.testing.assert_close(small_only(x), expected, rtol=0, atol=0)
+
+
+# The private pool of single-stream CPU replays (csrc/runtime/replay_arena.h).
+
+def _peaks(model, fast, x):
+    from nimble.bench import peak_allocated_bytes
+
+    with torch.no_grad():
+        eager = peak_allocated_bytes(lambda: model(x))
+    replay = fast.memory["resident_bytes"] + peak_allocated_bytes(lambda: fast(x))
+    return eager, replay
+
+
+@pytest.mark.parametrize("spec", ["torchvision:googlenet", "torchvision:resnet18",
+                                  "torchvision:squeezenet1_1", "torchvision:mobilenet_v2",
+                                  "transformer:encoder"])
+def test_pool_keeps_peak_memory_at_eager_or_below(spec):
+    model, example = build(spec, batch=2)
+    fast = nimble.Nimble(model).prepare(example)
+    # Eager's encoder layers take a fused fast path: equal up to rounding only.
+    tol = {} if spec.startswith("transformer") else {"rtol": 0, "atol": 0}
+    x = torch.randn_like(example)
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(fast(x), expected, **tol)  # the recorded replay
+    pool = fast.memory["pool"]
+    assert pool["planned"] and pool["planned_requests"] > 0 and pool["buffers_moved"] > 0
+    for _ in range(2):
+        x = torch.randn_like(example)
+        with torch.no_grad():
+            expected = model(x)
+        torch.testing.assert_close(fast(x), expected, **tol)
+    pool = fast.memory["pool"]
+    assert pool["served_last"] == pool["planned_requests"] and pool["fallbacks_last"] == 0
+    # The block holds what eager's peak holds; the outputs handed to the caller come on
+    # top (eager puts them in memory its intermediates freed; the block stays the
+    # replay's), and nothing else.
+    eager, replay = _peaks(model, fast, x)
+    out = fast(x)
+    outputs = sum(t.nbytes for t in (out if isinstance(out, (tuple, list)) else [out]))
+    assert replay <= eager + outputs, f"replay peak {replay} B, eager's {eager} B + outputs {outputs} B"
+
+
+def test_outputs_kept_by_the_caller_never_change():
+    model, example = build("torchvision:squeezenet1_1")
+    for copy_outputs in (True, False):
+        fast = nimble.Nimble(model).prepare(example, copy_outputs=copy_outputs)
+        inputs = [torch.randn_like(example) for _ in range(4)]
+        kept = [fast(x) for x in inputs]  # the first is the recorded replay
+        with torch.no_grad():
+            for x, out in zip(inputs, kept):
+                torch.testing.assert_close(out, model(x), rtol=0, atol=0)
+
+
+def test_pool_only_for_one_stream_and_buffers_return_when_streams_change():
+    model, example = build("torchvision:googlenet", batch=2)
+    fast = nimble.Nimble(model).prepare(example, streams=1)
+    x = torch.randn_like(example)
+    with torch.no_grad():
+        expected = model(x)
+    fast(x)
+    assert fast.memory["pool"]["buffers_moved"] > 0
+    fast.replay.set_streams(2)
+    assert fast.memory["pool"] is None
+    assert fast.memory["resident_bytes"] == fast.memory["buffer_bytes"]
+    torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-4)
+    fast.replay.set_streams(1)
+    for _ in range(2):
+        torch.testing.assert_close(fast(x), expected, rtol=0, atol=0)
+    assert fast.memory["pool"]["planned"]
+
+
+def test_no_pool_without_memory_planning():
+    model, example = build("torchvision:resnet18")
+    fast = nimble.Nimble(model).prepare(example, plan_memory=False)
+    fast(example)
+    assert fast.memory["pool"] is None
+
+
+def test_failed_replay_records_again():
+    class Picky(torch.nn.Module):
+        def forward(self, x, index):
+            return (x * 2).relu().index_select(0, index) + 1
+
+    model = Picky().eval()
+    x, index = torch.randn(6, 5), torch.tensor([0, 2])
+    fast = nimble.Nimble(model).prepare((x, index))
+    with pytest.raises(Exception):
+        fast(x, torch.tensor([0, 9]))  # out of range: fails inside the first replay
+    assert not fast.memory["pool"]["planned"]
+    for _ in range(3):
+        y = torch.randn(6, 5)
+        torch.testing.assert_close(fast(y, index), model(y, index), rtol=0, atol=0)
+    assert fast.memory["pool"]["planned"]

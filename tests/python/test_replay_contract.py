@@ -80,15 +80,42 @@ def test_outputs_are_not_overwritten_by_default():
         torch.testing.assert_close(first, model(a))
 
 
-def test_zero_copy_outputs_reuse_the_buffer():
+class ReturnsWeightView(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x):
+        return x @ self.w, self.w.t()
+
+
+def test_zero_copy_outputs_are_the_replays_own_memory():
+    model = ReturnsWeightView().eval()
+    fast = nimble.Nimble(model).prepare(torch.randn(2, 4), copy_outputs=False)
+    _, view = fast(torch.randn(2, 4))
+    assert view.data_ptr() == model.w.data_ptr()
+    # By default the caller gets a copy: writing it leaves the model alone.
+    fast = nimble.Nimble(model).prepare(torch.randn(2, 4))
+    _, view = fast(torch.randn(2, 4))
+    assert view.data_ptr() != model.w.data_ptr()
+    before = model.w.detach().clone()
+    view.add_(1)
+    torch.testing.assert_close(model.w.detach(), before)
+
+
+def test_outputs_made_by_their_op_are_handed_out_without_a_copy():
+    # An op whose result is an output writes no buffer: it makes the result fresh each
+    # replay, so the caller owns it with or without copy_outputs.
     model = torch.nn.Linear(4, 4).eval()
     fast = nimble.Nimble(model).prepare(torch.randn(2, 4), copy_outputs=False)
+    assert [op["name"] for op in fast.replay.ops()] == ["aten::addmm"]
     a, b = torch.randn(2, 4), torch.randn(2, 4)
     first = fast(a)
     second = fast(b)
-    assert first.data_ptr() == second.data_ptr()
+    assert first.data_ptr() != second.data_ptr()
     with torch.no_grad():
-        torch.testing.assert_close(first, model(b))
+        torch.testing.assert_close(first, model(a))
+        torch.testing.assert_close(second, model(b))
 
 
 def test_random_ops_draw_fresh_numbers():

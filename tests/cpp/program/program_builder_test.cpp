@@ -74,14 +74,18 @@ TEST(ProgramBuilder, ViewsOfStableTensorsAreComputedOnce) {
   b.add_state(w);
   at::Tensor wt = record(b, "aten::t", "", {w}).toTensor();
   at::Tensor y = record(b, "aten::mul", "Tensor", {x, wt}).toTensor();
-  b.set_outputs({y});
+  at::Tensor z = record(b, "aten::mul", "Tensor", {y, x}).toTensor();
+  b.set_outputs({z});
   const Program p = b.finish({});
-  ASSERT_EQ(p.num_ops(), 1u);
+  ASSERT_EQ(p.num_ops(), 2u);
   EXPECT_EQ(p.ops[0].name, "aten::mul.out");
+  // The output is made fresh by its op each replay, so it is handed out without a copy.
+  EXPECT_EQ(p.ops[1].name, "aten::mul.Tensor");
+  EXPECT_EQ(p.output_reuses_storage, std::vector<bool>{false});
 
   Replay replay(b.finish({}), ExecutorOptions{});
   const at::Tensor fresh = at::randn({2, 3});
-  EXPECT_TRUE(at::equal(replay.run({fresh}, true).at(0), fresh * w.t()));
+  EXPECT_TRUE(at::equal(replay.run({fresh}, true).at(0), fresh * w.t() * fresh));
 }
 
 TEST(ProgramBuilder, RejectsOpsReturningNumbers) {
