@@ -18,6 +18,8 @@ def test_bench_json():
     row = json.loads(done.stdout)
     assert FIELDS <= row.keys()
     assert row["ops"] > 0 and row["eager_ms"] > 0 and row["nimble_ms"] > 0
+    # The one-stream replay's pool holds its working memory: no more than eager's peak.
+    assert 0 < row["pool_mb"] <= row["eager_peak_mb"]
 
 
 def test_bench_without_out_buffers_preallocates_nothing():
