@@ -4,8 +4,6 @@
 #include <ATen/EmptyTensor.h>
 
 #include <algorithm>
-#include <map>
-#include <set>
 #include <unordered_map>
 
 #include "scheduling/transitive_reduction.h"

@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
-#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <map>
@@ -31,6 +30,10 @@ class ArenaPool {
   // Frees `ptr` if it came from this pool; false if it did not.
   bool free(void* ptr);
   bool idle() const { return live.empty() && recorded.empty(); }
+  // Whether `ptr` points into the block.
+  bool in_block(const void* ptr) const {
+    return block && ptr >= block.get() && ptr < base() + block_bytes;
+  }
 
   mutable std::mutex mutex;
   bool serving = false;   // planned; otherwise recording
@@ -114,16 +117,15 @@ class Router final : public c10::Allocator {
   }
 };
 
-// Installs the router once; false if another allocator outranks it (pools then record
-// nothing and only the buffers are planned).
-bool install_router() {
-  static const bool installed = [] {
-    static Router router;
+// Installs the router once. Should another allocator outrank it, pools record nothing
+// and only the buffers are planned.
+void install_router() {
+  static Router router;
+  static std::once_flag once;
+  std::call_once(once, [] {
     registry().fallback = c10::GetCPUAllocator();
     c10::SetCPUAllocator(&router, /*priority=*/1);
-    return c10::GetCPUAllocator() == &router;
-  }();
-  return installed;
+  });
 }
 
 c10::DataPtr pool_data_ptr(void* ptr) {
@@ -164,7 +166,7 @@ c10::DataPtr ArenaPool::allocate(size_t bytes) {
 }
 
 bool ArenaPool::free(void* ptr) {
-  if (block && ptr >= block.get() && ptr < base() + block_bytes) {
+  if (in_block(ptr)) {
     live.erase(static_cast<char*>(ptr) - base());
     return true;
   }
@@ -341,10 +343,8 @@ void ReplayArena::restore_buffers() {
 }
 
 bool ReplayArena::owns(const void* ptr) const {
-  const ArenaPool& pool = *pool_;
-  std::lock_guard<std::mutex> lock(pool.mutex);
-  const char* base = static_cast<const char*>(pool.block.get());
-  return base != nullptr && ptr >= base && ptr < base + pool.block_bytes;
+  std::lock_guard<std::mutex> lock(pool_->mutex);
+  return pool_->in_block(ptr);
 }
 
 ReplayArena::Stats ReplayArena::stats() const {
