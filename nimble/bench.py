@@ -1,7 +1,10 @@
 """`python -m nimble bench`: eager and nimble side by side, in one process.
 
 Compared modes alternate run by run (after a warm-up), so both see the same machine
-state; the table reports medians.
+state; the table reports medians. Several models are measured each in a process of its
+own: a process that has already run other models has a fragmented heap, and the replay's
+per-op overhead grows with it (convnext_tiny 0.8 -> 1.1 us after six other models), so
+a model's numbers would depend on the ones listed before it.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -149,6 +153,23 @@ def print_table(rows: list[dict], out=sys.stdout, columns=COLUMNS) -> None:
             print("-+-".join("-" * w for w in widths), file=out)
 
 
+def _measure_apart(spec: str, args: argparse.Namespace, streams) -> tuple[dict | None, int]:
+    """Measures one model in a child process (see the module's docstring). Returns its
+    row, or None and the child's exit code; the child's errors reach stderr as they are."""
+    argv = [sys.executable, "-m", "nimble", "bench", "--model", spec, "--json",
+            "--batch", str(args.batch), "--image-size", str(args.image_size),
+            "--runs", str(args.runs), "--warmup", str(args.warmup),
+            "--out-variant-max-bytes", str(args.out_variant_max_bytes)]
+    if streams is not None:
+        argv += ["--streams", str(streams)]
+    if args.train:
+        argv += ["--train", "--optimizer", args.optimizer] + (["--breakdown"] if args.breakdown else [])
+    done = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        return None, done.returncode
+    return json.loads(done.stdout), 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m nimble bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -195,6 +216,14 @@ def main(argv: list[str]) -> int:
             specs = [s for s in specs if s.startswith("torchvision:")]
     rows = []
     for spec in specs:
+        if len(specs) > 1:
+            row, code = _measure_apart(spec, args, streams)
+            if row is None:
+                return code
+            rows.append(row)
+            if not args.json:
+                print(f"measured {spec}", file=sys.stderr)
+            continue
         try:
             if args.train:
                 rows.append(bench_train.measure_train(

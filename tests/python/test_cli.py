@@ -31,6 +31,20 @@ def test_bench_without_out_buffers_preallocates_nothing():
     assert run("bench", "--out-variant-max-bytes", "-1").returncode == 2
 
 
+def test_bench_measures_each_model_in_a_process_of_its_own():
+    done = run("bench", "--model", "transformer:encoder", "--model", "torchvision:squeezenet1_1",
+               "--image-size", "32", "--batch", "2", "--runs", "2", "--warmup", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [r["model"] for r in rows] == ["transformer:encoder", "torchvision:squeezenet1_1"]
+    assert all(FIELDS <= r.keys() and r["batch"] == 2 for r in rows)
+    assert rows[1]["image_size"] == 32
+    # A child's failure is the command's: its exit code and its message.
+    done = run("bench", "--model", "transformer:encoder", "--model", "torchvision:nope",
+               "--runs", "1", "--warmup", "0")
+    assert done.returncode == 2 and "unknown torchvision classification model 'nope'" in done.stderr
+
+
 def test_bench_rejects_unknown_models_and_commands():
     done = run("bench", "--model", "torchvision:not_a_model", "--runs", "1")
     assert done.returncode == 2 and "unknown torchvision classification model 'not_a_model'" in done.stderr
