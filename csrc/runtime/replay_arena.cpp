@@ -4,7 +4,6 @@
 #include <c10/core/CPUAllocator.h>
 
 #include <algorithm>
-#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -54,7 +53,9 @@ class ArenaPool {
   c10::DataPtr block;
   int64_t block_bytes = 0;
   std::vector<std::vector<Planned>> planned;  // per op, by rank
-  std::map<int64_t, int64_t> live;            // offset -> end of memory handed out
+  // Memory handed out and not yet freed: (offset, end). A few entries at a time, with
+  // capacity for every planned request reserved up front: no allocation while serving.
+  std::vector<std::pair<int64_t, int64_t>> live;
   int recorded_requests = 0;
   int planned_requests = 0;
   int served = 0;
@@ -84,6 +85,15 @@ Registry& registry() {
 thread_local ArenaPool* active_pool = nullptr;
 
 void free_routed(void* ptr) {
+  // Most frees inside a replay are of its own block, on its own thread: that pool is live
+  // (its arena runs the replay), so the registry is not needed.
+  if (ArenaPool* pool = active_pool; pool != nullptr) {
+    std::lock_guard<std::mutex> lock(pool->mutex);
+    if (pool->in_block(ptr)) {
+      pool->free(ptr);
+      return;
+    }
+  }
   Registry& r = registry();
   std::shared_ptr<ArenaPool> finished;  // destroyed after the locks are released
   {
@@ -136,9 +146,9 @@ c10::DataPtr pool_data_ptr(void* ptr) {
 }  // namespace
 
 bool ArenaPool::overlaps_live(int64_t offset, int64_t bytes) const {
-  auto next = live.lower_bound(offset);
-  if (next != live.end() && next->first < offset + bytes) return true;
-  return next != live.begin() && std::prev(next)->second > offset;
+  return std::any_of(live.begin(), live.end(), [&](const std::pair<int64_t, int64_t>& held) {
+    return held.first < offset + bytes && held.second > offset;
+  });
 }
 
 c10::DataPtr ArenaPool::allocate(size_t bytes) {
@@ -156,7 +166,7 @@ c10::DataPtr ArenaPool::allocate(size_t bytes) {
     const Planned& slot = planned[op][k];
     if (slot.bytes == n && slot.offset < 0) return {};  // as recorded: never planned
     if (slot.bytes == n && !overlaps_live(slot.offset, n)) {
-      live.emplace(slot.offset, slot.offset + n);
+      live.emplace_back(slot.offset, slot.offset + n);
       ++served;
       return pool_data_ptr(base() + slot.offset);
     }
@@ -167,7 +177,13 @@ c10::DataPtr ArenaPool::allocate(size_t bytes) {
 
 bool ArenaPool::free(void* ptr) {
   if (in_block(ptr)) {
-    live.erase(static_cast<char*>(ptr) - base());
+    const int64_t offset = static_cast<char*>(ptr) - base();
+    const auto held = std::find_if(live.begin(), live.end(),
+                                   [&](const auto& entry) { return entry.first == offset; });
+    if (held != live.end()) {
+      *held = live.back();
+      live.pop_back();
+    }
     return true;
   }
   const auto it = recorded.find(ptr);
@@ -282,6 +298,7 @@ void ReplayArena::plan() {
     const OffsetPlan offsets = plan_offsets(items);
     pool.recorded_requests = static_cast<int>(pool.requests.size());
     pool.planned_requests = static_cast<int>(item_request.size());
+    pool.live.reserve(item_request.size());
     if (offsets.total_bytes > 0) {
       pool.block = registry().fallback->allocate(offsets.total_bytes);
       pool.block_bytes = offsets.total_bytes;
