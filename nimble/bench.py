@@ -27,7 +27,10 @@ def _median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1e3
 
 
-def _alternate(first, second, runs: int, warmup: int) -> tuple[list[float], list[float]]:
+def _alternate(first, second, runs: int, warmup: int,
+               after_pair=None) -> tuple[list[float], list[float]]:
+    """Times `first` and `second` in turn; `after_pair`, if given, runs untimed after each
+    timed pair."""
     a, b = [], []
     for i in range(warmup + runs):
         t0 = time.perf_counter()
@@ -38,6 +41,8 @@ def _alternate(first, second, runs: int, warmup: int) -> tuple[list[float], list
         if i >= warmup:
             a.append(t1 - t0)
             b.append(t2 - t1)
+            if after_pair is not None:
+                after_pair()
     return a, b
 
 
@@ -80,8 +85,13 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
 
         # Two phases, each alternating its pair: OpenMP teams left spinning by one mode
         # would otherwise slow whichever mode runs next. Phase 1: eager vs one stream;
-        # phase 2: one stream vs several.
-        eager_times, replay_times = _alternate(lambda: model(x), lambda: fast(x), runs, warmup)
+        # phase 2: one stream vs several. The overhead's timed replays are taken between
+        # phase 1's pairs, spread over the same stretch of time: a burst of load from
+        # elsewhere then moves a few samples, not their median.
+        timed_runs = []
+        eager_times, replay_times = _alternate(
+            lambda: model(x), lambda: fast(x), runs, warmup,
+            after_pair=lambda: timed_runs.append(fast.replay.run_timed([x])))
         single_times, multi_times = _alternate(lambda: fast(x), lambda: multi(x), runs, warmup)
 
     # Overhead: within one replay, its wall time minus the time spent inside the ops'
@@ -89,8 +99,7 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
     # the same replay keeps machine noise out of the difference.
     # Freeing intermediates is timed apart: it is memory traffic eager pays as well.
     overheads, frees, own = [], [], []
-    for _ in range(max(10, runs // 2)):
-        total_ns, ops = fast.replay.run_timed([x])
+    for total_ns, ops in timed_runs:
         inside = sum(end - begin for _op, _stream, begin, end, _free in ops)
         freeing = sum(free for *_, free in ops)
         own.append(inside / 1e6)
