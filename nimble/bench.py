@@ -20,7 +20,7 @@ import time
 import torch
 
 from .wrapper import Nimble
-from .zoo import ALL_MODELS, build
+from .zoo import ALL_MODELS, build, check_spec
 
 
 def _median_ms(samples: list[float]) -> float:
@@ -208,6 +208,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.batch < 1 or args.image_size < 1:
+        parser.error(f"--batch and --image-size must be positive, got {args.batch} and "
+                     f"{args.image_size}")
     if args.out_variant_max_bytes < 0:
         parser.error("--out-variant-max-bytes must be 0 (no limit) or a positive byte count")
     streams = args.streams
@@ -223,6 +226,11 @@ def main(argv: list[str]) -> int:
 
         if specs == ALL_MODELS:
             specs = [s for s in specs if s.startswith("torchvision:")]
+    for spec in specs:
+        try:
+            check_spec(spec)
+        except ValueError as error:
+            parser.error(str(error))
     rows = []
     for spec in specs:
         if len(specs) > 1:

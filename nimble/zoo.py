@@ -20,11 +20,25 @@ ALL_MODELS = [f"torchvision:{name}" for name in TORCHVISION_MODELS] + ["transfor
 _MIN_IMAGE_SIZE = {"inception_v3": 75}
 
 
+def check_spec(spec: str) -> None:
+    """Raises the ValueError `build(spec)` would raise for an unknown model, without
+    building anything."""
+    family, _, name = spec.partition(":")
+    if family == "torchvision":
+        import torchvision.models as models
+
+        if name not in models.list_models(module=models):
+            raise ValueError(f"unknown torchvision classification model '{name}'")
+    elif not (family == "transformer" and name == "encoder"):
+        raise ValueError(
+            f"unknown model '{spec}': expected torchvision:NAME (e.g. torchvision:resnet18) "
+            f"or transformer:encoder"
+        )
+
+
 def _torchvision(name: str, image_size: int, num_classes: int) -> tuple[torch.nn.Module, int]:
     import torchvision.models as models
 
-    if name not in models.list_models(module=models):
-        raise ValueError(f"unknown torchvision classification model '{name}'")
     kwargs: dict = {"weights": None, "num_classes": num_classes}
     if name in ("googlenet", "inception_v3"):
         kwargs.update(aux_logits=False, init_weights=False)
@@ -39,6 +53,7 @@ def _torchvision(name: str, image_size: int, num_classes: int) -> tuple[torch.nn
 
 def build(spec: str, batch: int = 1, image_size: int = 64, seed: int = 0, num_classes: int = 1000):
     """(model in eval mode, example input) for `family:name`."""
+    check_spec(spec)
     family, _, name = spec.partition(":")
     torch.manual_seed(seed)
     if family == "torchvision":
@@ -49,9 +64,4 @@ def build(spec: str, batch: int = 1, image_size: int = 64, seed: int = 0, num_cl
                                                  batch_first=True)
         model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
         example = torch.randn(batch, 16, 64)
-    else:
-        raise ValueError(
-            f"unknown model '{spec}': expected torchvision:NAME (e.g. torchvision:resnet18) "
-            f"or transformer:encoder"
-        )
     return model.eval(), example

@@ -39,10 +39,23 @@ def test_bench_measures_each_model_in_a_process_of_its_own():
     assert [r["model"] for r in rows] == ["transformer:encoder", "torchvision:squeezenet1_1"]
     assert all(FIELDS <= r.keys() and r["batch"] == 2 for r in rows)
     assert rows[1]["image_size"] == 32
-    # A child's failure is the command's: its exit code and its message.
+    # Unknown models are refused before anything is measured.
     done = run("bench", "--model", "transformer:encoder", "--model", "torchvision:nope",
                "--runs", "1", "--warmup", "0")
     assert done.returncode == 2 and "unknown torchvision classification model 'nope'" in done.stderr
+    assert "measured" not in done.stderr
+    assert run("bench", "--image-size", "0").returncode == 2
+
+
+def test_bench_child_failure_is_reported(capfd):
+    import argparse
+
+    from nimble.bench import _measure_apart
+
+    args = argparse.Namespace(batch=0, image_size=64, runs=1, warmup=0, out_variant_max_bytes=0,
+                              train=False, optimizer="sgd", breakdown=False)
+    assert _measure_apart("transformer:encoder", args, None) == (None, 2)
+    assert "--batch and --image-size must be positive" in capfd.readouterr().err
 
 
 def test_bench_rejects_unknown_models_and_commands():
