@@ -18,6 +18,9 @@ def test_bench_json():
     row = json.loads(done.stdout)
     assert FIELDS <= row.keys()
     assert row["ops"] > 0 and row["eager_ms"] > 0 and row["nimble_ms"] > 0
+    # Per call and per op outside the kernels come from the same timed replays.
+    assert row["call_overhead_us"] > 0
+    assert abs(row["call_overhead_us"] - row["overhead_us_per_op"] * row["ops"]) <= 0.1 + row["ops"] * 1e-3
     # The one-stream replay's pool holds its working memory: no more than eager's peak.
     assert 0 < row["pool_mb"] <= row["eager_peak_mb"]
 
