@@ -104,7 +104,7 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
         freeing = sum(free for *_, free in ops)
         own.append(inside / 1e6)
         outside.append((total_ns - inside) / 1e3)
-        overheads.append((total_ns - inside) / 1e3 / max(1, len(ops)))
+        overheads.append(outside[-1] / max(1, len(ops)))
         frees.append(freeing / 1e3 / max(1, len(ops)))
     own_ms = statistics.median(own)
     # Peak memory beyond the model's parameters: eager's activations; the replay's
@@ -240,20 +240,18 @@ def main(argv: list[str]) -> int:
             row, code = _measure_apart(spec, args, streams)
             if row is None:
                 return code
-            rows.append(row)
-            if not args.json:
-                print(f"measured {spec}", file=sys.stderr)
-            continue
-        try:
-            if args.train:
-                rows.append(bench_train.measure_train(
-                    spec, args.batch, args.image_size, args.runs, args.warmup, streams,
-                    args.optimizer, args.breakdown))
-            else:
-                rows.append(measure(spec, args.batch, args.image_size, args.runs, args.warmup,
-                                    streams, args.out_variant_max_bytes))
-        except ValueError as error:
-            parser.error(str(error))
+        else:
+            try:
+                if args.train:
+                    row = bench_train.measure_train(
+                        spec, args.batch, args.image_size, args.runs, args.warmup, streams,
+                        args.optimizer, args.breakdown)
+                else:
+                    row = measure(spec, args.batch, args.image_size, args.runs, args.warmup,
+                                  streams, args.out_variant_max_bytes)
+            except ValueError as error:
+                parser.error(str(error))
+        rows.append(row)
         if not args.json:
             print(f"measured {spec}", file=sys.stderr)
     if args.json:

@@ -85,14 +85,12 @@ Registry& registry() {
 thread_local ArenaPool* active_pool = nullptr;
 
 void free_routed(void* ptr) {
-  // Most frees inside a replay are of its own block, on its own thread: that pool is live
-  // (its arena runs the replay), so the registry is not needed.
+  // Most frees inside a replay are of its own pool's memory, on its own thread: that pool
+  // is live (its arena runs the replay, so it cannot be orphaned), and the registry is
+  // not needed.
   if (ArenaPool* pool = active_pool; pool != nullptr) {
     std::lock_guard<std::mutex> lock(pool->mutex);
-    if (pool->in_block(ptr)) {
-      pool->free(ptr);
-      return;
-    }
+    if (pool->free(ptr)) return;
   }
   Registry& r = registry();
   std::shared_ptr<ArenaPool> finished;  // destroyed after the locks are released
