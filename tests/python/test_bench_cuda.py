@@ -25,7 +25,8 @@ def bench(*args):
 
 
 def check_row(row, spec, batch, variants=VARIANTS):
-    assert row["model"] == spec and row["batch"] == batch and row["image_size"] == 224
+    assert row["model"] == spec and row["batch"] == batch
+    assert row["image_size"] == (None if spec == "transformer:encoder" else 224)
     assert row["device"] == torch.cuda.get_device_name() and row["ops"] > 0
     assert list(row["variants"]) == variants
     for name, v in row["variants"].items():
@@ -47,12 +48,20 @@ def check_row(row, spec, batch, variants=VARIANTS):
     assert all(value > 0 for value in ratios.values())
 
 
-def test_bench_rows_of_resnet18_and_googlenet_at_batch_1():
-    rows = bench("--batch", "1", "--model", "torchvision:resnet18",
-                 "--model", "torchvision:googlenet")
-    assert [r["model"] for r in rows] == ["torchvision:resnet18", "torchvision:googlenet"]
+MODELS = ["torchvision:resnet18", "torchvision:mobilenet_v2", "torchvision:googlenet",
+          "torchvision:inception_v3", "torchvision:densenet121", "torchvision:efficientnet_b0",
+          "torchvision:vit_b_16", "transformer:encoder"]
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_bench_rows_of_the_zoo(batch):
+    args = ["--batch", str(batch)]
+    for spec in MODELS:
+        args += ["--model", spec]
+    rows = bench(*args)
+    assert [r["model"] for r in rows] == MODELS
     for row in rows:
-        check_row(row, row["model"], 1)
+        check_row(row, row["model"], batch)
         assert row["variants"]["nimble_multi"]["streams_requested"] == "auto"
         assert "nimble_multi_vs_compile" not in row["ratios"]
 
