@@ -131,9 +131,10 @@ def check_outputs(model: torch.nn.Module, variants: list[Variant],
 
 
 def measure_cuda(spec: str, batch: int, image_size: int, runs: int, warmup: int,
-                 streams: int | str = "auto", compile: bool = False) -> dict:
+                 streams: int | str = "auto", with_compile: bool = False) -> dict:
     """Times every variant of one model on the current CUDA device (see the module's
-    docstring). `streams`: nimble's multi-stream mode, prepare(streams=...)."""
+    docstring). `streams`: nimble's multi-stream mode, prepare(streams=...);
+    `with_compile`: torch.compile as well."""
     model, example = build(spec, batch=batch, image_size=image_size)
     model, example = model.cuda(), example.cuda()
     with torch.no_grad():
@@ -145,7 +146,7 @@ def measure_cuda(spec: str, batch: int, image_size: int, runs: int, warmup: int,
     variants.append(Variant("cuda_graph", graph, capture_s))
     variants.append(_nimble("nimble_1", model, example, 1))
     variants.append(_nimble("nimble_multi", model, example, streams))
-    if compile:
+    if with_compile:
         variants.append(_compiled(model, example))
 
     inputs = [torch.randn_like(example) for _ in range(2)]
