@@ -62,7 +62,7 @@ def test_large_results_can_be_left_to_the_allocator():
 # The private pool of single-stream CPU replays (csrc/runtime/cpu/replay_arena.h).
 
 def _peaks(model, fast, x):
-    from nimble.bench import peak_allocated_bytes
+    from nimble.bench.cpu import peak_allocated_bytes
 
     with torch.no_grad():
         eager = peak_allocated_bytes(lambda: model(x))
