@@ -1,6 +1,8 @@
 #include "runtime/stream_plan.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace nimble {
 
@@ -16,6 +18,14 @@ std::vector<std::vector<int>> readers_of_slots(const Program& program) {
   }
   for (auto& list : readers) list.erase(std::unique(list.begin(), list.end()), list.end());
   return readers;
+}
+
+void check_plan_covers(const StreamPlan& plan, const Program& program) {
+  if (plan.issue.stream.size() != program.ops.size() || plan.release.size() != program.ops.size()) {
+    throw std::invalid_argument("the stream plan does not match the program (" +
+                                std::to_string(plan.issue.stream.size()) + " ops planned, " +
+                                std::to_string(program.ops.size()) + " in the program)");
+  }
 }
 
 StreamPlan plan_streams(const Program& program, int streams,

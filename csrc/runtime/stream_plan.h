@@ -32,6 +32,9 @@ using DefaultStreams =
 // `streams` >= 1 physical streams, or 0 for `default_streams`' choice.
 StreamPlan plan_streams(const Program& program, int streams, const DefaultStreams& default_streams);
 
+// Throws std::invalid_argument when `plan` was made for another program.
+void check_plan_covers(const StreamPlan& plan, const Program& program);
+
 // Per slot, the ops that read it (directly or inside a tensor list), ascending.
 std::vector<std::vector<int>> readers_of_slots(const Program& program);
 

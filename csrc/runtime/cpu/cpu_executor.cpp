@@ -69,11 +69,7 @@ CpuExecutor::CpuExecutor(Program& program, StreamPlan plan, int cores, bool memo
     : plan_(std::move(plan)),
       stress_delays_us_(std::move(stress_delays_us)),
       cores_(std::max(1, cores)) {
-  if (plan_.issue.stream.size() != program.ops.size()) {
-    throw std::invalid_argument("the stream plan does not match the program (" +
-                                std::to_string(plan_.issue.stream.size()) + " ops planned, " +
-                                std::to_string(program.ops.size()) + " in the program)");
-  }
+  check_plan_covers(plan_, program);
   const int streams = plan_.num_streams();
   streams_.resize(streams);
   events_.resize(plan_.issue.num_events);

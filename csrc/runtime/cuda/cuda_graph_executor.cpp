@@ -35,11 +35,7 @@ void for_each_tensor_of(const c10::IValue& value, const std::function<void(const
 CudaGraphExecutor::CudaGraphExecutor(Program& program, StreamPlan plan,
                                      std::vector<int> stress_delays_us)
     : device_(program_device(program)), plan_(std::move(plan)) {
-  if (plan_.issue.stream.size() != program.ops.size()) {
-    throw std::invalid_argument("the stream plan does not match the program (" +
-                                std::to_string(plan_.issue.stream.size()) + " ops planned, " +
-                                std::to_string(program.ops.size()) + " in the program)");
-  }
+  check_plan_covers(plan_, program);
   const c10::cuda::CUDAGuard device_guard(device_);
   if (!stress_delays_us.empty()) {
     int khz = 0;
