@@ -11,8 +11,9 @@
 #include <stdexcept>
 #include <unordered_set>
 
-#include "program/memory_plan.h"
-#include "program/noop_elimination.h"
+#include "passes/batchnorm_folding.h"
+#include "passes/memory_plan.h"
+#include "passes/noop_elimination.h"
 
 namespace nimble {
 
@@ -214,7 +215,7 @@ void ProgramBuilder::add_op(const std::string& qualified_name, const std::string
       }
     });
   }
-  raw_ops_.push_back(TracedOp{handle, std::move(args), std::move(returns)});
+  raw_ops_.push_back(RecordedOp{handle, std::move(args), std::move(returns)});
 }
 
 void ProgramBuilder::set_outputs(const std::vector<at::Tensor>& outputs) {
@@ -232,7 +233,7 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
       std::replace(outputs_.begin(), outputs_.end(), old_slot, new_slot);
     });
     // Folded weights are new constants; op indices moved, so producers are found anew.
-    for (const TracedOp& raw : raw_ops_) {
+    for (const RecordedOp& raw : raw_ops_) {
       for (const c10::IValue& arg : raw.args)
         for_each_tensor(arg, [&](const at::Tensor& t) {
           if (t.defined()) slot_of(t);
@@ -282,7 +283,7 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
 
   // Targets of in-place metadata changes must be recreated on every replay.
   std::unordered_set<int> metadata_changed;
-  for (const TracedOp& raw : raw_ops_) {
+  for (const RecordedOp& raw : raw_ops_) {
     const std::string name = raw.handle.operator_name().name;
     if (!changes_metadata_in_place(name) || !raw.args.at(0).isTensor()) continue;
     const int slot = slot_of_value(raw.args[0].toTensor());
@@ -302,7 +303,7 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
 
   for (size_t index = 0; index < raw_ops_.size(); ++index) {
     if (dropped[index]) continue;
-    const TracedOp& raw = raw_ops_[index];
+    const RecordedOp& raw = raw_ops_[index];
     const c10::FunctionSchema& schema = raw.handle.schema();
     const std::string qualified = op_name(raw.handle);
 

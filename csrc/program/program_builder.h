@@ -12,8 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "program/batchnorm_folding.h"
 #include "program/program.h"
+#include "program/recorded_op.h"
 
 namespace nimble {
 
@@ -53,7 +53,7 @@ class ProgramBuilder {
   int slot_of(const at::Tensor& tensor);
   int new_slot(const at::Tensor& tensor, SlotRole role);
 
-  std::vector<TracedOp> raw_ops_;
+  std::vector<RecordedOp> raw_ops_;
   std::vector<SlotInfo> slots_;
   std::vector<c10::IValue> capture_values_;  // the tensor each slot held at capture
   std::unordered_map<const c10::TensorImpl*, int> slot_by_impl_;
