@@ -8,10 +8,13 @@
 // alive until `finish`.
 #include <ATen/core/Tensor.h>
 
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
+#include "program/folded_batchnorm.h"
 #include "program/program.h"
 #include "program/recorded_op.h"
 
@@ -52,6 +55,29 @@ class ProgramBuilder {
   // dtype: autograd hands saved tensors back in new tensor objects), or a new constant.
   int slot_of(const at::Tensor& tensor);
   int new_slot(const at::Tensor& tensor, SlotRole role);
+
+  // The stages of `finish`, in the order it runs them.
+  // Eval-mode batch norms after convolutions are gone from the recorded ops; readers of
+  // their outputs read the convolutions' outputs; producers match the remaining ops.
+  std::vector<FoldedBatchNorm> fold_batchnorms();
+  // The program's slots, inputs and outputs as recorded; every stable slot holds its
+  // capture-time tensor; no ops yet.
+  Program start_program() const;
+  // The storages program outputs live on.
+  std::set<const void*> output_storages() const;
+  // Per recorded op, whether it is dropped as a no-op (passes/noop_elimination.h); readers
+  // of a dropped op's result read its source instead.
+  std::vector<bool> drop_noops(const std::set<const void*>& output_storages);
+  // Slots whose sizes, strides or storage some op changes in place; throws if one is an
+  // input, state or constant, which a replay would change again on every call.
+  std::unordered_set<int> metadata_changed_slots() const;
+  // Each kept recorded op becomes, in trace order, a precomputed view (kView slots, values
+  // set), a buffer made now (a kBuffer slot), or an op of the program (into `.out`
+  // buffers where that is allowed); `op_of_traced` maps recorded ops to program ops and
+  // slots written in place are marked `mutated`.
+  void lower_ops(Program& program, const std::vector<bool>& dropped,
+                 const std::unordered_set<int>& metadata_changed,
+                 const std::set<const void*>& output_storages, const BuildOptions& options) const;
 
   std::vector<RecordedOp> raw_ops_;
   std::vector<SlotInfo> slots_;
