@@ -5,7 +5,8 @@ import torch
 import torchvision
 
 import nimble
-from nimble.bench import measure, print_table
+from nimble.bench.cpu import COLUMNS, measure
+from nimble.bench.report import print_table
 
 model = torchvision.models.resnet18(weights=None).eval()  # random weights: nothing to download
 example = torch.randn(1, 3, 64, 64)
@@ -19,4 +20,4 @@ with torch.no_grad():
 torch.testing.assert_close(fast(x), expected)
 print(f"replay matches eager on a fresh input ({fast.num_ops} ops replayed from C++)")
 
-print_table([measure("torchvision:resnet18", batch=1, image_size=64, runs=50, warmup=10)])
+print_table([measure("torchvision:resnet18", batch=1, image_size=64, runs=50, warmup=10)], COLUMNS)

@@ -5,7 +5,8 @@ import sys
 USAGE = """usage: python -m nimble COMMAND [options]
 
 commands:
-  bench   time eager PyTorch against nimble's replay, side by side (--train: a training step)
+  bench   time eager PyTorch against nimble's replay, side by side (--train: a training step;
+          --device cuda: also a hand-captured CUDA graph and torch.compile)
   tune    run the auto-tuner (--simulate: on a simulated model; --compare: every scheduler)
 
 `python -m nimble COMMAND --help` describes each command."""

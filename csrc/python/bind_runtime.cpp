@@ -9,7 +9,7 @@
 
 #include "program/program_builder.h"
 #include "python/bindings.h"
-#include "runtime/cpu_executor.h"
+#include "runtime/cpu/cpu_executor.h"
 #include "runtime/replay.h"
 
 namespace py = pybind11;
@@ -139,6 +139,17 @@ void bind_runtime(py::module_& m) {
             r.set_executor_options(options);
           },
           py::arg("streams"), py::arg("cores") = 0)
+      .def(
+          "set_stress_delays",
+          [](Replay& r, std::vector<int> delays_us) {
+            py::gil_scoped_release no_gil;
+            ExecutorOptions options = r.executor_options();
+            options.stress_delays_us = std::move(delays_us);
+            r.set_executor_options(options);
+          },
+          py::arg("delays_us"),
+          "Tests: rebuilds the executor with a pause of delays_us[i] microseconds before op i "
+          "on its stream (empty list: none), to expose orders the schedule fails to enforce.")
       .def("schedule",
            [](const Replay& r) {
              const ScheduleInfo& s = r.executor().schedule();

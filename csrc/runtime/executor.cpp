@@ -1,13 +1,15 @@
 #include "runtime/executor.h"
 
-#include "runtime/cpu_executor.h"
-#ifdef NIMBLE_WITH_CUDA
-#include "runtime/cuda_graph_executor.h"
-#endif
-
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <thread>
+
+#include "runtime/cpu/cpu_executor.h"
+#include "runtime/stream_plan.h"
+#ifdef NIMBLE_WITH_CUDA
+#include "runtime/cuda/cuda_graph_executor.h"
+#endif
 
 namespace nimble {
 
@@ -23,9 +25,21 @@ bool uses_cuda(const Program& program) {
 }  // namespace
 
 std::unique_ptr<Executor> make_executor(Program& program, const ExecutorOptions& options) {
+  if (!options.stress_delays_us.empty() && options.stress_delays_us.size() != program.ops.size()) {
+    throw std::invalid_argument("expected one stress delay per op (" +
+                                std::to_string(program.ops.size()) + "), got " +
+                                std::to_string(options.stress_delays_us.size()));
+  }
   if (uses_cuda(program)) {
 #ifdef NIMBLE_WITH_CUDA
-    return std::make_unique<CudaGraphExecutor>(program);
+    // Streams beyond the DAG's width would have nothing to run side by side.
+    StreamPlan plan = plan_streams(
+        program, options.streams,
+        [](const scheduling::Dag& dag, const scheduling::StreamAssignment& assignment) {
+          return std::min({scheduling::widest_level(dag), assignment.num_logical_streams,
+                           kMaxDefaultCudaStreams});
+        });
+    return std::make_unique<CudaGraphExecutor>(program, std::move(plan), options.stress_delays_us);
 #else
     throw std::invalid_argument(
         "the program uses CUDA tensors but nimble was built without its CUDA backend "
@@ -35,23 +49,13 @@ std::unique_ptr<Executor> make_executor(Program& program, const ExecutorOptions&
   const int cores = options.cores > 0
                         ? options.cores
                         : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  scheduling::Dag dag;
-  dag.num_nodes = static_cast<int>(program.ops.size());
-  dag.edges = program.dependencies;
-  const scheduling::StreamAssignment assignment = scheduling::assign_streams(dag);
-  const int streams = options.streams > 0 ? options.streams
-                                          : scheduling::default_physical_streams(assignment, cores);
-  scheduling::PhysicalSchedule schedule =
-      scheduling::fold_streams(dag, assignment, std::max(1, streams));
-  ScheduleInfo info;
-  info.logical_streams = assignment.num_logical_streams;
-  info.logical_syncs = static_cast<int>(assignment.logical_syncs.size());
-  info.logical_stream = assignment.logical_stream;
-  info.physical_streams = schedule.num_streams;
-  info.physical_syncs = static_cast<int>(schedule.syncs.size());
-  info.physical_stream = schedule.stream;
-  return std::make_unique<CpuExecutor>(program, std::move(schedule), std::move(info), cores,
-                                       options.memory_pool);
+  StreamPlan plan =
+      plan_streams(program, options.streams,
+                   [cores](const scheduling::Dag&, const scheduling::StreamAssignment& assignment) {
+                     return scheduling::default_physical_streams(assignment, cores);
+                   });
+  return std::make_unique<CpuExecutor>(program, std::move(plan), cores, options.memory_pool,
+                                       options.stress_delays_us);
 }
 
 }  // namespace nimble

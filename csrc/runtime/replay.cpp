@@ -45,16 +45,22 @@ at::Tensor copy_of(const at::Tensor& src) {
 
 }  // namespace
 
-Replay::Replay(Program program, const ExecutorOptions& options)
-    : program_(std::move(program)), options_(options) {
+Replay::Replay(Program program, const ExecutorOptions& options, ExecutorFactory make)
+    : program_(std::move(program)), options_(options), make_executor_(std::move(make)) {
   for (size_t s = 0; s < program_.slots.size(); ++s) {
     if (program_.slots[s].role != SlotRole::kState) continue;
     const at::Tensor& t = program_.values[s].toTensor();
     state_layouts_.push_back({static_cast<int>(s), t.scalar_type(), t.device(), t.sizes().vec()});
   }
+  rebuild_executor();
+}
+
+void Replay::rebuild_executor() {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  executor_ = make_executor(program_, options);
-  // A CUDA graph has its input addresses baked in (and reuses its outputs): copy there.
+  executor_.reset();  // its worker threads and streams go before the new ones start
+  executor_ = make_executor_(program_, options_);
+  // An executor that reuses its outputs has its input addresses baked in too (a graph):
+  // inputs are copied there instead of bound.
   binding_ = executor_->reuses_outputs() ? nullptr : std::make_unique<InputBinding>(program_, true);
 }
 
@@ -138,9 +144,13 @@ std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool 
     outputs.push_back(copy && reused ? copy_of(value) : value);
   }
   // Outputs made fresh by their op belong to the caller now: the program keeping them
-  // until the next replay overwrites them would hold two generations at once.
-  for (int slot : program_.outputs) {
-    if (!program_.slots[slot].is_stable()) program_.values[slot] = c10::IValue();
+  // until the next replay overwrites them would hold two generations at once. An
+  // executor that reuses its outputs (a CUDA graph) writes into the same tensors on every
+  // replay and never makes them again: those stay.
+  if (!executor_->reuses_outputs()) {
+    for (int slot : program_.outputs) {
+      if (!program_.slots[slot].is_stable()) program_.values[slot] = c10::IValue();
+    }
   }
   return outputs;
 }
@@ -202,26 +212,29 @@ void Replay::set_scalars(const std::vector<double>& values) {
 
 void Replay::set_executor_options(const ExecutorOptions& options) {
   std::lock_guard<std::mutex> lock(mutex_);
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
-  executor_.reset();  // its worker threads go before the new ones start
+  const ExecutorOptions previous = options_;
   options_ = options;
-  executor_ = make_executor(program_, options);
-  // A CUDA graph has its input addresses baked in (and reuses its outputs): copy there.
-  binding_ = executor_->reuses_outputs() ? nullptr : std::make_unique<InputBinding>(program_, true);
+  try {
+    rebuild_executor();
+  } catch (...) {
+    // The replay keeps working as it did (e.g. a capture the device refused).
+    options_ = previous;
+    rebuild_executor();
+    throw;
+  }
 }
 
 Replay::Memory Replay::memory() {
   std::lock_guard<std::mutex> lock(mutex_);
   Memory m;
-  const ReplayArena* arena = executor_->arena();
-  if (arena) m.pool = arena->stats();
+  m.pool = executor_->pool_stats();
   // Buffers share storages (planned, or in the pool's block): count each once.
   std::unordered_set<const c10::StorageImpl*> seen;
   for (size_t s = 0; s < program_.slots.size(); ++s) {
     if (program_.slots[s].role != SlotRole::kBuffer) continue;
     const c10::Storage& storage = program_.values[s].toTensor().storage();
     if (!seen.insert(storage.unsafeGetStorageImpl()).second) continue;
-    if (arena && arena->owns(storage.data())) continue;
+    if (executor_->pool_owns(storage.data())) continue;
     m.resident_bytes += static_cast<int64_t>(storage.nbytes());
   }
   if (m.pool) m.resident_bytes += m.pool->block_bytes;

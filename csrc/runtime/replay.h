@@ -4,6 +4,7 @@
 // mutates), hands outputs out, and serializes concurrent calls on one object.
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -17,7 +18,11 @@ namespace nimble {
 
 class Replay {
  public:
-  Replay(Program program, const ExecutorOptions& options);
+  using ExecutorFactory =
+      std::function<std::unique_ptr<Executor>(Program&, const ExecutorOptions&)>;
+  // `make` builds the executor, now and whenever the options change (the backend for the
+  // program's device unless a test brings its own).
+  Replay(Program program, const ExecutorOptions& options, ExecutorFactory make = make_executor);
 
   // Throws std::invalid_argument when the inputs differ from the prepared ones in number,
   // shape, dtype or device. With copy_outputs, outputs that live in buffers reused by the
@@ -52,7 +57,7 @@ class Replay {
   struct Memory {
     // What the replay holds between calls: its buffers and its pool's block.
     int64_t resident_bytes = 0;
-    std::optional<ReplayArena::Stats> pool;  // single-stream CPU replays
+    std::optional<PoolStats> pool;  // backends with a private pool
   };
   Memory memory();
 
@@ -67,9 +72,11 @@ class Replay {
   void copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound);
   void copy_back(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound);
   InputBinding::Scope bind_inputs(const std::vector<at::Tensor>& inputs) const;
+  void rebuild_executor();
 
   Program program_;
   ExecutorOptions options_;
+  ExecutorFactory make_executor_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<InputBinding> binding_;  // none for backends with fixed addresses
   struct StateLayout {

@@ -31,4 +31,15 @@ std::vector<std::vector<int>> successors(const Dag& dag) {
   return next;
 }
 
+int widest_level(const Dag& dag) {
+  std::vector<int> level(dag.num_nodes, 0);
+  std::vector<std::pair<int, int>> edges = dag.edges;
+  std::sort(edges.begin(), edges.end());  // by source: sources' levels are final first
+  for (const auto& [from, to] : edges) level[to] = std::max(level[to], level[from] + 1);
+  std::vector<int> count(dag.num_nodes, 0);
+  int widest = 0;
+  for (int l : level) widest = std::max(widest, ++count[l]);
+  return widest;
+}
+
 }  // namespace nimble::scheduling

@@ -18,4 +18,9 @@ void validate(const Dag& dag);
 // Successor lists, sorted ascending, without duplicates.
 std::vector<std::vector<int>> successors(const Dag& dag);
 
+// The most nodes of one level, a node's level being the length of the longest path that
+// ends at it. Nodes of one level have no path between them, so this is a lower bound of
+// the DAG's width (its largest set of mutually independent nodes), found in O(V + E).
+int widest_level(const Dag& dag);
+
 }  // namespace nimble::scheduling

@@ -1,11 +1,23 @@
-"""`python -m nimble bench` prints one JSON object with the documented fields."""
+"""`python -m nimble bench` and `tune` from the command line; the bench's timing helper and
+its CUDA report from fabricated measurements (the CUDA bench itself: test_bench_cuda.py)."""
 
+import io
 import json
 import subprocess
 import sys
 
+import pytest
+import torch
+
+from nimble.bench import cli, cuda
+from nimble.bench.timing import CudaTimer, alternate, median_ms, wall_seconds
+
 FIELDS = {"model", "eager_ms", "nimble_ms", "speedup", "prepare_s", "ops", "overhead_us_per_op",
           "multi_ms", "logical_streams", "physical_streams", "buffers_mb"}
+# The CPU row, exactly: scripts read these keys.
+CPU_FIELDS = FIELDS | {
+    "batch", "image_size", "multi_vs_single", "syncs", "unplanned_mb", "eager_peak_mb", "pool_mb",
+    "replay_peak_mb", "ops_own_ms", "of_which_free_us", "call_overhead_us", "threads"}
 
 
 def run(*args):
@@ -16,7 +28,7 @@ def test_bench_json():
     done = run("bench", "--model", "transformer:encoder", "--runs", "3", "--warmup", "1", "--json")
     assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout)
-    assert FIELDS <= row.keys()
+    assert row.keys() == CPU_FIELDS
     assert row["ops"] > 0 and row["eager_ms"] > 0 and row["nimble_ms"] > 0
     # Per call and per op outside the kernels come from the same timed replays.
     assert row["call_overhead_us"] > 0
@@ -53,11 +65,10 @@ def test_bench_measures_each_model_in_a_process_of_its_own():
 def test_bench_child_failure_is_reported(capfd):
     import argparse
 
-    from nimble.bench import _measure_apart
-
     args = argparse.Namespace(batch=0, image_size=64, runs=1, warmup=0, out_variant_max_bytes=0,
-                              train=False, optimizer="sgd", breakdown=False)
-    assert _measure_apart("transformer:encoder", args, None) == (None, 2)
+                              train=False, optimizer="sgd", breakdown=False, device="cpu",
+                              compile=False)
+    assert cli._measure_apart("transformer:encoder", args, None) == (None, 2)
     assert "--batch and --image-size must be positive" in capfd.readouterr().err
 
 
@@ -76,7 +87,7 @@ def test_bench_train_json():
                "--image-size", "32", "--runs", "2", "--warmup", "1", "--breakdown", "--json")
     assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout)
-    assert TRAIN_FIELDS <= row.keys()
+    assert row.keys() == TRAIN_FIELDS | {"batch", "image_size", "optimizer", "fwd_bwd_prepare_s"}
     assert row["step_ms"] > 0 and row["breakdown"]["kernels_ms"] <= row["breakdown"]["replay_ms"]
     assert run("bench", "--train", "--model", "transformer:encoder").returncode == 2
 
@@ -86,3 +97,217 @@ def test_tune_is_a_command():
                "--trials-per-task", "16", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["scheduler"] == "round-robin"
+
+
+# --device cuda: refused before anything is measured where there is no device; arguments that
+# belong to the other device refused on every machine.
+
+def _never_measure(*args, **kwargs):
+    raise AssertionError("nothing may be measured")
+
+
+@pytest.mark.parametrize("built_with_cuda", [True, False])
+def test_bench_cuda_without_a_device_fails_in_one_line(monkeypatch, capsys, built_with_cuda):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    if not built_with_cuda:
+        monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(cuda, "measure_cuda", _never_measure)
+    monkeypatch.setattr(cli.subprocess, "run", _never_measure)
+    for models in (["torchvision:googlenet"], ["torchvision:resnet18", "torchvision:googlenet"]):
+        argv = ["--device", "cuda", "--compile"] + [a for m in models for a in ("--model", m)]
+        assert cli.main(argv) == 1
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.count("\n") == 1 and captured.err.startswith(
+            "python -m nimble bench: error: --device cuda: ")
+        assert ("built without CUDA" in captured.err) == (not built_with_cuda)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+def test_bench_cuda_without_a_device_fails_from_the_command_line():
+    done = run("bench", "--device", "cuda", "--model", "torchvision:resnet18")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip().count("\n") == 0 and "--device cuda" in done.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--compile"], "--compile needs --device cuda"),
+    (["--device", "cuda", "--train"], "--train runs on the CPU"),
+    (["--device", "cuda", "--out-variant-max-bytes", "8"], "option of the CPU bench"),
+    (["--device", "tpu"], "invalid choice: 'tpu'"),
+    (["--device", "cuda", "--streams", "0"], "--streams takes a positive number"),
+    (["--device", "cuda", "--image-size", "-3"], "must be positive"),
+    (["--device", "cuda", "--model", "torchvision:nope"], "unknown torchvision"),
+])
+def test_bench_refuses_arguments_of_the_other_device(monkeypatch, capsys, argv, message):
+    monkeypatch.setattr(cuda, "measure_cuda", _never_measure)
+    with pytest.raises(SystemExit) as exit:
+        cli.main(argv)
+    assert exit.value.code == 2 and message in capsys.readouterr().err
+
+
+def _fake_row(spec, batch=1, image_size=224, compile=False):
+    names = ["eager", "cuda_graph", "nimble_1", "nimble_multi"] + (["compile"] if compile else [])
+    variants = [cuda.Variant("eager", print),
+                cuda.Variant("cuda_graph", print, prepare_s=0.4),
+                cuda.Variant("nimble_1", print, prepare_s=1.0,
+                             schedule={"physical_streams": 1, "physical_syncs": 0},
+                             streams_requested=1),
+                cuda.Variant("nimble_multi", print, prepare_s=2.0,
+                             schedule={"physical_streams": 4, "physical_syncs": 30},
+                             streams_requested="auto")]
+    if compile:
+        variants.append(cuda.Variant("compile", print, prepare_s=300.0))
+    # (wall s, device s) per call: eager 3 ms, graph 1 ms, one stream 1.01 ms, several 0.5 ms,
+    # compile 0.8 ms; device time 90% of wall, and an outlier each that medians must drop.
+    wall = {"eager": 3e-3, "cuda_graph": 1e-3, "nimble_1": 1.01e-3, "nimble_multi": 0.5e-3,
+            "compile": 0.8e-3}
+    samples = [[(wall[n], 0.9 * wall[n]), (wall[n], 0.9 * wall[n]), (1.0, 1.0)] for n in names]
+    meta = {"model": spec, "device": "Fake GPU", "batch": batch, "image_size": image_size,
+            "ops": 197, "logical_streams": 40}
+    return cuda.summarize(meta, variants, samples, {n: 1e-6 * i for i, n in enumerate(names)})
+
+
+def test_cuda_row_medians_and_ratios_from_fabricated_measurements():
+    row = _fake_row("torchvision:googlenet", compile=True)
+    assert json.loads(json.dumps(row)) == row
+    v = row["variants"]
+    assert list(v) == ["eager", "cuda_graph", "nimble_1", "nimble_multi", "compile"]
+    assert v["eager"] == {"ms": 3.0, "gpu_ms": 2.7, "max_abs_diff": 0.0}
+    assert v["nimble_multi"] == {"ms": 0.5, "gpu_ms": 0.45, "prepare_s": 2.0,
+                                 "streams_requested": "auto", "physical_streams": 4, "syncs": 30,
+                                 "max_abs_diff": 3e-6}
+    assert v["nimble_1"]["physical_streams"] == 1 and v["nimble_1"]["syncs"] == 0
+    assert v["compile"]["prepare_s"] == 300.0 and "physical_streams" not in v["compile"]
+    r = row["ratios"]
+    assert r["nimble_1_vs_cuda_graph"] == pytest.approx(1 / 1.01, abs=1e-3)
+    assert r["nimble_multi_vs_nimble_1"] == r["nimble_multi_vs_nimble_1_gpu"] == 2.02
+    assert r["nimble_multi_vs_compile"] == 1.6 and r["nimble_multi_vs_eager"] == 6.0
+    assert r["nimble_1_vs_eager"] == pytest.approx(2.97, abs=1e-3)
+    assert r["compile_s_vs_prepare_s"] == 150.0
+    # Without torch.compile, no ratio names it.
+    assert not any("compile" in key for key in _fake_row("torchvision:resnet18")["ratios"])
+
+
+def test_cuda_report_table():
+    rows = [_fake_row("torchvision:googlenet", compile=True), _fake_row("transformer:encoder", 8, None)]
+    out = io.StringIO()
+    cuda.print_report(rows, out=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "device: Fake GPU"
+    header = [c.strip() for c in lines[1].split("|")]
+    assert header == [name for name, _ in cuda.COLUMNS]
+    table = [[c.strip() for c in line.split("|")] for line in lines[3:12]]
+    assert [(r[0], r[3]) for r in table[:5]] == [("torchvision:googlenet", n) for n in (
+        "eager", "cuda_graph", "nimble_1", "nimble_multi", "compile")]
+    eager, _, _, multi, _ = table[:5]
+    assert eager[4:] == ["3.000", "2.700", "1.00x", "-", "-", "-", "0.0e+00"]
+    assert multi[4:] == ["0.500", "0.450", "6.00x", "2.00", "4", "30", "3.0e-06"]
+    assert table[5][:4] == ["transformer:encoder", "8", "None", "eager"] and len(table) == 9
+    assert lines[12] == ""
+    assert lines[13].startswith("torchvision:googlenet: nimble_1_vs_cuda_graph 0.99x (gpu 0.99x); "
+                                "nimble_multi_vs_nimble_1 2.02x (gpu 2.02x);")
+    assert lines[13].endswith("; compile_s_vs_prepare_s 150.0x")
+    assert lines[14].startswith("transformer:encoder: ") and "compile" not in lines[14]
+
+
+def test_bench_cuda_dispatch(monkeypatch, capsys):
+    """Without a device: the arguments reach the CUDA measurement (one model) and the
+    children (several), and the report is printed."""
+    monkeypatch.setattr(cli, "_no_cuda_reason", lambda: None)
+    calls = []
+
+    def measure(*args):
+        calls.append(args)
+        return _fake_row(args[0], args[1], args[2], args[6])
+
+    monkeypatch.setattr(cuda, "measure_cuda", measure)
+    assert cli.main(["--device", "cuda", "--model", "torchvision:googlenet", "--runs", "7"]) == 0
+    assert calls == [("torchvision:googlenet", 1, 224, 7, 10, "auto", False)]
+    out, err = capsys.readouterr()
+    assert out.startswith("device: Fake GPU\n") and "nimble_multi_vs_nimble_1 2.02x" in out
+    assert err == "measured torchvision:googlenet\n"
+
+    children = []
+
+    class Done:
+        returncode = 0
+
+        def __init__(self, argv):
+            children.append(argv)
+            self.stdout = json.dumps(_fake_row(argv[argv.index("--model") + 1], compile=True))
+
+    monkeypatch.setattr(cli.subprocess, "run", lambda argv, **kwargs: Done(argv))
+    assert cli.main(["--device", "cuda", "--compile", "--streams", "4", "--batch", "8", "--json",
+                     "--model", "torchvision:resnet18", "--model", "torchvision:googlenet"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["model"] for r in rows] == ["torchvision:resnet18", "torchvision:googlenet"]
+    for argv in children:
+        assert argv[argv.index("--device") + 1] == "cuda" and "--compile" in argv
+        assert argv[argv.index("--image-size") + 1] == "224"
+        assert argv[argv.index("--streams") + 1] == "4" and argv[argv.index("--batch") + 1] == "8"
+
+
+# The timing helper.
+
+class FakeClock:
+    """Advances by the given steps, one per reading."""
+
+    def __init__(self, steps):
+        self.now, self.steps = 0.0, iter(steps)
+
+    def __call__(self):
+        self.now += next(self.steps)
+        return self.now
+
+
+def test_alternate_times_each_call_in_turn_after_the_warm_up():
+    log = []
+    calls = [lambda: log.append("a"), lambda: log.append("b")]
+    # Two readings per call: the step before the start, then the call's duration.
+    durations = [9, 8, 1, 2, 3, 4]  # the first round is warm-up
+    clock = FakeClock([x for d in durations for x in (0.5, d)])
+    a, b = alternate(calls, runs=2, warmup=1, measure=lambda fn: wall_seconds(fn, clock),
+                     after_round=lambda: log.append("|"))
+    assert (a, b) == ([1, 3], [2, 4])
+    assert log == ["a", "b", "a", "b", "|", "a", "b", "|"]
+    assert median_ms([0.001, 0.003, 0.002]) == pytest.approx(2.0)
+
+
+def test_cuda_timer_covers_the_call_until_the_device_is_done():
+    log = []
+
+    class Event:
+        def __init__(self, name):
+            self.name = name
+
+        def record(self):
+            log.append(f"record {self.name}")
+
+        def elapsed_time(self, end):
+            assert (self.name, end.name) == ("start", "end")
+            return 1.5  # milliseconds
+
+    names = iter(["start", "end"])
+    clock = FakeClock([1.0, 0.25])
+
+    def sync():
+        log.append("sync")
+
+    timer = CudaTimer(clock=lambda: log.append("clock") or clock(),
+                      make_event=lambda: Event(next(names)), synchronize=sync)
+    assert timer(lambda: log.append("call")) == (0.25, 1.5e-3)
+    assert log == ["sync", "record start", "clock", "call", "record end", "sync", "clock"]
+
+
+def test_check_outputs_names_the_variant_that_differs():
+    model = torch.nn.Linear(3, 2).eval()
+    stale = model(torch.zeros(1, 3)).detach()
+    good = cuda.Variant("good", lambda x: model(x) + 1e-4)
+    assert cuda.check_outputs(model, [good], [torch.randn(1, 3)])["good"] == pytest.approx(
+        1e-4, rel=1e-2)
+    with pytest.raises(AssertionError, match="stale differs from eager"):
+        cuda.check_outputs(model, [good, cuda.Variant("stale", lambda x: stale)],
+                           [torch.zeros(1, 3), torch.ones(1, 3)])
+    assert cuda.max_abs_diff((torch.ones(2), [torch.zeros(3)]),
+                             (torch.ones(2) * 3, [torch.zeros(3)])) == 2.0

@@ -59,10 +59,10 @@ def test_large_results_can_be_left_to_the_allocator():
     torch.testing.assert_close(small_only(x), expected, rtol=0, atol=0)
 
 
-# The private pool of single-stream CPU replays (csrc/runtime/replay_arena.h).
+# The private pool of single-stream CPU replays (csrc/runtime/cpu/replay_arena.h).
 
 def _peaks(model, fast, x):
-    from nimble.bench import peak_allocated_bytes
+    from nimble.bench.cpu import peak_allocated_bytes
 
     with torch.no_grad():
         eager = peak_allocated_bytes(lambda: model(x))

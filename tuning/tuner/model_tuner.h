@@ -1,7 +1,8 @@
 #pragma once
 // Tunes all tasks of a model: a scheduler hands out fixed time slots, each slot runs the
-// chosen task's search in measured batches, every measurement goes to the database, and the
-// survey stop ends the run (goal, budget or fading improvement).
+// chosen task's search in measured batches, every measured batch goes to the measure callbacks
+// (the search's cost model, the database), and the survey stop ends the run (goal, budget or
+// fading improvement).
 #include <functional>
 #include <limits>
 #include <string>
@@ -13,6 +14,7 @@
 #include "tuning/search/task_tuner.h"
 #include "tuning/survey/survey_stop.h"
 #include "tuning/task/task.h"
+#include "tuning/tuner/measure_callback.h"
 #include "tuning/tuner/tuning_report.h"
 
 namespace nimble::tuning {
@@ -48,7 +50,13 @@ using ProgressCallback = std::function<void(const ProgressEvent&)>;
 
 class ModelTuner {
  public:
+  // With a database, a run resumes from its records (see TunerOptions::resume) and writes
+  // every measurement to it.
   ModelTuner(std::vector<Task> tasks, TunerOptions options, TuningDatabase* database = nullptr);
+  // Runs `callbacks`, in order, on every measured batch instead of the defaults; `database` is
+  // then only read, to resume from.
+  ModelTuner(std::vector<Task> tasks, TunerOptions options, TuningDatabase* database,
+             std::vector<MeasureCallback> callbacks);
   const std::vector<Task>& tasks() const { return tasks_; }
   TuningReport run(TaskScheduler& scheduler, const ProgressCallback& progress = {});
 
@@ -56,6 +64,7 @@ class ModelTuner {
   std::vector<Task> tasks_;
   TunerOptions options_;
   TuningDatabase* database_;  // not owned; may be null
+  std::vector<MeasureCallback> measure_callbacks_;
 };
 
 }  // namespace nimble::tuning

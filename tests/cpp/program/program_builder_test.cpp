@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-#include "runtime/cpu_executor.h"
+#include "runtime/cpu/cpu_executor.h"
 #include "runtime/replay.h"
 
 namespace nimble {

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
+#include <utility>
 
 #include "test_tasks.h"
 #include "tuning/scheduler/scheduler_factory.h"
@@ -144,6 +146,90 @@ TEST(ModelTuner, FailuresAreRecordedAndNeverStopTheTuner) {
   EXPECT_GT(r.tasks[0].trials - r.tasks[0].failures, 0);
   for (const auto& rec : db.records("test/b", "cpu"))
     EXPECT_EQ(rec.result.error, MeasureError::kRuntime);
+}
+
+// Logs every config it is asked to time, in call order, before its inner measurer times it
+// (or throws): the ground truth of what was measured.
+class LoggingMeasurer : public Measurer {
+ public:
+  LoggingMeasurer(std::string task, std::shared_ptr<Measurer> inner,
+                  std::vector<std::pair<std::string, Config>>& log)
+      : task_(std::move(task)), inner_(std::move(inner)), log_(log) {}
+  std::vector<MeasureResult> measure(const std::vector<Config>& batch,
+                                     const RepeatPolicy& repeats) override {
+    for (const Config& c : batch) log_.emplace_back(task_, c);
+    return inner_->measure(batch, repeats);
+  }
+
+ private:
+  std::string task_;
+  std::shared_ptr<Measurer> inner_;
+  std::vector<std::pair<std::string, Config>>& log_;
+};
+
+using Measured = std::vector<std::pair<std::string, Config>>;
+
+void log_batch(Measured& log, const MeasuredBatch& b) {
+  for (const Config& c : b.configs) log.emplace_back(b.task.name, c);
+}
+
+TEST(ModelTuner, EveryMeasurementReachesTheCostModelAndTheDatabaseOnceInOrder) {
+  Measured measured;
+  std::vector<Task> tasks = three_tasks();
+  // "a" fails to compile a third of its space, "b" throws on every batch, "c" always works.
+  tasks[0].measurer = std::make_shared<testing::FormulaMeasurer>(
+      [](const Config& c) { return 1e-3 * (1 + c[0] + c[1]); },
+      [](const Config& c) { return c[2] == 0; }, 0.02, 5);
+  tasks[1].measurer = std::make_shared<ThrowingMeasurer>();
+  for (Task& t : tasks)
+    t.measurer = std::make_shared<LoggingMeasurer>(t.name, t.measurer, measured);
+  TuningDatabase db(temp_db("callbacks"));
+  TunerOptions o = small_options();
+  // "b"'s batches cost no tuning time, so its slot lasts until it finishes.
+  o.early_stop_trials = 40;
+  o.budget_trials = 160;
+
+  // The default callbacks, each wrapped to log what it is handed and to check that it took the
+  // batch in: the cost-model update into the task's search, the database write into the database.
+  const std::vector<MeasureCallback> defaults = default_measure_callbacks(&db, o.run, o.device);
+  ASSERT_EQ(defaults.size(), 2u);
+  Measured to_cost_model, to_database;
+  std::map<MeasureError, long> errors;
+  const MeasureCallback cost_model = [&, update = defaults[0]](const MeasuredBatch& b) {
+    const long before = b.search.trials();
+    update(b);
+    EXPECT_EQ(b.search.trials(), before + static_cast<long>(b.configs.size()));
+    for (const Config& c : b.configs) EXPECT_TRUE(b.search.measured(c));
+    log_batch(to_cost_model, b);
+  };
+  const MeasureCallback database = [&, write = defaults[1]](const MeasuredBatch& b) {
+    ASSERT_EQ(b.configs.size(), b.results.size());
+    // The cost model has this batch already, the database every earlier one.
+    EXPECT_EQ(to_cost_model.size(), to_database.size() + b.configs.size());
+    EXPECT_EQ(db.count(), static_cast<long>(to_database.size()));
+    const size_t before = db.records(b.task.signature, o.device).size();
+    write(b);
+    const std::vector<DatabaseRecord> rows = db.records(b.task.signature, o.device);
+    ASSERT_EQ(rows.size(), before + b.configs.size());
+    for (size_t i = 0; i < b.configs.size(); ++i) {
+      EXPECT_EQ(rows[before + i].config, b.configs[i]);
+      EXPECT_EQ(rows[before + i].result.error, b.results[i].error);
+      EXPECT_EQ(rows[before + i].result.seconds, b.results[i].seconds);
+      ++errors[b.results[i].error];
+    }
+    log_batch(to_database, b);
+  };
+  ModelTuner tuner(tasks, o, &db, {cost_model, database});
+  const auto s = make_scheduler("round-robin", {});
+  const TuningReport r = tuner.run(*s);
+
+  EXPECT_EQ(to_cost_model, measured);
+  EXPECT_EQ(to_database, measured);
+  EXPECT_EQ(r.trials, static_cast<long>(measured.size()));
+  EXPECT_GT(errors[MeasureError::kNone], 0);
+  EXPECT_GT(errors[MeasureError::kCompile], 0);
+  for (const TaskSummary& t : r.tasks) EXPECT_GT(t.trials, 0) << t.name;
+  EXPECT_EQ(errors[MeasureError::kRuntime], r.tasks[1].trials);
 }
 
 TEST(ModelTuner, SurveyStopEndsTheRunAtTheGoal) {

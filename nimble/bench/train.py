@@ -12,24 +12,19 @@ from __future__ import annotations
 import copy
 import os
 import statistics
-import sys
 import time
 from collections import defaultdict
 
 import torch
 
-from .bench import _alternate
-from .wrapper import Nimble
-from .zoo import build
+from ..wrapper import Nimble
+from ..zoo import build
+from .timing import alternate, median_ms
 
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=1e-4),
     "adam": lambda params: torch.optim.Adam(params, lr=1e-3),
 }
-
-
-def _ms(samples):
-    return statistics.median(samples) * 1e3
 
 
 def breakdown(fast: Nimble, inputs: list, repeats: int = 5, top: int = 8) -> dict:
@@ -125,22 +120,22 @@ def measure_train(
         torch.manual_seed(seed)
         torch.testing.assert_close(multi.step(x, y), expected, rtol=1e-4, atol=1e-5)
 
-    eager_a, paper_t = _alternate(eager_step, paper_step, runs, warmup)
-    eager_b, step_t = _alternate(eager_step, lambda: step.step(x, y), runs, warmup)
-    single_t, multi_t = _alternate(lambda: step.step(x, y), lambda: multi.step(x, y), runs, warmup)
-    eager_ms = _ms(eager_a + eager_b)
+    eager_a, paper_t = alternate([eager_step, paper_step], runs, warmup)
+    eager_b, step_t = alternate([eager_step, lambda: step.step(x, y)], runs, warmup)
+    single_t, multi_t = alternate([lambda: step.step(x, y), lambda: multi.step(x, y)], runs, warmup)
+    eager_ms = median_ms(eager_a + eager_b)
     row = {
         "model": spec,
         "batch": batch,
         "image_size": x.shape[-1],
         "optimizer": optimizer,
         "eager_ms": round(eager_ms, 3),
-        "fwd_bwd_ms": round(_ms(paper_t), 3),
-        "fwd_bwd_speedup": round(_ms(eager_a) / _ms(paper_t), 3),
-        "step_ms": round(_ms(step_t), 3),
-        "step_speedup": round(_ms(eager_b) / _ms(step_t), 3),
-        "multi_ms": round(_ms(multi_t), 3),
-        "multi_vs_single": round(_ms(single_t) / _ms(multi_t), 3),
+        "fwd_bwd_ms": round(median_ms(paper_t), 3),
+        "fwd_bwd_speedup": round(median_ms(eager_a) / median_ms(paper_t), 3),
+        "step_ms": round(median_ms(step_t), 3),
+        "step_speedup": round(median_ms(eager_b) / median_ms(step_t), 3),
+        "multi_ms": round(median_ms(multi_t), 3),
+        "multi_vs_single": round(median_ms(single_t) / median_ms(multi_t), 3),
         "physical_streams": multi.schedule["physical_streams"],
         "ops": step.num_ops,
         "prepare_s": round(step_prepare_s, 2),
@@ -169,7 +164,7 @@ COLUMNS = [
 ]
 
 
-def print_breakdown(row: dict, out=sys.stdout) -> None:
+def print_breakdown(row: dict, out=None) -> None:
     b = row["breakdown"]
     print(
         f"\n{row['model']} whole-step replay: {b['replay_ms']:.2f} ms, of which kernels "

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "program/program.h"
+#include "runtime/executor.h"
 
 namespace nimble {
 
@@ -60,16 +61,7 @@ class ReplayArena {
   // A failed replay's recording is dropped; the next replay records again.
   void discard_recording();
 
-  struct Stats {
-    bool planned = false;
-    int64_t block_bytes = 0;   // the pool's one block, held between replays
-    int requests = 0;          // allocations recorded inside ops
-    int planned_requests = 0;  // of those, served from the block
-    int buffers_moved = 0;     // buffer groups living in the block
-    int served_last = 0;       // last replay: requests served from the block
-    int fallbacks_last = 0;    // last replay: requests unlike the recording, or whose
-                               // planned bytes were still held, served elsewhere
-  };
+  using Stats = PoolStats;
   Stats stats() const;
   // Whether `ptr` points into the pool's block.
   bool owns(const void* ptr) const;

@@ -1,4 +1,4 @@
-#include "runtime/replay_arena.h"
+#include "runtime/cpu/replay_arena.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>

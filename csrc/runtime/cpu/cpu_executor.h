@@ -9,18 +9,20 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/cpu/replay_arena.h"
+#include "runtime/cpu/stream_event.h"
 #include "runtime/executor.h"
-#include "runtime/stream_event.h"
-#include "scheduling/stream_assignment.h"
+#include "runtime/stream_plan.h"
 
 namespace nimble {
 
 class CpuExecutor final : public Executor {
  public:
-  // `schedule` must cover the program's ops; `cores` is what the streams' kernels share.
+  // `plan` must cover the program's ops; `cores` is what the streams' kernels share.
   // With one stream and `memory_pool`, replays allocate from a ReplayArena.
-  CpuExecutor(Program& program, scheduling::PhysicalSchedule schedule, ScheduleInfo info, int cores,
-              bool memory_pool);
+  // `stress_delays_us`: empty, or per op a sleep before it (see ExecutorOptions).
+  CpuExecutor(Program& program, StreamPlan plan, int cores, bool memory_pool,
+              std::vector<int> stress_delays_us = {});
   ~CpuExecutor() override;
   CpuExecutor(const CpuExecutor&) = delete;
   CpuExecutor& operator=(const CpuExecutor&) = delete;
@@ -28,19 +30,13 @@ class CpuExecutor final : public Executor {
   void run(Program& program) override;
   std::vector<OpTiming> run_timed(Program& program) override;
   std::string backend() const override { return "cpu"; }
-  int num_streams() const override { return schedule_.num_streams; }
-  const ScheduleInfo& schedule() const override { return info_; }
-  const ReplayArena* arena() const override { return arena_.get(); }
+  int num_streams() const override { return plan_.num_streams(); }
+  const ScheduleInfo& schedule() const override { return plan_.info; }
+  std::optional<PoolStats> pool_stats() const override;
+  bool pool_owns(const void* ptr) const override { return arena_ && arena_->owns(ptr); }
 
  private:
-  struct Step {
-    int op = 0;
-    std::vector<int> waits;    // events to wait for before the op
-    int signal = -1;           // event to signal after it
-    std::vector<int> release;  // transient slots safe to drop after it
-  };
   struct Stream {
-    std::vector<Step> steps;
     std::vector<c10::IValue> stack;
     std::vector<OpTiming>* timings = nullptr;
   };
@@ -49,16 +45,14 @@ class CpuExecutor final : public Executor {
   void worker(int stream);
   void replay(Program& program, bool timed, std::vector<OpTiming>* timings);
 
-  scheduling::PhysicalSchedule schedule_;
-  ScheduleInfo info_;
+  StreamPlan plan_;
+  std::vector<int> stress_delays_us_;
   // Measured on googlenet and inception_v3 (2 cores): a fixed equal share per stream beats
   // resizing each kernel's team to the streams running at that moment, because every
   // stream thread that opens OpenMP regions gets its own spinning team.
-  int threads_per_stream() const { return std::max(1, cores_ / schedule_.num_streams); }
+  int threads_per_stream() const { return std::max(1, cores_ / plan_.num_streams()); }
   int cores_ = 1;
   std::vector<Stream> streams_;
-  std::vector<int> end_release_;  // transient slots no single op is last to read
-  std::vector<int> transients_;   // every transient slot: dropped after a failed replay
   std::unique_ptr<ReplayArena> arena_;
   std::deque<StreamEvent> events_;
   std::deque<StreamEvent> stream_done_;

@@ -1,4 +1,4 @@
-#include "runtime/cpu_executor.h"
+#include "runtime/cpu/cpu_executor.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -62,93 +62,32 @@ class KeepIntraOpThreads {
   bool changed_ = false;
 };
 
-std::vector<std::vector<int>> readers_of_slots(const Program& program) {
-  std::vector<std::vector<int>> readers(program.slots.size());
-  for (size_t i = 0; i < program.ops.size(); ++i) {
-    for (const Arg& arg : program.ops[i].args) {
-      if (arg.kind == Arg::Kind::kSlot) readers[arg.slot].push_back(static_cast<int>(i));
-      for (int slot : arg.slots) {
-        if (slot >= 0) readers[slot].push_back(static_cast<int>(i));
-      }
-    }
-  }
-  return readers;
-}
-
 }  // namespace
 
-CpuExecutor::CpuExecutor(Program& program, scheduling::PhysicalSchedule schedule, ScheduleInfo info,
-                         int cores, bool memory_pool)
-    : schedule_(std::move(schedule)), info_(std::move(info)), cores_(std::max(1, cores)) {
-  const int n = static_cast<int>(program.ops.size());
-  if (schedule_.num_streams < 1 || static_cast<int>(schedule_.stream.size()) != n ||
-      static_cast<int>(schedule_.ops.size()) != schedule_.num_streams) {
-    throw std::invalid_argument("the stream schedule does not match the program (" +
-                                std::to_string(schedule_.stream.size()) + " ops scheduled, " +
-                                std::to_string(n) + " in the program)");
+CpuExecutor::CpuExecutor(Program& program, StreamPlan plan, int cores, bool memory_pool,
+                         std::vector<int> stress_delays_us)
+    : plan_(std::move(plan)),
+      stress_delays_us_(std::move(stress_delays_us)),
+      cores_(std::max(1, cores)) {
+  if (plan_.issue.stream.size() != program.ops.size()) {
+    throw std::invalid_argument("the stream plan does not match the program (" +
+                                std::to_string(plan_.issue.stream.size()) + " ops planned, " +
+                                std::to_string(program.ops.size()) + " in the program)");
   }
-  streams_.resize(schedule_.num_streams);
-  std::vector<int> step_of(n, -1);
-  for (int s = 0; s < schedule_.num_streams; ++s) {
-    for (int op : schedule_.ops[s]) {
-      step_of[op] = static_cast<int>(streams_[s].steps.size());
-      streams_[s].steps.push_back(Step{op, {}, -1, {}});
-    }
-  }
-  std::vector<int> event_of(n, -1);
-  for (auto [from, to] : schedule_.syncs) {
-    if (event_of[from] < 0) {
-      event_of[from] = static_cast<int>(events_.size());
-      events_.emplace_back();
-      streams_[schedule_.stream[from]].steps[step_of[from]].signal = event_of[from];
-    }
-    streams_[schedule_.stream[to]].steps[step_of[to]].waits.push_back(event_of[from]);
-  }
-
-  // A transient value may be dropped after the op that every other reader of it is
-  // known to precede; otherwise it is dropped once the whole replay is done.
-  std::vector<std::vector<int>> successors(n);
-  for (auto [from, to] : program.dependencies) successors[from].push_back(to);
-  auto precedes = [&](int a, int b) {
-    if (a == b) return true;
-    if (schedule_.stream[a] == schedule_.stream[b]) return step_of[a] < step_of[b];
-    std::vector<int> todo = {a};
-    std::vector<char> seen(n, 0);
-    while (!todo.empty()) {
-      const int v = todo.back();
-      todo.pop_back();
-      for (int w : successors[v]) {
-        if (w == b) return true;
-        if (w < b && !seen[w]) {
-          seen[w] = 1;
-          todo.push_back(w);
-        }
-      }
-    }
-    return false;
-  };
-  const auto readers = readers_of_slots(program);
-  for (int op = 0; op < n; ++op) {
-    for (int slot : program.ops[op].release) {
-      const bool last = std::all_of(readers[slot].begin(), readers[slot].end(),
-                                    [&](int r) { return precedes(r, op); });
-      if (last) {
-        streams_[schedule_.stream[op]].steps[step_of[op]].release.push_back(slot);
-      } else {
-        end_release_.push_back(slot);
-      }
-    }
-  }
-
-  for (size_t slot = 0; slot < program.slots.size(); ++slot) {
-    if (!program.slots[slot].is_stable()) transients_.push_back(static_cast<int>(slot));
-  }
+  const int streams = plan_.num_streams();
+  streams_.resize(streams);
+  events_.resize(plan_.issue.num_events);
   // Several streams allocate concurrently, in an order that changes between replays:
   // the pool's plan needs one order.
-  if (memory_pool && schedule_.num_streams == 1) arena_ = std::make_unique<ReplayArena>(program);
-  stream_done_.resize(schedule_.num_streams);
-  errors_.resize(schedule_.num_streams);
-  for (int s = 1; s < schedule_.num_streams; ++s) workers_.emplace_back([this, s] { worker(s); });
+  if (memory_pool && streams == 1) arena_ = std::make_unique<ReplayArena>(program);
+  stream_done_.resize(streams);
+  errors_.resize(streams);
+  for (int s = 1; s < streams; ++s) workers_.emplace_back([this, s] { worker(s); });
+}
+
+std::optional<PoolStats> CpuExecutor::pool_stats() const {
+  if (!arena_) return std::nullopt;
+  return arena_->stats();
 }
 
 CpuExecutor::~CpuExecutor() {
@@ -159,8 +98,11 @@ CpuExecutor::~CpuExecutor() {
 
 void CpuExecutor::run_stream(int stream, Program& program, uint64_t epoch) {
   Stream& s = streams_[stream];
-  for (const Step& step : s.steps) {
+  for (const scheduling::IssueStep& step : plan_.issue.streams[stream]) {
+    const std::vector<int>& release = plan_.release[step.op];
     for (int e : step.waits) events_[e].wait(epoch, queue_);
+    if (!stress_delays_us_.empty() && stress_delays_us_[step.op] > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(stress_delays_us_[step.op]));
     if (!errors_[stream]) {
       try {
         const OpNode& op = program.ops[step.op];
@@ -168,7 +110,7 @@ void CpuExecutor::run_stream(int stream, Program& program, uint64_t epoch) {
         push_args(op, program.values, s.stack);
         if (!timed_) {
           op.handle.redispatchBoxed(op.keys, &s.stack);
-          keep_results(op, program.values, s.stack, step.release);
+          keep_results(op, program.values, s.stack, release);
         } else {
           const int64_t start = now_ns();
           op.handle.redispatchBoxed(op.keys, &s.stack);
@@ -176,7 +118,7 @@ void CpuExecutor::run_stream(int stream, Program& program, uint64_t epoch) {
           keep_results(op, program.values, s.stack, {});
           // Dropping the values this op read last frees tensors: timed on its own, so
           // that reports can tell memory release from dispatch overhead.
-          for (int slot : step.release) program.values[slot] = c10::IValue();
+          for (int slot : release) program.values[slot] = c10::IValue();
           const int64_t released = now_ns();
           s.timings->push_back(
               {step.op, stream, start - origin_ns_, end - origin_ns_, released - end});
@@ -218,7 +160,7 @@ void CpuExecutor::replay(Program& program, bool timed, std::vector<OpTiming>* ti
   origin_ns_ = now_ns();
   for (size_t s = 0; s < streams_.size(); ++s) {
     // Reserved up front: a reallocation inside the replay would be timed as overhead.
-    if (timed) per_stream[s].reserve(streams_[s].steps.size());
+    if (timed) per_stream[s].reserve(plan_.issue.streams[s].size());
     streams_[s].timings = &per_stream[s];
     errors_[s] = nullptr;
   }
@@ -233,11 +175,11 @@ void CpuExecutor::replay(Program& program, bool timed, std::vector<OpTiming>* ti
     run_stream(0, program, epoch);
   }
   for (size_t s = 1; s < streams_.size(); ++s) stream_done_[s].wait(epoch, queue_);
-  for (int slot : end_release_) program.values[slot] = c10::IValue();
+  for (int slot : plan_.end_release) program.values[slot] = c10::IValue();
   for (const std::exception_ptr& error : errors_) {
     if (!error) continue;
     // Values of the failed replay would otherwise live on into the next one.
-    for (int slot : transients_) program.values[slot] = c10::IValue();
+    for (int slot : plan_.transients) program.values[slot] = c10::IValue();
     for (Stream& s : streams_) s.stack.clear();
     if (arena_ && arena_->recording()) arena_->discard_recording();
     std::rethrow_exception(error);

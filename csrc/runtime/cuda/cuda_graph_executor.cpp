@@ -1,0 +1,185 @@
+#include "runtime/cuda/cuda_graph_executor.h"
+
+#include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/op_call.h"
+
+namespace nimble {
+
+namespace {
+
+c10::Device program_device(const Program& program) {
+  for (const c10::IValue& value : program.values) {
+    if (value.isTensor() && value.toTensor().defined() && value.toTensor().is_cuda())
+      return value.toTensor().device();
+  }
+  throw std::invalid_argument("the CUDA graph backend needs a program with CUDA tensors");
+}
+
+void for_each_tensor_of(const c10::IValue& value, const std::function<void(const at::Tensor&)>& f) {
+  if (value.isTensor()) {
+    if (value.toTensor().defined()) f(value.toTensor());
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorList().vec()) f(t);
+  }
+}
+
+}  // namespace
+
+CudaGraphExecutor::CudaGraphExecutor(Program& program, StreamPlan plan,
+                                     std::vector<int> stress_delays_us)
+    : device_(program_device(program)), plan_(std::move(plan)) {
+  if (plan_.issue.stream.size() != program.ops.size()) {
+    throw std::invalid_argument("the stream plan does not match the program (" +
+                                std::to_string(plan_.issue.stream.size()) + " ops planned, " +
+                                std::to_string(program.ops.size()) + " in the program)");
+  }
+  const c10::cuda::CUDAGuard device_guard(device_);
+  if (!stress_delays_us.empty()) {
+    int khz = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device_.index()));
+    for (int us : stress_delays_us) stress_delay_cycles_.push_back(int64_t{us} * khz / 1000);
+  }
+  for (int s = 0; s < plan_.num_streams(); ++s) streams_.emplace_back(device_.index());
+  for (int e = 0; e < plan_.issue.num_events; ++e) events_.emplace_back();
+  for (int s = 0; s < plan_.num_streams(); ++s) joins_.emplace_back();
+  if (plan_.num_streams() > 1) {
+    const auto readers = readers_of_slots(program);
+    transient_reads_.resize(program.ops.size());
+    for (int slot : plan_.transients) {
+      for (int op : readers[slot]) transient_reads_[op].push_back(slot);
+    }
+  }
+
+  // Warm-up on the caller's stream's timeline, on the streams the capture will use.
+  const cudaStream_t caller = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+  try {
+    issue(program, caller, nullptr);
+  } catch (...) {
+    drop_transients(program);
+    throw;
+  }
+  C10_CUDA_CHECK(cudaStreamSynchronize(caller));
+
+  // The capture runs on stream 0 of the plan; nothing else is pending (synchronized).
+  graph_ = std::make_unique<at::cuda::CUDAGraph>();
+  {
+    const c10::cuda::CUDAStreamGuard on_capture(streams_[0].torch_stream());
+    graph_->capture_begin();
+    try {
+      issue(program, streams_[0].get(), nullptr);
+    } catch (...) {
+      // End the capture so that the device is usable after the error; the half-captured
+      // graph is dropped.
+      try {
+        graph_->capture_end();
+      } catch (...) {
+      }
+      graph_.reset();
+      drop_transients(program);
+      throw;
+    }
+    graph_->capture_end();
+  }
+  C10_CUDA_CHECK(cudaStreamSynchronize(streams_[0].get()));
+}
+
+CudaGraphExecutor::~CudaGraphExecutor() {
+  // The graph's launches may still run on the caller's stream: its pool and our streams
+  // go only after they finished.
+  C10_CUDA_IGNORE_ERROR(cudaDeviceSynchronize());
+}
+
+void CudaGraphExecutor::issue(Program& program, cudaStream_t origin,
+                              std::vector<OpEvents>* timing) {
+  const int num_streams = plan_.num_streams();
+  fork_.record(origin);
+  for (int s = 0; s < num_streams; ++s) {
+    if (streams_[s].get() != origin) fork_.block(streams_[s].get());
+  }
+  // One host thread issues the ops in op order: each stream gets its ops in its plan
+  // order, and every event is recorded before a stream waits for it (syncs point back).
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    const int s = plan_.issue.stream[i];
+    const scheduling::IssueStep& step = plan_.issue.streams[s][plan_.issue.position[i]];
+    const cuda::OwnedStream& stream = streams_[s];
+    const c10::cuda::CUDAStreamGuard on_stream(stream.torch_stream());
+    for (int e : step.waits) events_[e].block(stream.get());
+    if (!stress_delay_cycles_.empty() && stress_delay_cycles_[i] > 0)
+      at::cuda::sleep(stress_delay_cycles_[i]);
+    if (timing) (*timing)[i].start.record(stream.get());
+    const OpNode& op = program.ops[i];
+    if (!transient_reads_.empty()) {
+      // The caching allocator hands a freed block to the next request of the stream that
+      // allocated it; a read on another stream must hold the block until it has run
+      // (inside a capture: until the capture ends). Reads on the allocating stream are
+      // ignored by the allocator, and are ordered by that stream anyway.
+      for (int slot : transient_reads_[i]) {
+        for_each_tensor_of(program.values[slot], [&](const at::Tensor& t) {
+          c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(),
+                                                        stream.torch_stream());
+        });
+      }
+    }
+    push_args(op, program.values, stack_);
+    op.handle.redispatchBoxed(op.keys, &stack_);
+    keep_results(op, program.values, stack_, plan_.release[i]);
+    stack_.clear();  // returned values the program does not keep go now, on this stream
+    if (timing) (*timing)[i].end.record(stream.get());
+    if (step.signal >= 0) events_[step.signal].record(stream.get());
+  }
+  for (int s = 0; s < num_streams; ++s) {
+    if (streams_[s].get() == origin) continue;
+    joins_[s].record(streams_[s].get());
+    joins_[s].block(origin);
+  }
+  for (int slot : plan_.end_release) program.values[slot] = c10::IValue();
+}
+
+void CudaGraphExecutor::drop_transients(Program& program) {
+  for (int slot : plan_.transients) program.values[slot] = c10::IValue();
+  stack_.clear();
+}
+
+void CudaGraphExecutor::run(Program& /*program*/) {
+  const c10::cuda::CUDAGuard device_guard(device_);
+  graph_->replay();
+}
+
+std::vector<OpTiming> CudaGraphExecutor::run_timed(Program& program) {
+  const c10::cuda::CUDAGuard device_guard(device_);
+  // The graph's outputs stay the program's values: the ops issued here make new ones.
+  std::vector<c10::IValue> graph_outputs;
+  for (int slot : program.outputs) graph_outputs.push_back(program.values[slot]);
+  const cudaStream_t caller = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+  std::vector<OpEvents> timing(program.ops.size());
+  const cuda::OwnedEvent origin(true);
+  origin.record(caller);
+  try {
+    issue(program, caller, &timing);
+  } catch (...) {
+    drop_transients(program);
+    for (size_t i = 0; i < graph_outputs.size(); ++i)
+      program.values[program.outputs[i]] = graph_outputs[i];
+    throw;
+  }
+  C10_CUDA_CHECK(cudaStreamSynchronize(caller));
+  for (size_t i = 0; i < graph_outputs.size(); ++i)
+    program.values[program.outputs[i]] = graph_outputs[i];
+  std::vector<OpTiming> timings;
+  timings.reserve(program.ops.size());
+  auto ns = [&](const cuda::OwnedEvent& e) { return static_cast<int64_t>(e.since(origin) * 1e6); };
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    timings.push_back(
+        {static_cast<int>(i), plan_.issue.stream[i], ns(timing[i].start), ns(timing[i].end), 0});
+  }
+  return timings;
+}
+
+}  // namespace nimble

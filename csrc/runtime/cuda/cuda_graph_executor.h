@@ -1,0 +1,65 @@
+#pragma once
+// CUDA backend: the stream plan captured once into one CUDA graph. Each physical stream
+// of the plan is a CUDA stream of the executor's own; a cross-stream edge is an event
+// recorded on the producer's stream after the producer and waited for by the consumer's
+// stream before the consumer; the side streams fork from the capturing stream and join
+// back into it before the capture ends. A replay is one graph launch on the caller's
+// current stream (after Replay's input copies). Built only when torch has CUDA.
+#include <ATen/cuda/CUDAGraph.h>
+
+#include <memory>
+#include <vector>
+
+#include "runtime/cuda/cuda_handles.h"
+#include "runtime/executor.h"
+#include "runtime/stream_plan.h"
+
+namespace nimble {
+
+class CudaGraphExecutor final : public Executor {
+ public:
+  // Warms the ops up on the executor's streams (cuBLAS/cuDNN handles and workspaces are
+  // made per stream, lazily; they must exist before capture), then captures them.
+  // Transient values then live in the graph's private pool at fixed addresses, which is
+  // why every output of this backend is reused by the next replay.
+  // `stress_delays_us`: empty, or per op a spinning kernel before it (see ExecutorOptions).
+  CudaGraphExecutor(Program& program, StreamPlan plan, std::vector<int> stress_delays_us = {});
+  ~CudaGraphExecutor() override;
+  CudaGraphExecutor(const CudaGraphExecutor&) = delete;
+  CudaGraphExecutor& operator=(const CudaGraphExecutor&) = delete;
+
+  void run(Program& program) override;
+  // Issues the ops outside the graph on the same streams, each between two timing
+  // events; times are device times since the replay's start, one row per stream.
+  std::vector<OpTiming> run_timed(Program& program) override;
+  std::string backend() const override { return "cuda-graph"; }
+  int num_streams() const override { return plan_.num_streams(); }
+  const ScheduleInfo& schedule() const override { return plan_.info; }
+  bool reuses_outputs() const override { return true; }
+
+ private:
+  struct OpEvents {
+    cuda::OwnedEvent start{true};
+    cuda::OwnedEvent end{true};
+  };
+  // Issues every op once on the executor's streams, ordered after the work already on
+  // `origin` and joined back into it. With `timing`, records each op's events there.
+  void issue(Program& program, cudaStream_t origin, std::vector<OpEvents>* timing);
+  // After a failed issue: values of the half-run replay must not live on.
+  void drop_transients(Program& program);
+
+  c10::Device device_;
+  StreamPlan plan_;
+  std::vector<int64_t> stress_delay_cycles_;  // per op, or empty
+  std::vector<cuda::OwnedStream> streams_;    // one per physical stream; 0 captures
+  std::vector<cuda::OwnedEvent> events_;      // one per event of the plan
+  cuda::OwnedEvent fork_;
+  std::vector<cuda::OwnedEvent> joins_;  // per stream, joined back into the origin
+  // Per op: transient slots it reads, so that with several streams their memory is not
+  // handed to the allocating stream's next request before this op has read it.
+  std::vector<std::vector<int>> transient_reads_;
+  std::vector<c10::IValue> stack_;
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+};
+
+}  // namespace nimble

@@ -1,0 +1,162 @@
+"""`python -m nimble bench`: eager and nimble side by side, in one process.
+
+Compared modes alternate run by run (after a warm-up), so all see the same machine
+state; the table reports medians. Several models are measured each in a process of its
+own: a process that has already run other models has a fragmented heap, and the replay's
+per-op overhead grows with it (convnext_tiny 0.8 -> 1.1 us after six other models), so
+a model's numbers would depend on the ones listed before it.
+
+`--device cuda` (default image size 224) times eager, a hand-captured CUDA graph (what a
+user would write instead of nimble), nimble on one stream and on several and, with
+`--compile`, torch.compile(mode="reduce-overhead"): per call, wall and GPU milliseconds,
+prepare (or capture, or compile) seconds, nimble's streams and syncs, and the ratios
+between them. Every variant is checked against eager first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import torch
+
+from . import cpu, cuda, train
+from .report import print_table
+from ..zoo import ALL_MODELS, check_spec
+
+DEFAULT_IMAGE_SIZE = {"cpu": 64, "cuda": 224}
+
+
+def _measure_apart(spec: str, args: argparse.Namespace, streams) -> tuple[dict | None, int]:
+    """Measures one model in a child process (see the module's docstring). Returns its
+    row, or None and the child's exit code; the child's errors reach stderr as they are."""
+    argv = [sys.executable, "-m", "nimble", "bench", "--model", spec, "--json",
+            "--device", args.device,
+            "--batch", str(args.batch), "--image-size", str(args.image_size),
+            "--runs", str(args.runs), "--warmup", str(args.warmup),
+            "--out-variant-max-bytes", str(args.out_variant_max_bytes)]
+    if streams is not None:
+        argv += ["--streams", str(streams)]
+    if args.compile:
+        argv += ["--compile"]
+    if args.train:
+        argv += ["--train", "--optimizer", args.optimizer] + (["--breakdown"] if args.breakdown else [])
+    done = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        return None, done.returncode
+    return json.loads(done.stdout), 0
+
+
+def _no_cuda_reason() -> str | None:
+    if torch.version.cuda is None:
+        return f"this torch ({torch.__version__}) was built without CUDA"
+    if not torch.cuda.is_available():
+        return "no CUDA device is available (torch.cuda.is_available() is False)"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nimble bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", action="append",
+                        help="torchvision:NAME or transformer:encoder; repeatable; 'all' for "
+                             "every model of the correctness suite (default torchvision:resnet18)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--image-size", type=int, default=None,
+                        help="default 64 on the CPU, 224 on CUDA")
+    parser.add_argument("--runs", type=int, default=50, help="timed runs per side (default 50)")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--streams", default=None,
+                        help="multi-stream mode: N streams or 'auto' (default: on the CPU one "
+                             "per core, capped by the op graph's logical streams; on CUDA "
+                             "'auto')")
+    parser.add_argument("--compile", action="store_true",
+                        help="with --device cuda: also torch.compile(mode='reduce-overhead')")
+    parser.add_argument("--out-variant-max-bytes", type=int, default=0, metavar="N",
+                        help="prepare(out_variant_max_bytes=N): preallocated .out buffers only "
+                             "for results of at most N bytes (default 0: all; 1: none, which "
+                             "brings the replay's peak memory to about eager's)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--train", action="store_true",
+                        help="time one training step (eager; forward+backward replayed with an "
+                             "eager optimizer; the whole step replayed on one and on several "
+                             "streams); torchvision models, 10 classes")
+    parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
+                        help="with --train: SGD (momentum 0.9, weight decay 1e-4) or Adam")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="with --train: kernel time of the whole-step replay by op")
+    args = parser.parse_args(argv)
+    if args.image_size is None:
+        args.image_size = DEFAULT_IMAGE_SIZE[args.device]
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    if args.batch < 1 or args.image_size < 1:
+        parser.error(f"--batch and --image-size must be positive, got {args.batch} and "
+                     f"{args.image_size}")
+    if args.out_variant_max_bytes < 0:
+        parser.error("--out-variant-max-bytes must be 0 (no limit) or a positive byte count")
+    if args.device == "cuda":
+        if args.train:
+            parser.error("--train runs on the CPU (training on CUDA is not built yet)")
+        if args.out_variant_max_bytes:
+            parser.error("--out-variant-max-bytes is an option of the CPU bench")
+    elif args.compile:
+        parser.error("--compile needs --device cuda")
+    streams = args.streams
+    if streams is not None and streams != "auto":
+        if not streams.isdigit() or int(streams) < 1:
+            parser.error(f"--streams takes a positive number or 'auto', got {streams!r}")
+        streams = int(streams)
+    specs = args.model or ["torchvision:resnet18"]
+    if specs == ["all"]:
+        specs = ALL_MODELS
+    if args.train and specs == ALL_MODELS:
+        specs = [s for s in specs if s.startswith("torchvision:")]
+    for spec in specs:
+        try:
+            check_spec(spec)
+        except ValueError as error:
+            parser.error(str(error))
+    if args.device == "cuda":
+        reason = _no_cuda_reason()
+        if reason is not None:
+            print(f"{parser.prog}: error: --device cuda: {reason}", file=sys.stderr)
+            return 1
+    rows = []
+    for spec in specs:
+        if len(specs) > 1:
+            row, code = _measure_apart(spec, args, streams)
+            if row is None:
+                return code
+        else:
+            try:
+                if args.device == "cuda":
+                    row = cuda.measure_cuda(spec, args.batch, args.image_size, args.runs,
+                                            args.warmup, streams or "auto", args.compile)
+                elif args.train:
+                    row = train.measure_train(
+                        spec, args.batch, args.image_size, args.runs, args.warmup, streams,
+                        args.optimizer, args.breakdown)
+                else:
+                    row = cpu.measure(spec, args.batch, args.image_size, args.runs, args.warmup,
+                                      streams, args.out_variant_max_bytes)
+            except ValueError as error:
+                parser.error(str(error))
+        rows.append(row)
+        if not args.json:
+            print(f"measured {spec}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
+    elif args.device == "cuda":
+        cuda.print_report(rows)
+    elif args.train:
+        print_table(rows, train.COLUMNS)
+        for row in rows:
+            if "breakdown" in row:
+                train.print_breakdown(row)
+    else:
+        print_table(rows, cpu.COLUMNS)
+    return 0

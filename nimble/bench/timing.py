@@ -1,0 +1,84 @@
+"""The one way the benchmarks time calls: compared calls alternate, round after round, after
+a warm-up, so that every mode sees the same machine state (clock boosts, caches, load from
+elsewhere); the reports take medians.
+
+A `measure` turns one call into one sample. On the CPU it is `wall_seconds` (a sample is
+seconds); on a GPU `CudaTimer` waits for the device and gives wall and device seconds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable, Sequence
+
+Clock = Callable[[], float]
+
+
+def median_ms(seconds: Sequence[float]) -> float:
+    return statistics.median(seconds) * 1e3
+
+
+def wall_seconds(fn: Callable[[], Any], clock: Clock = time.perf_counter) -> float:
+    start = clock()
+    fn()
+    return clock() - start
+
+
+def alternate(
+    calls: Sequence[Callable[[], Any]],
+    runs: int,
+    warmup: int,
+    measure: Callable[[Callable[[], Any]], Any] = wall_seconds,
+    after_round: Callable[[], Any] | None = None,
+) -> list[list]:
+    """`warmup + runs` rounds, each measuring every call once, in the order given. Returns
+    each call's samples of the `runs` timed rounds; `after_round`, if given, runs untimed
+    after each timed round."""
+    samples: list[list] = [[] for _ in calls]
+    for i in range(warmup + runs):
+        taken = [measure(fn) for fn in calls]
+        if i >= warmup:
+            for mine, sample in zip(samples, taken):
+                mine.append(sample)
+            if after_round is not None:
+                after_round()
+    return samples
+
+
+class CudaTimer:
+    """Measures one call on a GPU as (wall seconds, device seconds).
+
+    Wall: from before the call until the device has finished it (the call, then
+    `synchronize`), what a caller waiting for the result sees. Device: between two events
+    recorded on the current stream just before and just after the call, so every kernel
+    the call enqueues on that stream, or on streams that join it, lies between them. The
+    start event is recorded outside the wall interval; the end event is enqueued behind
+    the call's work, so it adds nothing to the wall time of a call the device is still
+    busy with.
+    """
+
+    def __init__(
+        self,
+        clock: Clock = time.perf_counter,
+        make_event: Callable[[], Any] | None = None,
+        synchronize: Callable[[], None] | None = None,
+    ) -> None:
+        if make_event is None or synchronize is None:
+            import torch
+
+            make_event = make_event or (lambda: torch.cuda.Event(enable_timing=True))
+            synchronize = synchronize or torch.cuda.synchronize
+        self._clock = clock
+        self._start, self._end = make_event(), make_event()
+        self._synchronize = synchronize
+
+    def __call__(self, fn: Callable[[], Any]) -> tuple[float, float]:
+        self._synchronize()  # work left from before must not count
+        self._start.record()
+        start = self._clock()
+        fn()
+        self._end.record()
+        self._synchronize()
+        wall = self._clock() - start
+        return wall, self._start.elapsed_time(self._end) / 1e3  # elapsed_time is in ms
