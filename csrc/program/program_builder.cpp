@@ -14,6 +14,7 @@
 #include "passes/batchnorm_folding.h"
 #include "passes/memory_plan.h"
 #include "passes/noop_elimination.h"
+#include "program/dependencies.h"
 
 namespace nimble {
 
@@ -551,41 +552,24 @@ void assign_releases(Program& program) {
   }
 }
 
-// Edges (from < to, sorted, unique) such that two ops touching one storage, one of them
-// writing it, are ordered by a path; seeded random ops also keep their trace order, as
-// they share the generator.
+// The program's dependency edges (program/dependencies.h) over capture-time storages:
+// slots on one storage may alias. Seeded random ops share the generator, a storage of its
+// own that each of them writes, so they keep their trace order.
 std::vector<std::pair<int, int>> compute_dependencies(const Program& program) {
-  std::map<const void*, int> last_writer;
-  std::map<const void*, std::vector<int>> readers;
-  std::set<std::pair<int, int>> edges;
-  auto storage_of = [&](int slot) { return program.slots[slot].storage; };
+  constexpr int kGenerator = -1;
+  std::map<const void*, int> id_of;
+  auto storage_id = [&](int slot) {
+    return id_of.emplace(program.slots[slot].storage, static_cast<int>(id_of.size())).first->second;
+  };
+  std::vector<StorageAccess> accesses(program.ops.size());
   for (size_t i = 0; i < program.ops.size(); ++i) {
-    const int op = static_cast<int>(i);
     const OpNode& node = program.ops[i];
-    std::vector<const void*> reads, writes;
-    for (int slot : node.reads) reads.push_back(storage_of(slot));
-    for (int slot : node.writes) writes.push_back(storage_of(slot));
-    if (node.handle.hasTag(at::Tag::nondeterministic_seeded)) writes.push_back(&last_writer);
-    for (const void* storage : reads) {
-      auto it = last_writer.find(storage);
-      if (it != last_writer.end() && it->second != op) edges.insert({it->second, op});
-    }
-    for (const void* storage : writes) {
-      auto it = last_writer.find(storage);
-      if (it != last_writer.end() && it->second != op) edges.insert({it->second, op});
-      for (int reader : readers[storage]) {
-        if (reader != op) edges.insert({reader, op});
-      }
-      readers[storage].clear();
-      last_writer[storage] = op;
-    }
-    for (const void* storage : reads) {
-      if (std::find(writes.begin(), writes.end(), storage) == writes.end()) {
-        readers[storage].push_back(op);
-      }
-    }
+    for (int slot : node.reads) accesses[i].reads.push_back(storage_id(slot));
+    for (int slot : node.writes) accesses[i].writes.push_back(storage_id(slot));
+    if (node.handle.hasTag(at::Tag::nondeterministic_seeded))
+      accesses[i].writes.push_back(kGenerator);
   }
-  return {edges.begin(), edges.end()};
+  return dependency_edges(accesses);
 }
 
 // `output_reuses_storage` has one entry per output, true where the output lives on
