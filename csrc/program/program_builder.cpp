@@ -8,9 +8,9 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <stdexcept>
 #include <unordered_set>
 
+#include "errors.h"
 #include "passes/batchnorm_folding.h"
 #include "passes/memory_plan.h"
 #include "passes/noop_elimination.h"
@@ -185,8 +185,8 @@ void ProgramBuilder::add_state(const at::Tensor& tensor) {
 c10::OperatorHandle find_op(const std::string& qualified_name, const std::string& overload) {
   auto handle = c10::Dispatcher::singleton().findSchema({qualified_name, overload});
   if (!handle) {
-    throw std::invalid_argument("nimble cannot replay op " + qualified_name + "." + overload +
-                                ": it has no registered C++ schema");
+    throw UnsupportedOp("nimble cannot replay op " + qualified_name + "." + overload +
+                        ": it has no registered C++ schema");
   }
   return *handle;
 }
@@ -200,7 +200,7 @@ void ProgramBuilder::add_op(const std::string& qualified_name, const std::string
     msg << "op " << op_name(handle) << " expects " << schema.arguments().size() << " arguments and "
         << schema.returns().size() << " returns, the trace recorded " << args.size() << " and "
         << returns.size();
-    throw std::invalid_argument(msg.str());
+    throw UnsupportedOp(msg.str());
   }
   for (const c10::IValue& arg : args)
     for_each_tensor(arg, [&](const at::Tensor& t) {
@@ -212,10 +212,10 @@ void ProgramBuilder::add_op(const std::string& qualified_name, const std::string
     const bool tensor_like = value.isTensor() || value.isTensorList() || value.isNone() ||
                              (value.isList() && value.toListRef().empty());
     if (!tensor_like) {
-      throw std::invalid_argument("nimble cannot replay op " + op_name(handle) + ": it returns a " +
-                                  value.tagKind() +
-                                  " computed while the model runs, which a replay cannot "
-                                  "reproduce without running Python");
+      throw NotStatic("nimble cannot replay op " + op_name(handle) + ": it returns a " +
+                      value.tagKind() +
+                      " computed while the model runs, which a replay cannot "
+                      "reproduce without running Python");
     }
     for_each_tensor(value, [&](const at::Tensor& t) {
       if (t.defined() && !slot_by_impl_.count(t.unsafeGetTensorImpl())) {
@@ -305,9 +305,9 @@ std::unordered_set<int> ProgramBuilder::metadata_changed_slots() const {
     const int slot = slot_in(slot_by_impl_, raw.args[0].toTensor());
     const SlotRole role = slots_[slot].role;
     if (role == SlotRole::kInput || role == SlotRole::kState || role == SlotRole::kConstant) {
-      throw std::invalid_argument(std::string("nimble cannot replay op ") + op_name(raw.handle) +
-                                  ": it changes the shape or strides of a model " +
-                                  slot_role_name(role) + " in place");
+      throw UnsupportedOp(std::string("nimble cannot replay op ") + op_name(raw.handle) +
+                          ": it changes the shape or strides of a model " + slot_role_name(role) +
+                          " in place");
     }
     changed.insert(slot);
   }

@@ -37,7 +37,7 @@ struct BuildOptions {
   bool drop_noop_ops = true;
 };
 
-// The dispatcher's handle for an op overload; std::invalid_argument naming it if none.
+// The dispatcher's handle for an op overload; UnsupportedOp (errors.h) naming it if none.
 c10::OperatorHandle find_op(const std::string& qualified_name, const std::string& overload);
 
 class ProgramBuilder {
@@ -45,6 +45,7 @@ class ProgramBuilder {
   int add_input(const at::Tensor& tensor);
   void add_state(const at::Tensor& tensor);
   // `qualified_name` like "aten::add", `overload` like "Tensor" ("" for the default).
+  // UnsupportedOp for an op without a C++ schema, NotStatic for one returning a number.
   void add_op(const std::string& qualified_name, const std::string& overload,
               std::vector<c10::IValue> args, std::vector<c10::IValue> returns);
   void set_outputs(const std::vector<at::Tensor>& outputs);
@@ -68,7 +69,7 @@ class ProgramBuilder {
   // Per recorded op, whether it is dropped as a no-op (passes/noop_elimination.h); readers
   // of a dropped op's result read its source instead.
   std::vector<bool> drop_noops(const std::set<const void*>& output_storages);
-  // Slots whose sizes, strides or storage some op changes in place; throws if one is an
+  // Slots whose sizes, strides or storage some op changes in place; UnsupportedOp if one is an
   // input, state or constant, which a replay would change again on every call.
   std::unordered_set<int> metadata_changed_slots() const;
   // Each kept recorded op becomes, in trace order, a precomputed view (kView slots, values
