@@ -1,4 +1,6 @@
-"""The errors nimble raises, each saying what was expected and what came."""
+"""The errors nimble raises, each saying what was expected and what came.
+
+The C++ core raises the same classes (csrc/errors.h, mapped in csrc/python/module.cpp)."""
 
 
 class NimbleError(RuntimeError):
@@ -11,6 +13,12 @@ class NotStaticError(NimbleError):
 
 class UnsupportedOpError(NimbleError):
     """The trace holds an op that the replay cannot run."""
+
+
+class BadInputError(NimbleError, ValueError):
+    """What the replay was handed does not fit the prepared program: a call's inputs, the
+    model's parameters, scalar values or places, stress delays. A ValueError too, as these
+    were before nimble typed them."""
 
 
 class NotPreparedError(NimbleError):

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "program/batchnorm_folding.h"
+#include "program/folded_batchnorm.h"
 
 namespace nimble {
 

@@ -8,11 +8,13 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <stdexcept>
 #include <unordered_set>
 
-#include "program/memory_plan.h"
-#include "program/noop_elimination.h"
+#include "errors.h"
+#include "passes/batchnorm_folding.h"
+#include "passes/memory_plan.h"
+#include "passes/noop_elimination.h"
+#include "program/dependencies.h"
 
 namespace nimble {
 
@@ -128,6 +130,13 @@ at::Tensor empty_like_exactly(const at::Tensor& t) {
   return at::empty_strided(t.sizes(), t.strides(), t.options());
 }
 
+using SlotMap = std::unordered_map<const c10::TensorImpl*, int>;
+
+// The slot a recorded tensor was given (after redirects by folds and dropped no-ops).
+int slot_in(const SlotMap& slot_by_impl, const at::Tensor& t) {
+  return slot_by_impl.at(t.unsafeGetTensorImpl());
+}
+
 }  // namespace
 
 int ProgramBuilder::new_slot(const at::Tensor& tensor, SlotRole role) {
@@ -176,8 +185,8 @@ void ProgramBuilder::add_state(const at::Tensor& tensor) {
 c10::OperatorHandle find_op(const std::string& qualified_name, const std::string& overload) {
   auto handle = c10::Dispatcher::singleton().findSchema({qualified_name, overload});
   if (!handle) {
-    throw std::invalid_argument("nimble cannot replay op " + qualified_name + "." + overload +
-                                ": it has no registered C++ schema");
+    throw UnsupportedOp("nimble cannot replay op " + qualified_name + "." + overload +
+                        ": it has no registered C++ schema");
   }
   return *handle;
 }
@@ -191,7 +200,7 @@ void ProgramBuilder::add_op(const std::string& qualified_name, const std::string
     msg << "op " << op_name(handle) << " expects " << schema.arguments().size() << " arguments and "
         << schema.returns().size() << " returns, the trace recorded " << args.size() << " and "
         << returns.size();
-    throw std::invalid_argument(msg.str());
+    throw UnsupportedOp(msg.str());
   }
   for (const c10::IValue& arg : args)
     for_each_tensor(arg, [&](const at::Tensor& t) {
@@ -203,10 +212,10 @@ void ProgramBuilder::add_op(const std::string& qualified_name, const std::string
     const bool tensor_like = value.isTensor() || value.isTensorList() || value.isNone() ||
                              (value.isList() && value.toListRef().empty());
     if (!tensor_like) {
-      throw std::invalid_argument("nimble cannot replay op " + op_name(handle) + ": it returns a " +
-                                  value.tagKind() +
-                                  " computed while the model runs, which a replay cannot "
-                                  "reproduce without running Python");
+      throw NotStatic("nimble cannot replay op " + op_name(handle) + ": it returns a " +
+                      value.tagKind() +
+                      " computed while the model runs, which a replay cannot "
+                      "reproduce without running Python");
     }
     for_each_tensor(value, [&](const at::Tensor& t) {
       if (t.defined() && !slot_by_impl_.count(t.unsafeGetTensorImpl())) {
@@ -214,7 +223,7 @@ void ProgramBuilder::add_op(const std::string& qualified_name, const std::string
       }
     });
   }
-  raw_ops_.push_back(TracedOp{handle, std::move(args), std::move(returns)});
+  raw_ops_.push_back(RecordedOp{handle, std::move(args), std::move(returns)});
 }
 
 void ProgramBuilder::set_outputs(const std::vector<at::Tensor>& outputs) {
@@ -222,35 +231,41 @@ void ProgramBuilder::set_outputs(const std::vector<at::Tensor>& outputs) {
   for (const at::Tensor& t : outputs) outputs_.push_back(slot_of(t));
 }
 
-Program ProgramBuilder::finish(const BuildOptions& options) {
-  Program program;
-  if (options.fold_batchnorm) {
-    program.folds = fold_batchnorm(raw_ops_, [&](const at::Tensor& from, const at::Tensor& to) {
-      const int old_slot = slot_by_impl_.at(from.unsafeGetTensorImpl());
-      const int new_slot = slot_by_impl_.at(to.unsafeGetTensorImpl());
-      slot_by_impl_[from.unsafeGetTensorImpl()] = new_slot;
-      std::replace(outputs_.begin(), outputs_.end(), old_slot, new_slot);
-    });
-    // Folded weights are new constants; op indices moved, so producers are found anew.
-    for (const TracedOp& raw : raw_ops_) {
-      for (const c10::IValue& arg : raw.args)
-        for_each_tensor(arg, [&](const at::Tensor& t) {
-          if (t.defined()) slot_of(t);
-        });
-    }
-    for (SlotInfo& slot : slots_) {
-      if (slot.role == SlotRole::kTransient) slot.producer = -1;
-    }
-    for (size_t i = 0; i < raw_ops_.size(); ++i) {
-      for (const c10::IValue& ret : raw_ops_[i].returns)
-        for_each_tensor(ret, [&](const at::Tensor& t) {
-          if (!t.defined()) return;
-          SlotInfo& slot = slots_[slot_by_impl_.at(t.unsafeGetTensorImpl())];
-          if (slot.role == SlotRole::kTransient && slot.producer < 0)
-            slot.producer = static_cast<int>(i);
-        });
-    }
+// The stages of `finish`, in the order it runs them (program_builder.h says what each
+// guarantees).
+
+std::vector<FoldedBatchNorm> ProgramBuilder::fold_batchnorms() {
+  std::vector<FoldedBatchNorm> folds =
+      fold_batchnorm(raw_ops_, [&](const at::Tensor& from, const at::Tensor& to) {
+        const int old_slot = slot_by_impl_.at(from.unsafeGetTensorImpl());
+        const int new_slot = slot_by_impl_.at(to.unsafeGetTensorImpl());
+        slot_by_impl_[from.unsafeGetTensorImpl()] = new_slot;
+        std::replace(outputs_.begin(), outputs_.end(), old_slot, new_slot);
+      });
+  // Folded weights are new constants; op indices moved, so producers are found anew.
+  for (const RecordedOp& raw : raw_ops_) {
+    for (const c10::IValue& arg : raw.args)
+      for_each_tensor(arg, [&](const at::Tensor& t) {
+        if (t.defined()) slot_of(t);
+      });
   }
+  for (SlotInfo& slot : slots_) {
+    if (slot.role == SlotRole::kTransient) slot.producer = -1;
+  }
+  for (size_t i = 0; i < raw_ops_.size(); ++i) {
+    for (const c10::IValue& ret : raw_ops_[i].returns)
+      for_each_tensor(ret, [&](const at::Tensor& t) {
+        if (!t.defined()) return;
+        SlotInfo& slot = slots_[slot_by_impl_.at(t.unsafeGetTensorImpl())];
+        if (slot.role == SlotRole::kTransient && slot.producer < 0)
+          slot.producer = static_cast<int>(i);
+      });
+  }
+  return folds;
+}
+
+Program ProgramBuilder::start_program() const {
+  Program program;
   program.inputs = inputs_;
   program.outputs = outputs_;
   program.slots = slots_;
@@ -258,201 +273,236 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
   for (size_t s = 0; s < slots_.size(); ++s) {
     if (slots_[s].role != SlotRole::kTransient) program.values[s] = capture_values_[s];
   }
-  auto slot_of_value = [&](const at::Tensor& t) {
-    return slot_by_impl_.at(t.unsafeGetTensorImpl());
-  };
+  return program;
+}
 
-  std::set<const void*> output_storages;
-  for (int slot : outputs_) output_storages.insert(slots_[slot].storage);
+std::set<const void*> ProgramBuilder::output_storages() const {
+  std::set<const void*> storages;
+  for (int slot : outputs_) storages.insert(slots_[slot].storage);
+  return storages;
+}
 
-  // Readers of a dropped op's result read its input instead.
+std::vector<bool> ProgramBuilder::drop_noops(const std::set<const void*>& output_storages) {
   std::vector<bool> dropped(raw_ops_.size(), false);
-  if (options.drop_noop_ops) {
-    // An output on the result's storage (the result or a view of it) must not become a
-    // view of the source: returned without a copy, it would let the caller write a
-    // parameter or an input.
-    const auto noops = find_noop_ops(raw_ops_, [&](const at::Tensor& t) {
-      return output_storages.count(t.storage().unsafeGetStorageImpl()) > 0;
-    });
-    for (const NoopOp& noop : noops) {
-      slot_by_impl_[noop.result.unsafeGetTensorImpl()] = slot_of_value(noop.source);
-      dropped[noop.op] = true;
-    }
+  // An output on the result's storage (the result or a view of it) must not become a
+  // view of the source: returned without a copy, it would let the caller write a
+  // parameter or an input.
+  const auto noops = find_noop_ops(raw_ops_, [&](const at::Tensor& t) {
+    return output_storages.count(t.storage().unsafeGetStorageImpl()) > 0;
+  });
+  for (const NoopOp& noop : noops) {
+    slot_by_impl_[noop.result.unsafeGetTensorImpl()] = slot_in(slot_by_impl_, noop.source);
+    dropped[noop.op] = true;
   }
+  return dropped;
+}
 
-  // Targets of in-place metadata changes must be recreated on every replay.
-  std::unordered_set<int> metadata_changed;
-  for (const TracedOp& raw : raw_ops_) {
+std::unordered_set<int> ProgramBuilder::metadata_changed_slots() const {
+  std::unordered_set<int> changed;
+  for (const RecordedOp& raw : raw_ops_) {
     const std::string name = raw.handle.operator_name().name;
     if (!changes_metadata_in_place(name) || !raw.args.at(0).isTensor()) continue;
-    const int slot = slot_of_value(raw.args[0].toTensor());
-    const SlotRole role = program.slots[slot].role;
+    const int slot = slot_in(slot_by_impl_, raw.args[0].toTensor());
+    const SlotRole role = slots_[slot].role;
     if (role == SlotRole::kInput || role == SlotRole::kState || role == SlotRole::kConstant) {
-      throw std::invalid_argument(std::string("nimble cannot replay op ") + op_name(raw.handle) +
-                                  ": it changes the shape or strides of a model " +
-                                  slot_role_name(role) + " in place");
+      throw UnsupportedOp(std::string("nimble cannot replay op ") + op_name(raw.handle) +
+                          ": it changes the shape or strides of a model " + slot_role_name(role) +
+                          " in place");
     }
-    metadata_changed.insert(slot);
+    changed.insert(slot);
   }
+  return changed;
+}
 
-  c10::impl::ExcludeDispatchKeyGuard no_python(c10::DispatchKey::Python);
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
+namespace {
+
+// What one recorded op touches, in slots, and what that allows when lowering it.
+struct OpAccess {
+  c10::DispatchKeySet keys;               // of every tensor it touches, below autograd
+  std::vector<int> reads;                 // every tensor argument
+  std::vector<int> writes;                // arguments written in place, then produced values
+  std::vector<OpNode::Output> produced;   // returned values it creates
+  bool inputs_stable = true;              // every tensor argument is a stable slot
+  bool writes_args = false;               // some argument is written in place
+  bool returns_view = false;              // some return aliases an argument
+  bool returns_changed = false;           // some op changes a produced value's shape in place
+  bool returns_only_new_tensors = false;  // every return is one tensor it creates
+};
+
+OpAccess access_of(const RecordedOp& raw, int index, const Program& program,
+                   const SlotMap& slot_by_impl, const std::unordered_set<int>& metadata_changed) {
+  const c10::FunctionSchema& schema = raw.handle.schema();
+  OpAccess access;
+  for (size_t a = 0; a < raw.args.size(); ++a) {
+    const auto* alias = schema.arguments()[a].alias_info();
+    const bool written = alias && alias->isWrite();
+    for_each_tensor(raw.args[a], [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      access.keys = access.keys | t.key_set();
+      const int slot = slot_in(slot_by_impl, t);
+      access.inputs_stable = access.inputs_stable && program.slots[slot].is_stable();
+      access.reads.push_back(slot);
+      if (written) access.writes.push_back(slot);
+    });
+  }
+  access.writes_args = !access.writes.empty();
+  access.returns_only_new_tensors = !raw.returns.empty();
+  for (size_t r = 0; r < raw.returns.size(); ++r) {
+    access.returns_view = access.returns_view || (schema.returns()[r].alias_info() &&
+                                                  !schema.returns()[r].alias_info()->isWrite());
+    access.returns_only_new_tensors = access.returns_only_new_tensors && raw.returns[r].isTensor();
+    const c10::IValue& value = raw.returns[r];
+    int elem = value.isTensor() ? -1 : 0;
+    for_each_tensor(value, [&](const at::Tensor& t) {
+      if (t.defined()) {
+        access.keys = access.keys | t.key_set();
+        const int slot = slot_in(slot_by_impl, t);
+        if (program.slots[slot].producer == index) {
+          access.produced.push_back({static_cast<int>(r), elem, slot});
+          access.writes.push_back(slot);
+          access.returns_changed = access.returns_changed || metadata_changed.count(slot);
+        } else {
+          access.returns_only_new_tensors = false;
+        }
+      }
+      if (elem >= 0) ++elem;
+    });
+  }
+  access.keys = keys_below_autograd(access.keys);
+  return access;
+}
+
+// The op's arguments for the replay: stable tensors baked in as constants (lists of them
+// too), transient ones as slots filled in at replay.
+std::vector<Arg> lower_args(const RecordedOp& raw, const Program& program,
+                            const SlotMap& slot_by_impl) {
+  const c10::FunctionSchema& schema = raw.handle.schema();
+  std::vector<Arg> args;
+  for (size_t a = 0; a < raw.args.size(); ++a) {
+    const c10::IValue& value = raw.args[a];
+    Arg arg;
+    if (value.isTensor() && value.toTensor().defined()) {
+      const int slot = slot_in(slot_by_impl, value.toTensor());
+      if (program.slots[slot].is_stable()) {
+        arg.constant = program.values[slot];
+      } else {
+        arg.kind = Arg::Kind::kSlot;
+        arg.slot = slot;
+      }
+    } else if (value.isList() && tensor_list_kind(schema.arguments()[a].type())) {
+      arg.kind = *tensor_list_kind(schema.arguments()[a].type());
+    } else {
+      arg.constant = value;
+    }
+    if (arg.kind == Arg::Kind::kTensorList || arg.kind == Arg::Kind::kOptionalTensorList) {
+      bool all_stable = true;
+      for (const c10::IValue& item : value.toListRef()) {
+        const bool present = item.isTensor() && item.toTensor().defined();
+        const int slot = present ? slot_in(slot_by_impl, item.toTensor()) : -1;
+        arg.slots.push_back(slot);
+        arg.list_constants.push_back(
+            slot >= 0 && program.slots[slot].is_stable() ? program.values[slot] : c10::IValue());
+        all_stable = all_stable && (slot < 0 || program.slots[slot].is_stable());
+      }
+      if (all_stable) {
+        // Rebuild the list from replay values; the list type follows the schema.
+        if (arg.kind == Arg::Kind::kTensorList) {
+          c10::List<at::Tensor> list;
+          for (const auto& v : arg.list_constants) list.push_back(v.toTensor());
+          arg.constant = list;
+        } else {
+          c10::List<std::optional<at::Tensor>> list;
+          for (const auto& v : arg.list_constants) {
+            list.push_back(v.isTensor() ? std::optional<at::Tensor>(v.toTensor()) : std::nullopt);
+          }
+          arg.constant = list;
+        }
+        arg.kind = Arg::Kind::kConstant;
+        arg.slots.clear();
+        arg.list_constants.clear();
+      }
+    }
+    args.push_back(std::move(arg));
+  }
+  return args;
+}
+
+// The `.out` overload to lower a functional op to, if it has a native kernel for the op's
+// backend and the options allow it; none for an op writing its arguments or returning
+// views, and none where a program output lives: a fresh result each replay can be handed
+// to the caller as it is, where a buffer would need a copy (memory and time eager does not
+// spend).
+std::optional<c10::OperatorHandle> usable_out_variant(
+    const RecordedOp& raw, const OpAccess& access, const Program& program,
+    const std::vector<c10::IValue>& capture_values, const std::set<const void*>& output_storages,
+    const BuildOptions& options) {
+  const bool makes_output = std::any_of(
+      access.produced.begin(), access.produced.end(),
+      [&](const auto& out) { return output_storages.count(program.slots[out.slot].storage) > 0; });
+  if (!options.use_out_variants || access.writes_args || access.returns_view ||
+      !access.returns_only_new_tensors || access.returns_changed || access.produced.empty() ||
+      makes_output) {
+    return std::nullopt;
+  }
+  std::optional<c10::OperatorHandle> out_variant = find_out_variant(raw.handle);
+  const at::Tensor& first = capture_values[access.produced[0].slot].toTensor();
+  int64_t produced_bytes = 0;
+  for (const auto& out : access.produced)
+    produced_bytes += capture_values[out.slot].toTensor().nbytes();
+  if (out_variant &&
+      (!out_variant->hasKernelForDispatchKey(backend_key(first)) ||
+       (options.out_variant_max_bytes > 0 && produced_bytes > options.out_variant_max_bytes))) {
+    return std::nullopt;
+  }
+  return out_variant;
+}
+
+}  // namespace
+
+void ProgramBuilder::lower_ops(Program& program, const std::vector<bool>& dropped,
+                               const std::unordered_set<int>& metadata_changed,
+                               const std::set<const void*>& output_storages,
+                               const BuildOptions& options) const {
   std::vector<c10::IValue> stack;
   program.op_of_traced.assign(raw_ops_.size(), -1);
-
   for (size_t index = 0; index < raw_ops_.size(); ++index) {
     if (dropped[index]) continue;
-    const TracedOp& raw = raw_ops_[index];
-    const c10::FunctionSchema& schema = raw.handle.schema();
-    const std::string qualified = op_name(raw.handle);
+    const RecordedOp& raw = raw_ops_[index];
+    const OpAccess access =
+        access_of(raw, static_cast<int>(index), program, slot_by_impl_, metadata_changed);
 
-    c10::DispatchKeySet keys;
-    bool inputs_stable = true;
-    std::vector<int> reads, writes;
-    for (size_t a = 0; a < raw.args.size(); ++a) {
-      const auto* alias = schema.arguments()[a].alias_info();
-      const bool written = alias && alias->isWrite();
-      for_each_tensor(raw.args[a], [&](const at::Tensor& t) {
-        if (!t.defined()) return;
-        keys = keys | t.key_set();
-        const int slot = slot_of_value(t);
-        inputs_stable = inputs_stable && program.slots[slot].is_stable();
-        reads.push_back(slot);
-        if (written) writes.push_back(slot);
-      });
-    }
-    bool writes_args = !writes.empty();
-    bool returns_view = false;
-    bool returns_changed = false;
-    bool returns_only_new_tensors = !raw.returns.empty();
-    std::vector<OpNode::Output> produced;
-    for (size_t r = 0; r < raw.returns.size(); ++r) {
-      returns_view = returns_view || (schema.returns()[r].alias_info() &&
-                                      !schema.returns()[r].alias_info()->isWrite());
-      returns_only_new_tensors = returns_only_new_tensors && raw.returns[r].isTensor();
-      const c10::IValue& value = raw.returns[r];
-      int elem = value.isTensor() ? -1 : 0;
-      for_each_tensor(value, [&](const at::Tensor& t) {
-        if (t.defined()) {
-          keys = keys | t.key_set();
-          const int slot = slot_of_value(t);
-          if (program.slots[slot].producer == static_cast<int>(index)) {
-            produced.push_back({static_cast<int>(r), elem, slot});
-            writes.push_back(slot);
-            returns_changed = returns_changed || metadata_changed.count(slot);
-          } else {
-            returns_only_new_tensors = false;
-          }
-        }
-        if (elem >= 0) ++elem;
-      });
-    }
-    keys = keys_below_autograd(keys);
-
-    auto stable_value = [&](int slot) { return program.values[slot]; };
-    auto make_args = [&](bool bake_stable) {
-      std::vector<Arg> args;
-      for (size_t a = 0; a < raw.args.size(); ++a) {
-        const c10::IValue& value = raw.args[a];
-        Arg arg;
-        if (value.isTensor() && value.toTensor().defined()) {
-          const int slot = slot_of_value(value.toTensor());
-          if (bake_stable && program.slots[slot].is_stable()) {
-            arg.constant = stable_value(slot);
-          } else {
-            arg.kind = Arg::Kind::kSlot;
-            arg.slot = slot;
-          }
-        } else if (value.isList() && tensor_list_kind(schema.arguments()[a].type())) {
-          arg.kind = *tensor_list_kind(schema.arguments()[a].type());
-        } else {
-          arg.constant = value;
-        }
-        if (arg.kind == Arg::Kind::kTensorList || arg.kind == Arg::Kind::kOptionalTensorList) {
-          bool all_stable = true;
-          for (const c10::IValue& item : value.toListRef()) {
-            const bool present = item.isTensor() && item.toTensor().defined();
-            const int slot = present ? slot_of_value(item.toTensor()) : -1;
-            arg.slots.push_back(slot);
-            arg.list_constants.push_back(
-                slot >= 0 && program.slots[slot].is_stable() ? stable_value(slot) : c10::IValue());
-            all_stable = all_stable && (slot < 0 || program.slots[slot].is_stable());
-          }
-          if (bake_stable && all_stable) {
-            // Rebuild the list from replay values; the list type follows the schema.
-            if (arg.kind == Arg::Kind::kTensorList) {
-              c10::List<at::Tensor> list;
-              for (const auto& v : arg.list_constants) list.push_back(v.toTensor());
-              arg.constant = list;
-            } else {
-              c10::List<std::optional<at::Tensor>> list;
-              for (const auto& v : arg.list_constants) {
-                list.push_back(v.isTensor() ? std::optional<at::Tensor>(v.toTensor())
-                                            : std::nullopt);
-              }
-              arg.constant = list;
-            }
-            arg.kind = Arg::Kind::kConstant;
-            arg.slots.clear();
-            arg.list_constants.clear();
-          }
-        }
-        args.push_back(std::move(arg));
-      }
-      return args;
-    };
-
-    // 1. Views of stable tensors: computed once, here, on the replay's own tensors.
-    if (options.precompute_views && returns_view && !writes_args && inputs_stable &&
-        !returns_changed && returns_only_new_tensors) {
+    // Views of stable tensors: computed once, here, on the replay's own tensors.
+    if (options.precompute_views && access.returns_view && !access.writes_args &&
+        access.inputs_stable && !access.returns_changed && access.returns_only_new_tensors) {
       stack.clear();
-      for (const Arg& arg : make_args(true)) stack.push_back(arg.constant);
-      raw.handle.redispatchBoxed(keys, &stack);
-      for (const auto& out : produced) {
+      for (const Arg& arg : lower_args(raw, program, slot_by_impl_)) stack.push_back(arg.constant);
+      raw.handle.redispatchBoxed(access.keys, &stack);
+      for (const auto& out : access.produced) {
         program.values[out.slot] = stack[out.ret];
         program.slots[out.slot].role = SlotRole::kView;
       }
       continue;
     }
-    // 2. Pure allocations: one buffer, made now.
-    if (is_allocation(qualified) && !returns_changed && produced.size() == 1) {
-      program.values[produced[0].slot] =
-          empty_like_exactly(capture_values_[produced[0].slot].toTensor());
-      program.slots[produced[0].slot].role = SlotRole::kBuffer;
+    // Pure allocations: one buffer, made now.
+    if (is_allocation(op_name(raw.handle)) && !access.returns_changed &&
+        access.produced.size() == 1) {
+      const int slot = access.produced[0].slot;
+      program.values[slot] = empty_like_exactly(capture_values_[slot].toTensor());
+      program.slots[slot].role = SlotRole::kBuffer;
       continue;
     }
 
     OpNode node(raw.handle);
-    node.captured_name = qualified;
-    node.keys = keys;
-    node.reads = reads;
-    node.writes = writes;
-
-    // 3. Functional ops with a native `.out` kernel write into preallocated buffers;
-    // except where a program output lives: a fresh result each replay can be handed to
-    // the caller as it is, where a buffer would need a copy (memory and time eager
-    // does not spend).
-    const bool makes_output = std::any_of(produced.begin(), produced.end(), [&](const auto& out) {
-      return output_storages.count(program.slots[out.slot].storage) > 0;
-    });
-    std::optional<c10::OperatorHandle> out_variant;
-    if (options.use_out_variants && !writes_args && !returns_view && returns_only_new_tensors &&
-        !returns_changed && !produced.empty() && !makes_output) {
-      out_variant = find_out_variant(raw.handle);
-      const at::Tensor& first = capture_values_[produced[0].slot].toTensor();
-      int64_t produced_bytes = 0;
-      for (const auto& out : produced)
-        produced_bytes += capture_values_[out.slot].toTensor().nbytes();
-      if (out_variant &&
-          (!out_variant->hasKernelForDispatchKey(backend_key(first)) ||
-           (options.out_variant_max_bytes > 0 && produced_bytes > options.out_variant_max_bytes))) {
-        out_variant.reset();
-      }
-    }
-    if (out_variant) {
+    node.captured_name = op_name(raw.handle);
+    node.keys = access.keys;
+    node.reads = access.reads;
+    node.writes = access.writes;
+    node.args = lower_args(raw, program, slot_by_impl_);
+    // Functional ops with a native `.out` kernel write into preallocated buffers.
+    if (const auto out_variant =
+            usable_out_variant(raw, access, program, capture_values_, output_storages, options)) {
       node.handle = *out_variant;
-      node.args = make_args(true);
-      for (const auto& out : produced) {
+      for (const auto& out : access.produced) {
         at::Tensor buffer = empty_like_exactly(capture_values_[out.slot].toTensor());
         program.values[out.slot] = buffer;
         program.slots[out.slot].role = SlotRole::kBuffer;
@@ -461,19 +511,23 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
         node.args.push_back(std::move(arg));
       }
     } else {
-      node.args = make_args(true);
-      node.outputs = produced;
+      node.outputs = access.produced;
     }
     node.name = op_name(node.handle);
-    for (int slot : writes) {
-      if (std::find(reads.begin(), reads.end(), slot) != reads.end())
+    for (int slot : access.writes) {
+      if (std::find(access.reads.begin(), access.reads.end(), slot) != access.reads.end())
         program.slots[slot].mutated = true;
     }
     program.op_of_traced[index] = static_cast<int>(program.ops.size());
     program.ops.push_back(std::move(node));
   }
+}
 
-  // Release each transient value after its last reader; never release program outputs.
+namespace {
+
+// Every transient slot that some op reads and that is no program output is released by
+// its last reader, and by no other op; returned values nobody reads are not kept at all.
+void assign_releases(Program& program) {
   std::vector<int> last_reader(program.slots.size(), -1);
   for (size_t i = 0; i < program.ops.size(); ++i) {
     for (const Arg& arg : program.ops[i].args) {
@@ -485,9 +539,7 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
   }
   std::vector<bool> is_output(program.slots.size(), false);
   for (int slot : program.outputs) is_output[slot] = true;
-  for (size_t i = 0; i < program.ops.size(); ++i) {
-    OpNode& op = program.ops[i];
-    // Values nobody reads are not kept at all.
+  for (OpNode& op : program.ops) {
     op.outputs.erase(std::remove_if(op.outputs.begin(), op.outputs.end(),
                                     [&](const OpNode::Output& out) {
                                       return last_reader[out.slot] < 0 && !is_output[out.slot];
@@ -498,42 +550,33 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
     if (program.slots[s].is_stable() || is_output[s] || last_reader[s] < 0) continue;
     program.ops[last_reader[s]].release.push_back(static_cast<int>(s));
   }
+}
 
-  // Dependencies: data flow and read/write order on each storage.
-  std::map<const void*, int> last_writer;
-  std::map<const void*, std::vector<int>> readers;
-  std::set<std::pair<int, int>> edges;
-  auto storage_of = [&](int slot) { return program.slots[slot].storage; };
+// The program's dependency edges (program/dependencies.h) over capture-time storages:
+// slots on one storage may alias. Seeded random ops share the generator, a storage of its
+// own that each of them writes, so they keep their trace order.
+std::vector<std::pair<int, int>> compute_dependencies(const Program& program) {
+  constexpr int kGenerator = -1;
+  std::map<const void*, int> id_of;
+  auto storage_id = [&](int slot) {
+    return id_of.emplace(program.slots[slot].storage, static_cast<int>(id_of.size())).first->second;
+  };
+  std::vector<StorageAccess> accesses(program.ops.size());
   for (size_t i = 0; i < program.ops.size(); ++i) {
-    const int op = static_cast<int>(i);
     const OpNode& node = program.ops[i];
-    // Seeded random ops share the generator: keep them in trace order.
-    std::vector<const void*> reads, writes;
-    for (int slot : node.reads) reads.push_back(storage_of(slot));
-    for (int slot : node.writes) writes.push_back(storage_of(slot));
-    if (node.handle.hasTag(at::Tag::nondeterministic_seeded)) writes.push_back(&last_writer);
-    for (const void* storage : reads) {
-      auto it = last_writer.find(storage);
-      if (it != last_writer.end() && it->second != op) edges.insert({it->second, op});
-    }
-    for (const void* storage : writes) {
-      auto it = last_writer.find(storage);
-      if (it != last_writer.end() && it->second != op) edges.insert({it->second, op});
-      for (int reader : readers[storage]) {
-        if (reader != op) edges.insert({reader, op});
-      }
-      readers[storage].clear();
-      last_writer[storage] = op;
-    }
-    for (const void* storage : reads) {
-      if (std::find(writes.begin(), writes.end(), storage) == writes.end()) {
-        readers[storage].push_back(op);
-      }
-    }
+    for (int slot : node.reads) accesses[i].reads.push_back(storage_id(slot));
+    for (int slot : node.writes) accesses[i].writes.push_back(storage_id(slot));
+    if (node.handle.hasTag(at::Tag::nondeterministic_seeded))
+      accesses[i].writes.push_back(kGenerator);
   }
-  program.dependencies.assign(edges.begin(), edges.end());
+  return dependency_edges(accesses);
+}
 
-  // Inputs the trace writes (directly or through a view) must be copied back to the caller.
+// `output_reuses_storage` has one entry per output, true where the output lives on
+// storage the next replay writes again; `mutated_inputs` lists the inputs whose storage
+// the trace writes (directly or through a view), which must be copied back to the caller.
+void classify_inputs_and_outputs(Program& program) {
+  auto storage_of = [&](int slot) { return program.slots[slot].storage; };
   std::set<const void*> written;
   for (const OpNode& node : program.ops) {
     for (int slot : node.writes) written.insert(storage_of(slot));
@@ -549,9 +592,37 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
     if (written.count(storage_of(program.inputs[i])))
       program.mutated_inputs.push_back(static_cast<int>(i));
   }
-  const MemoryPlan plan = plan_buffer_memory(program, options.plan_memory);
+}
+
+// `.out` buffers whose lifetimes cannot overlap in any schedule the dependencies allow
+// share storage (passes/memory_plan.h); with `share` false, only measured.
+void plan_memory(Program& program, bool share) {
+  const MemoryPlan plan = plan_buffer_memory(program, share);
   program.buffer_bytes_unplanned = plan.buffer_bytes_before;
   program.buffer_bytes = plan.buffer_bytes_after;
+}
+
+}  // namespace
+
+Program ProgramBuilder::finish(const BuildOptions& options) {
+  std::vector<FoldedBatchNorm> folds;
+  if (options.fold_batchnorm) folds = fold_batchnorms();
+  Program program = start_program();
+  program.folds = std::move(folds);
+  const std::set<const void*> outputs = output_storages();
+  const std::vector<bool> dropped =
+      options.drop_noop_ops ? drop_noops(outputs) : std::vector<bool>(raw_ops_.size(), false);
+  const std::unordered_set<int> metadata_changed = metadata_changed_slots();
+
+  // What runs at prepare (precomputed views, buffers, shared storages) runs as a replay's
+  // ops do: below autograd, outside any Python mode.
+  c10::impl::ExcludeDispatchKeyGuard no_python(c10::DispatchKey::Python);
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  lower_ops(program, dropped, metadata_changed, outputs, options);
+  assign_releases(program);
+  program.dependencies = compute_dependencies(program);
+  classify_inputs_and_outputs(program);
+  plan_memory(program, options.plan_memory);
   return program;
 }
 

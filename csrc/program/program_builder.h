@@ -8,12 +8,15 @@
 // alive until `finish`.
 #include <ATen/core/Tensor.h>
 
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
-#include "program/batchnorm_folding.h"
+#include "program/folded_batchnorm.h"
 #include "program/program.h"
+#include "program/recorded_op.h"
 
 namespace nimble {
 
@@ -34,7 +37,7 @@ struct BuildOptions {
   bool drop_noop_ops = true;
 };
 
-// The dispatcher's handle for an op overload; std::invalid_argument naming it if none.
+// The dispatcher's handle for an op overload; UnsupportedOp (errors.h) naming it if none.
 c10::OperatorHandle find_op(const std::string& qualified_name, const std::string& overload);
 
 class ProgramBuilder {
@@ -42,6 +45,7 @@ class ProgramBuilder {
   int add_input(const at::Tensor& tensor);
   void add_state(const at::Tensor& tensor);
   // `qualified_name` like "aten::add", `overload` like "Tensor" ("" for the default).
+  // UnsupportedOp for an op without a C++ schema, NotStatic for one returning a number.
   void add_op(const std::string& qualified_name, const std::string& overload,
               std::vector<c10::IValue> args, std::vector<c10::IValue> returns);
   void set_outputs(const std::vector<at::Tensor>& outputs);
@@ -53,7 +57,30 @@ class ProgramBuilder {
   int slot_of(const at::Tensor& tensor);
   int new_slot(const at::Tensor& tensor, SlotRole role);
 
-  std::vector<TracedOp> raw_ops_;
+  // The stages of `finish`, in the order it runs them.
+  // Eval-mode batch norms after convolutions are gone from the recorded ops; readers of
+  // their outputs read the convolutions' outputs; producers match the remaining ops.
+  std::vector<FoldedBatchNorm> fold_batchnorms();
+  // The program's slots, inputs and outputs as recorded; every stable slot holds its
+  // capture-time tensor; no ops yet.
+  Program start_program() const;
+  // The storages program outputs live on.
+  std::set<const void*> output_storages() const;
+  // Per recorded op, whether it is dropped as a no-op (passes/noop_elimination.h); readers
+  // of a dropped op's result read its source instead.
+  std::vector<bool> drop_noops(const std::set<const void*>& output_storages);
+  // Slots whose sizes, strides or storage some op changes in place; UnsupportedOp if one is an
+  // input, state or constant, which a replay would change again on every call.
+  std::unordered_set<int> metadata_changed_slots() const;
+  // Each kept recorded op becomes, in trace order, a precomputed view (kView slots, values
+  // set), a buffer made now (a kBuffer slot), or an op of the program (into `.out`
+  // buffers where that is allowed); `op_of_traced` maps recorded ops to program ops and
+  // slots written in place are marked `mutated`.
+  void lower_ops(Program& program, const std::vector<bool>& dropped,
+                 const std::unordered_set<int>& metadata_changed,
+                 const std::set<const void*>& output_storages, const BuildOptions& options) const;
+
+  std::vector<RecordedOp> raw_ops_;
   std::vector<SlotInfo> slots_;
   std::vector<c10::IValue> capture_values_;  // the tensor each slot held at capture
   std::unordered_map<const c10::TensorImpl*, int> slot_by_impl_;

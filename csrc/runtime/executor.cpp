@@ -5,6 +5,7 @@
 #include <string>
 #include <thread>
 
+#include "errors.h"
 #include "runtime/cpu/cpu_executor.h"
 #include "runtime/stream_plan.h"
 #ifdef NIMBLE_WITH_CUDA
@@ -26,9 +27,8 @@ bool uses_cuda(const Program& program) {
 
 std::unique_ptr<Executor> make_executor(Program& program, const ExecutorOptions& options) {
   if (!options.stress_delays_us.empty() && options.stress_delays_us.size() != program.ops.size()) {
-    throw std::invalid_argument("expected one stress delay per op (" +
-                                std::to_string(program.ops.size()) + "), got " +
-                                std::to_string(options.stress_delays_us.size()));
+    throw BadInput("expected one stress delay per op (" + std::to_string(program.ops.size()) +
+                   "), got " + std::to_string(options.stress_delays_us.size()));
   }
   if (uses_cuda(program)) {
 #ifdef NIMBLE_WITH_CUDA

@@ -7,8 +7,9 @@
 #include <chrono>
 #include <cstring>
 #include <sstream>
-#include <stdexcept>
 #include <unordered_set>
+
+#include "errors.h"
 
 namespace nimble {
 
@@ -69,19 +70,19 @@ void Replay::check_inputs(const std::vector<at::Tensor>& inputs) const {
     std::ostringstream msg;
     msg << "expected " << program_.inputs.size() << " input tensors (as at prepare), got "
         << inputs.size();
-    throw std::invalid_argument(msg.str());
+    throw BadInput(msg.str());
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& expected = program_.values[program_.inputs[i]].toTensor();
     const at::Tensor& got = inputs[i];
     if (!got.defined()) {
-      throw std::invalid_argument("input " + std::to_string(i) + ": expected " +
-                                  describe(expected) + ", got None");
+      throw BadInput("input " + std::to_string(i) + ": expected " + describe(expected) +
+                     ", got None");
     }
     if (got.sizes() != expected.sizes() || got.scalar_type() != expected.scalar_type() ||
         got.device() != expected.device()) {
-      throw std::invalid_argument("input " + std::to_string(i) + ": expected " +
-                                  describe(expected) + " (as at prepare), got " + describe(got));
+      throw BadInput("input " + std::to_string(i) + ": expected " + describe(expected) +
+                     " (as at prepare), got " + describe(got));
     }
   }
 }
@@ -100,7 +101,7 @@ void Replay::check_state() const {
           << c10::getDtypeNames(expected.dtype).first << " tensor of shape "
           << c10::IntArrayRef(expected.sizes) << " on " << expected.device << ", it is "
           << describe(t) << " now; call prepare() again after moving or converting the model";
-      throw std::invalid_argument(msg.str());
+      throw BadInput(msg.str());
     }
   }
 }
@@ -164,15 +165,15 @@ void Replay::register_scalars(const std::vector<ScalarPlace>& places) {
                        ? program_.op_of_traced[place.traced_op]
                        : -1;
     if (op < 0) {
-      throw std::invalid_argument("traced op " + std::to_string(place.traced_op) +
-                                  " is not an op of the replay (computed once at prepare, or "
-                                  "out of range)");
+      throw BadInput("traced op " + std::to_string(place.traced_op) +
+                     " is not an op of the replay (computed once at prepare, or "
+                     "out of range)");
     }
     const auto& args = program_.ops[op].args;
     if (place.arg < 0 || place.arg >= static_cast<int>(args.size()) ||
         args[place.arg].kind != Arg::Kind::kConstant) {
-      throw std::invalid_argument("op " + program_.ops[op].name + ": argument " +
-                                  std::to_string(place.arg) + " is not a constant");
+      throw BadInput("op " + program_.ops[op].name + ": argument " + std::to_string(place.arg) +
+                     " is not a constant");
     }
     const c10::IValue& value = args[place.arg].constant;
     const bool number =
@@ -182,8 +183,8 @@ void Replay::register_scalars(const std::vector<ScalarPlace>& places) {
                          place.elem < static_cast<int>(value.toListRef().size()) &&
                          value.toListRef()[place.elem].isDouble();
     if (!number && !element) {
-      throw std::invalid_argument("op " + program_.ops[op].name + ": argument " +
-                                  std::to_string(place.arg) + " holds no double scalar there");
+      throw BadInput("op " + program_.ops[op].name + ": argument " + std::to_string(place.arg) +
+                     " holds no double scalar there");
     }
     mapped.push_back({op, place.arg, place.elem});
   }
@@ -193,8 +194,8 @@ void Replay::register_scalars(const std::vector<ScalarPlace>& places) {
 
 void Replay::set_scalars(const std::vector<double>& values) {
   if (values.size() != scalar_places_.size()) {
-    throw std::invalid_argument("expected " + std::to_string(scalar_places_.size()) +
-                                " scalar values, got " + std::to_string(values.size()));
+    throw BadInput("expected " + std::to_string(scalar_places_.size()) + " scalar values, got " +
+                   std::to_string(values.size()));
   }
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < values.size(); ++i) {

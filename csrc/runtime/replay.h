@@ -24,7 +24,7 @@ class Replay {
   // program's device unless a test brings its own).
   Replay(Program program, const ExecutorOptions& options, ExecutorFactory make = make_executor);
 
-  // Throws std::invalid_argument when the inputs differ from the prepared ones in number,
+  // Throws BadInput (errors.h) when the inputs differ from the prepared ones in number,
   // shape, dtype or device. With copy_outputs, outputs that live in buffers reused by the
   // next replay are cloned; otherwise the caller gets those buffers themselves.
   // `copy_first`: only the first that many outputs follow `copy_outputs` (the rest are

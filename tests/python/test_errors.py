@@ -139,3 +139,17 @@ def test_model_converted_after_prepare_is_refused():
     model.double()
     with pytest.raises(ValueError, match=r"parameter or buffer changed since prepare: it was a float32 .* float64 .* call prepare\(\) again"):
         fast(torch.randn(2, 4))
+
+
+def test_the_core_raises_nimble_errors(fast):
+    from nimble import _C
+
+    with pytest.raises(nimble.UnsupportedOpError, match="aten::no_such_op"):
+        _C.ProgramBuilder().add_op("aten::no_such_op", "", [], [])
+    with pytest.raises(nimble.NotStaticError, match="aten::_local_scalar_dense"):
+        _C.ProgramBuilder().add_op("aten::_local_scalar_dense", "", [torch.tensor(2.0)], [2.0])
+    with pytest.raises(nimble.errors.BadInputError, match="input 0: expected a float32") as info:
+        fast._replay.run([torch.randn(5, 4)], True)
+    assert isinstance(info.value, ValueError)  # as it was before the errors were typed
+    with pytest.raises(nimble.errors.BadInputError, match="expected 0 scalar values, got 1"):
+        fast._replay.set_scalars([1.0])

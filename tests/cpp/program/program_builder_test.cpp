@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 
+#include "errors.h"
 #include "runtime/cpu/cpu_executor.h"
 #include "runtime/replay.h"
 
@@ -97,14 +98,16 @@ TEST(ProgramBuilder, RejectsOpsReturningNumbers) {
   handle.callBoxed(stack);
   try {
     b.add_op("aten::_local_scalar_dense", "", {at::sum(x)}, stack);
-    FAIL() << "expected std::invalid_argument";
-  } catch (const std::invalid_argument& e) {
+    FAIL() << "expected NotStatic";
+  } catch (const NotStatic& e) {
     EXPECT_NE(std::string(e.what()).find("aten::_local_scalar_dense"), std::string::npos);
   }
 }
 
 TEST(ProgramBuilder, RejectsUnknownOps) {
   ProgramBuilder b;
+  EXPECT_THROW(b.add_op("aten::no_such_op", "", {}, {}), UnsupportedOp);
+  // C++ callers catching std::invalid_argument still catch it.
   EXPECT_THROW(b.add_op("aten::no_such_op", "", {}, {}), std::invalid_argument);
 }
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <random>
 
-#include "program/memory_plan.h"
+#include "passes/memory_plan.h"
 
 namespace nimble {
 namespace {

@@ -1,4 +1,4 @@
-#include "program/memory_plan.h"
+#include "passes/memory_plan.h"
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>

@@ -1,7 +1,6 @@
-#include "program/batchnorm_folding.h"
+#include "passes/batchnorm_folding.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/LegacyTypeDispatch.h>
 
 #include <unordered_map>
 
@@ -14,7 +13,7 @@ const at::Tensor& tensor_or_undefined(const c10::IValue& value) {
   return value.isTensor() ? value.toTensor() : kUndefined;
 }
 
-bool is_eval_batchnorm(const TracedOp& op) {
+bool is_eval_batchnorm(const RecordedOp& op) {
   const auto& name = op.handle.operator_name();
   if (name.name == "aten::_native_batch_norm_legit_no_training") return true;
   // native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
@@ -22,7 +21,7 @@ bool is_eval_batchnorm(const TracedOp& op) {
          !op.args[5].toBool() && op.args[3].isTensor() && op.args[4].isTensor();
 }
 
-bool is_plain_convolution(const TracedOp& op) {
+bool is_plain_convolution(const RecordedOp& op) {
   // convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
   return op.handle.operator_name().name == "aten::convolution" &&
          op.handle.operator_name().overload_name.empty() && op.args.size() == 9 &&
@@ -31,60 +30,15 @@ bool is_plain_convolution(const TracedOp& op) {
 
 }  // namespace
 
-FoldedBatchNorm::FoldedBatchNorm(at::Tensor weight, at::Tensor bias, at::Tensor gamma,
-                                 at::Tensor beta, at::Tensor mean, at::Tensor var, double eps)
-    : weight_(std::move(weight)),
-      bias_(std::move(bias)),
-      gamma_(std::move(gamma)),
-      beta_(std::move(beta)),
-      mean_(std::move(mean)),
-      var_(std::move(var)),
-      eps_(eps) {
-  folded_weight_ = at::empty_like(weight_);
-  folded_bias_ = at::empty({weight_.size(0)}, weight_.options());
-  compute();
-}
-
-std::vector<at::Tensor> FoldedBatchNorm::sources() const {
-  return {weight_, bias_, gamma_, beta_, mean_, var_};
-}
-
-void FoldedBatchNorm::compute() {
-  at::NoGradGuard no_grad;
-  at::Tensor scale = at::rsqrt(var_ + eps_);
-  if (gamma_.defined()) scale = scale * gamma_;
-  std::vector<int64_t> shape(weight_.dim(), 1);
-  shape[0] = -1;
-  folded_weight_.copy_(weight_ * scale.reshape(shape));
-  at::Tensor shifted = bias_.defined() ? bias_ - mean_ : -mean_;
-  at::Tensor bias = shifted * scale;
-  if (beta_.defined()) bias = bias + beta_;
-  folded_bias_.copy_(bias);
-  versions_.clear();
-  for (const at::Tensor& t : sources()) versions_.push_back(t.defined() ? t._version() : -1);
-}
-
-void FoldedBatchNorm::refresh_if_stale() {
-  const std::vector<at::Tensor> now = sources();
-  for (size_t i = 0; i < now.size(); ++i) {
-    if (now[i].defined() && now[i]._version() != versions_[i]) {
-      // The replay runs below autograd; the refresh is ordinary tensor math.
-      at::AutoDispatchBelowADInplaceOrView below;
-      compute();
-      return;
-    }
-  }
-}
-
 std::vector<FoldedBatchNorm> fold_batchnorm(
-    std::vector<TracedOp>& ops,
+    std::vector<RecordedOp>& ops,
     const std::function<void(const at::Tensor&, const at::Tensor&)>& redirect) {
   // How many times each storage is read: a fold needs the conv output read by the BN only.
   std::unordered_map<const void*, int> reads;
   auto count = [&](const at::Tensor& t) {
     if (t.defined() && t.has_storage()) ++reads[t.storage().unsafeGetStorageImpl()];
   };
-  for (const TracedOp& op : ops) {
+  for (const RecordedOp& op : ops) {
     for (const c10::IValue& arg : op.args) {
       if (arg.isTensor()) count(arg.toTensor());
       if (arg.isList()) {
@@ -104,12 +58,12 @@ std::vector<FoldedBatchNorm> fold_batchnorm(
   std::vector<FoldedBatchNorm> folds;
   std::vector<bool> drop(ops.size(), false);
   for (size_t i = 0; i < ops.size(); ++i) {
-    TracedOp& bn = ops[i];
+    RecordedOp& bn = ops[i];
     if (!is_eval_batchnorm(bn) || !bn.args[0].isTensor()) continue;
     const at::Tensor& y = bn.args[0].toTensor();
     auto it = producer.find(y.unsafeGetTensorImpl());
     if (it == producer.end() || drop[it->second]) continue;
-    TracedOp& conv = ops[it->second];
+    RecordedOp& conv = ops[it->second];
     if (!is_plain_convolution(conv) || reads[y.storage().unsafeGetStorageImpl()] != 1) continue;
     // The BN's statistics outputs (if any) must be unused: only its first output is kept.
     bool stats_used = false;
@@ -131,7 +85,7 @@ std::vector<FoldedBatchNorm> fold_batchnorm(
     redirect(bn.returns[0].toTensor(), y);
     drop[i] = true;
   }
-  std::vector<TracedOp> kept;
+  std::vector<RecordedOp> kept;
   for (size_t i = 0; i < ops.size(); ++i) {
     if (!drop[i]) kept.push_back(std::move(ops[i]));
   }

@@ -5,10 +5,12 @@
 // is written after it, so no reader can tell the two apart.
 // Eval-mode dropout never reaches a trace (torch returns its input above the dispatcher),
 // so it needs no rule here; the tests check that it costs no op.
+#include <ATen/core/Tensor.h>
+
 #include <functional>
 #include <vector>
 
-#include "program/batchnorm_folding.h"
+#include "program/recorded_op.h"
 
 namespace nimble {
 
@@ -19,7 +21,7 @@ struct NoopOp {
 };
 
 // `keep(result)`: results that must stay distinct tensors (program outputs).
-std::vector<NoopOp> find_noop_ops(const std::vector<TracedOp>& ops,
+std::vector<NoopOp> find_noop_ops(const std::vector<RecordedOp>& ops,
                                   const std::function<bool(const at::Tensor&)>& keep);
 
 }  // namespace nimble

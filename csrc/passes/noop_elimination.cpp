@@ -1,4 +1,4 @@
-#include "program/noop_elimination.h"
+#include "passes/noop_elimination.h"
 
 #include <string>
 #include <unordered_map>
@@ -10,7 +10,7 @@ namespace {
 const void* storage_of(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
 
 // The index of the last op that writes each storage in place (schema alias annotations).
-std::unordered_map<const void*, size_t> last_writes(const std::vector<TracedOp>& ops) {
+std::unordered_map<const void*, size_t> last_writes(const std::vector<RecordedOp>& ops) {
   std::unordered_map<const void*, size_t> last;
   for (size_t i = 0; i < ops.size(); ++i) {
     const auto& arguments = ops[i].handle.schema().arguments();
@@ -38,12 +38,12 @@ bool same_layout(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace
 
-std::vector<NoopOp> find_noop_ops(const std::vector<TracedOp>& ops,
+std::vector<NoopOp> find_noop_ops(const std::vector<RecordedOp>& ops,
                                   const std::function<bool(const at::Tensor&)>& keep) {
   std::vector<NoopOp> found;
   const std::unordered_map<const void*, size_t> last_write = last_writes(ops);
   for (size_t i = 0; i < ops.size(); ++i) {
-    const TracedOp& op = ops[i];
+    const RecordedOp& op = ops[i];
     const std::string& name = op.handle.operator_name().name;
     if (name != "aten::clone" && name != "aten::_to_copy" && name != "aten::alias" &&
         name != "aten::detach") {

@@ -1,0 +1,21 @@
+#pragma once
+// Inference pass: a convolution whose only reader is an eval-mode batch norm becomes one
+// convolution with folded weights (program/folded_batchnorm.h), which the program keeps
+// and a replay refreshes when their sources change.
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <vector>
+
+#include "program/folded_batchnorm.h"
+#include "program/recorded_op.h"
+
+namespace nimble {
+
+// Rewrites `ops` in place and returns the folds. `redirect(bn_output, conv_output)` tells
+// the caller that readers of the batch norm's output now read the convolution's.
+std::vector<FoldedBatchNorm> fold_batchnorm(
+    std::vector<RecordedOp>& ops,
+    const std::function<void(const at::Tensor&, const at::Tensor&)>& redirect);
+
+}  // namespace nimble
