@@ -24,7 +24,11 @@ class InferenceReplay:
         self.outputs, output_tensors = OutputStructure.split(output)
         self.replays = [
             build_replay(
-                recorder.trace.ops, self.example_inputs, module_state(module), output_tensors, **options
+                recorder.trace.ops,
+                self.example_inputs,
+                module_state(module),
+                output_tensors,
+                **options,
             )
         ]
 

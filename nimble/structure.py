@@ -51,10 +51,7 @@ class CallStructure:
         leaves, spec = tree_flatten((args, kwargs))
         if spec != self.spec:
             expected = tree_unflatten(
-                [
-                    "Tensor" if i in self._is_tensor else v
-                    for i, v in enumerate(self.leaves)
-                ],
+                ["Tensor" if i in self._is_tensor else v for i, v in enumerate(self.leaves)],
                 self.spec,
             )
             raise ValueError(
@@ -84,7 +81,9 @@ class ExampleCall:
     static_inputs: list[torch.Tensor]
 
     @classmethod
-    def of(cls, example_inputs: Any, example_kwargs: dict | None, track_gradients: bool) -> "ExampleCall":
+    def of(
+        cls, example_inputs: Any, example_kwargs: dict | None, track_gradients: bool
+    ) -> "ExampleCall":
         """`track_gradients`: a static copy requires grad where the example's tensor does
         (its gradient is then part of the captured backward)."""
         args = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
