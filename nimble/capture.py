@@ -12,7 +12,7 @@ import contextlib
 import os
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -90,7 +90,7 @@ def _has_bool_index(func, args) -> bool:
 
 
 @dataclass
-class TracedOp:
+class RecordedOp:
     func: Any  # torch._ops.OpOverload
     args: tuple
     kwargs: dict
@@ -99,7 +99,18 @@ class TracedOp:
 
 @dataclass
 class Trace:
-    ops: list[TracedOp] = field(default_factory=list)
+    ops: list[RecordedOp] = field(default_factory=list)
+
+
+def produced_tensors(ops: list[RecordedOp]) -> dict[int, torch.Tensor]:
+    """The tensors that `ops` return, by id."""
+    produced = {}
+    for op in ops:
+        outs = op.out if isinstance(op.out, (list, tuple)) else [op.out]
+        for t in outs:
+            if isinstance(t, torch.Tensor):
+                produced[id(t)] = t
+    return produced
 
 
 def _refuse_value_dependent(op: str):
@@ -168,8 +179,96 @@ class Recorder(TorchDispatchMode):
                 f"{sorted(_REPLAYABLE_NAMESPACES)} run without Python in the replay."
             )
         out = func(*args, **kwargs)
-        self.trace.ops.append(TracedOp(func, args, kwargs, out))
+        self.trace.ops.append(RecordedOp(func, args, kwargs, out))
         return out
+
+
+def unique(tensors) -> list[torch.Tensor]:
+    """`tensors` in order, each object once."""
+    seen, out = set(), []
+    for t in tensors:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+def module_state(module: torch.nn.Module) -> list[torch.Tensor]:
+    """The tensors a replay uses in place: parameters and buffers."""
+    return unique(list(module.parameters()) + [b for b in module.buffers() if b is not None])
+
+
+class ModelSnapshot:
+    """Everything a capture or a timing run changes, put back by `restore` (or on leaving
+    `with`): parameter and buffer values, `.grad` references, the optimizer's state values,
+    the RNG, and the values of `inputs` (a module may write its inputs). prepare leaves the
+    model exactly as it found it."""
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        inputs: list[torch.Tensor] = (),
+    ) -> None:
+        self._tensors = [(t, t.detach().clone()) for t in module_state(module) + unique(inputs)]
+        self._grads = [(p, p.grad) for p in module.parameters()]
+        self._rng = torch.get_rng_state()
+        self._optimizer = optimizer
+        self._state = {}
+        if optimizer is not None:
+            for p, entries in optimizer.state.items():
+                self._state[p] = {
+                    k: (v, v.detach().clone() if isinstance(v, torch.Tensor) else v)
+                    for k, v in entries.items()
+                }
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for tensor, saved in self._tensors:
+                tensor.copy_(saved)
+            for p, entries in self._state.items():
+                for k, (original, saved) in entries.items():
+                    if isinstance(original, torch.Tensor):
+                        original.copy_(saved)
+                    self._optimizer.state[p][k] = original
+        for p, grad in self._grads:
+            p.grad = grad
+        torch.set_rng_state(self._rng)
+
+    def had_state(self, p: torch.Tensor) -> bool:
+        """Whether the optimizer had state for `p` when the snapshot was taken."""
+        return bool(self._state.get(p))
+
+    def __enter__(self) -> "ModelSnapshot":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+
+@contextlib.contextmanager
+def capturing(module: torch.nn.Module, snapshot: ModelSnapshot, warm_up: Callable[[], Any]):
+    """The one capture sequence: `warm_up` runs eagerly first, so that state a first run
+    makes lazily (cached buffers, optimizer state) exists before the recorded run; the
+    snapshot puts back what it changed; the body of the `with` then runs recorded, and
+    the snapshot puts the model back afterwards, whether it succeeded or not. Refuses a
+    module that replaced a parameter or buffer object on the way: the replay would update
+    the old one."""
+    identities = [id(t) for t in module_state(module)]
+    try:
+        warm_up()
+        snapshot.restore()
+        recorder = Recorder()
+        with HostReadGuard(), recorder:
+            yield recorder
+    finally:
+        snapshot.restore()
+    if [id(t) for t in module_state(module)] != identities:
+        raise UnsupportedOpError(
+            "the module replaced a parameter or buffer object during forward (e.g. "
+            "`self.buf = self.buf + 1`); nimble replays in-place updates only: write "
+            "`self.buf.add_(1)` or `self.buf.copy_(...)` instead"
+        )
 
 
 def schema_arguments(func, args: tuple, kwargs: dict) -> list:

@@ -102,3 +102,63 @@ def test_concurrent_calls_on_one_object_are_serialized():
 def test_bad_stream_count():
     with pytest.raises(ValueError, match="streams must be 'auto' or a positive int, got 0"):
         nimble.Nimble(torch.nn.Linear(2, 2)).prepare(torch.randn(1, 2), streams=0)
+
+
+class _FakeReplay:
+    def __init__(self, events: list) -> None:
+        self.events = events
+        self.num_streams = 1
+
+    def set_streams(self, count: int) -> None:
+        self.num_streams = 2 if count == 0 else count
+        self.events.append(f"set_streams({count})")
+
+
+class _FakeCudaInput:
+    """Only the device of an input matters to the stream choice."""
+
+    device = torch.device("cuda", 0)
+
+
+class _FakeProgram:
+    def __init__(self, events: list, inputs: list) -> None:
+        self.events = events
+        self.replays = [_FakeReplay(events)]
+        self.example_inputs = inputs
+
+    def run_example(self) -> None:
+        self.events.append("run")
+
+    def snapshot(self):
+        events = self.events
+
+        class Snapshot:
+            def __enter__(self):
+                events.append("snapshot")
+
+            def __exit__(self, *exc):
+                events.append("restore")
+
+        return Snapshot()
+
+
+@pytest.mark.parametrize("on_cuda", [False, True])
+def test_stream_choice_synchronizes_cuda_around_each_timed_run(monkeypatch, on_cuda):
+    from nimble import streams
+
+    events: list = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+    inputs = [_FakeCudaInput()] if on_cuda else [torch.zeros(1)]
+    streams.choose_streams(_FakeProgram(events, inputs))
+
+    assert events[0] == "snapshot" and events[-1] == "restore"
+    runs = events.count("run")
+    assert runs == 2 * (streams._WARM_UPS + streams._REPEATS)
+    if not on_cuda:
+        assert "sync" not in events
+        return
+    # Every timed run is enclosed by syncs: the clock starts after queued work ends and
+    # stops after the run's kernels end. Warm-ups are not timed.
+    timed = [i for i, e in enumerate(events) if e == "run" and events[i - 1] == "sync"]
+    assert len(timed) == 2 * streams._REPEATS
+    assert all(events[i + 1] == "sync" for i in timed)
