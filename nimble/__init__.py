@@ -1,6 +1,6 @@
 """nimble: capture a static PyTorch model's kernel launches once, replay them fast."""
 
-from .errors import NimbleError, NotPreparedError, NotStaticError, UnsupportedOpError
+from .errors import BadInputError, NimbleError, NotPreparedError, NotStaticError, UnsupportedOpError
 from .wrapper import Nimble
 
-__all__ = ["Nimble", "NimbleError", "NotPreparedError", "NotStaticError", "UnsupportedOpError"]
+__all__ = ["BadInputError", "Nimble", "NimbleError", "NotPreparedError", "NotStaticError", "UnsupportedOpError"]

@@ -1,4 +1,4 @@
-#include "passes/batchnorm_folding.h"
+#include "csrc/passes/batchnorm_folding.h"
 
 #include <ATen/ATen.h>
 

@@ -7,8 +7,8 @@
 #include <functional>
 #include <vector>
 
-#include "program/folded_batchnorm.h"
-#include "program/recorded_op.h"
+#include "csrc/program/folded_batchnorm.h"
+#include "csrc/program/recorded_op.h"
 
 namespace nimble {
 

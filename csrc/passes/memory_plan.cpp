@@ -1,4 +1,4 @@
-#include "passes/memory_plan.h"
+#include "csrc/passes/memory_plan.h"
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "scheduling/transitive_reduction.h"
+#include "csrc/scheduling/transitive_reduction.h"
 
 namespace nimble {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "program/program.h"
+#include "csrc/program/program.h"
 
 namespace nimble {
 

@@ -1,4 +1,4 @@
-#include "passes/noop_elimination.h"
+#include "csrc/passes/noop_elimination.h"
 
 #include <string>
 #include <unordered_map>

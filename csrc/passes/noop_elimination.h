@@ -10,7 +10,7 @@
 #include <functional>
 #include <vector>
 
-#include "program/recorded_op.h"
+#include "csrc/program/recorded_op.h"
 
 namespace nimble {
 

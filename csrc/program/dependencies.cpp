@@ -1,4 +1,4 @@
-#include "program/dependencies.h"
+#include "csrc/program/dependencies.h"
 
 #include <algorithm>
 #include <set>

@@ -1,4 +1,4 @@
-#include "program/folded_batchnorm.h"
+#include "csrc/program/folded_batchnorm.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "program/folded_batchnorm.h"
+#include "csrc/program/folded_batchnorm.h"
 
 namespace nimble {
 

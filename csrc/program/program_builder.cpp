@@ -1,4 +1,4 @@
-#include "program/program_builder.h"
+#include "csrc/program/program_builder.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -10,11 +10,11 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "errors.h"
-#include "passes/batchnorm_folding.h"
-#include "passes/memory_plan.h"
-#include "passes/noop_elimination.h"
-#include "program/dependencies.h"
+#include "csrc/errors.h"
+#include "csrc/passes/batchnorm_folding.h"
+#include "csrc/passes/memory_plan.h"
+#include "csrc/passes/noop_elimination.h"
+#include "csrc/program/dependencies.h"
 
 namespace nimble {
 
@@ -439,9 +439,16 @@ std::optional<c10::OperatorHandle> usable_out_variant(
   const bool makes_output = std::any_of(
       access.produced.begin(), access.produced.end(),
       [&](const auto& out) { return output_storages.count(program.slots[out.slot].storage) > 0; });
+  // The `.out` overload takes one written tensor per return, in return order: an undefined
+  // return has no produced value, and the call would find its stack short of arguments.
+  bool one_buffer_per_return = access.produced.size() == raw.handle.schema().returns().size();
+  for (size_t r = 0; r < access.produced.size() && one_buffer_per_return; ++r) {
+    one_buffer_per_return =
+        access.produced[r].ret == static_cast<int>(r) && access.produced[r].elem < 0;
+  }
   if (!options.use_out_variants || access.writes_args || access.returns_view ||
       !access.returns_only_new_tensors || access.returns_changed || access.produced.empty() ||
-      makes_output) {
+      !one_buffer_per_return || makes_output) {
     return std::nullopt;
   }
   std::optional<c10::OperatorHandle> out_variant = find_out_variant(raw.handle);

@@ -14,9 +14,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "program/folded_batchnorm.h"
-#include "program/program.h"
-#include "program/recorded_op.h"
+#include "csrc/program/folded_batchnorm.h"
+#include "csrc/program/program.h"
+#include "csrc/program/recorded_op.h"
 
 namespace nimble {
 

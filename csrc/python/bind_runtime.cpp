@@ -7,10 +7,10 @@
 
 #include <stdexcept>
 
-#include "program/program_builder.h"
-#include "python/bindings.h"
-#include "runtime/cpu/cpu_executor.h"
-#include "runtime/replay.h"
+#include "csrc/program/program_builder.h"
+#include "csrc/python/bindings.h"
+#include "csrc/runtime/cpu/cpu_executor.h"
+#include "csrc/runtime/replay.h"
 
 namespace py = pybind11;
 

@@ -1,8 +1,8 @@
 // nimble._C.scheduling: the stream assignment on plain Python graphs.
 #include <pybind11/stl.h>
 
-#include "python/bindings.h"
-#include "scheduling/stream_assignment.h"
+#include "csrc/python/bindings.h"
+#include "csrc/scheduling/stream_assignment.h"
 
 namespace py = pybind11;
 

@@ -10,7 +10,7 @@
 #include <limits>
 #include <optional>
 
-#include "python/bindings.h"
+#include "csrc/python/bindings.h"
 #include "tuning/belief/belief_model.h"
 #include "tuning/database/tuning_database.h"
 #include "tuning/scheduler/scheduler_factory.h"

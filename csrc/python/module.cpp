@@ -1,7 +1,7 @@
 #include <exception>
 
-#include "errors.h"
-#include "python/bindings.h"
+#include "csrc/errors.h"
+#include "csrc/python/bindings.h"
 
 namespace {
 

@@ -1,15 +1,15 @@
-#include "runtime/executor.h"
+#include "csrc/runtime/executor.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
-#include "errors.h"
-#include "runtime/cpu/cpu_executor.h"
-#include "runtime/stream_plan.h"
+#include "csrc/errors.h"
+#include "csrc/runtime/cpu/cpu_executor.h"
+#include "csrc/runtime/stream_plan.h"
 #ifdef NIMBLE_WITH_CUDA
-#include "runtime/cuda/cuda_graph_executor.h"
+#include "csrc/runtime/cuda/cuda_graph_executor.h"
 #endif
 
 namespace nimble {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "program/program.h"
+#include "csrc/program/program.h"
 
 namespace nimble {
 

@@ -1,4 +1,4 @@
-#include "runtime/input_binding.h"
+#include "csrc/runtime/input_binding.h"
 
 #include <set>
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "program/program.h"
+#include "csrc/program/program.h"
 
 namespace nimble {
 

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "program/program.h"
+#include "csrc/program/program.h"
 
 namespace nimble {
 

@@ -1,4 +1,4 @@
-#include "runtime/replay.h"
+#include "csrc/runtime/replay.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "errors.h"
+#include "csrc/errors.h"
 
 namespace nimble {
 

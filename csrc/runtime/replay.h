@@ -10,9 +10,9 @@
 #include <optional>
 #include <vector>
 
-#include "program/program.h"
-#include "runtime/executor.h"
-#include "runtime/input_binding.h"
+#include "csrc/program/program.h"
+#include "csrc/runtime/executor.h"
+#include "csrc/runtime/input_binding.h"
 
 namespace nimble {
 

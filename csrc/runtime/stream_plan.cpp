@@ -1,4 +1,4 @@
-#include "runtime/stream_plan.h"
+#include "csrc/runtime/stream_plan.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -7,10 +7,10 @@
 #include <functional>
 #include <vector>
 
-#include "program/program.h"
-#include "runtime/executor.h"
-#include "scheduling/issue_plan.h"
-#include "scheduling/stream_assignment.h"
+#include "csrc/program/program.h"
+#include "csrc/runtime/executor.h"
+#include "csrc/scheduling/issue_plan.h"
+#include "csrc/scheduling/stream_assignment.h"
 
 namespace nimble {
 

@@ -1,4 +1,4 @@
-#include "scheduling/bipartite_matching.h"
+#include "csrc/scheduling/bipartite_matching.h"
 
 #include <cstddef>
 #include <limits>

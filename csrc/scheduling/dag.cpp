@@ -1,4 +1,4 @@
-#include "scheduling/dag.h"
+#include "csrc/scheduling/dag.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "scheduling/issue_plan.h"
+#include "csrc/scheduling/issue_plan.h"
 
 #include <algorithm>
 #include <stdexcept>

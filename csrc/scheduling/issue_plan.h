@@ -9,8 +9,8 @@
 // `release_point` is never released before one of its readers is ordered to have run.
 #include <vector>
 
-#include "scheduling/dag.h"
-#include "scheduling/physical_streams.h"
+#include "csrc/scheduling/dag.h"
+#include "csrc/scheduling/physical_streams.h"
 
 namespace nimble::scheduling {
 

@@ -1,11 +1,11 @@
-#include "scheduling/physical_streams.h"
+#include "csrc/scheduling/physical_streams.h"
 
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 
-#include "scheduling/stream_assignment.h"
+#include "csrc/scheduling/stream_assignment.h"
 
 namespace nimble::scheduling {
 

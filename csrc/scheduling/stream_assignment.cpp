@@ -1,7 +1,7 @@
-#include "scheduling/stream_assignment.h"
+#include "csrc/scheduling/stream_assignment.h"
 
-#include "scheduling/bipartite_matching.h"
-#include "scheduling/transitive_reduction.h"
+#include "csrc/scheduling/bipartite_matching.h"
+#include "csrc/scheduling/transitive_reduction.h"
 
 namespace nimble::scheduling {
 

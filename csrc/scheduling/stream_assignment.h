@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "scheduling/dag.h"
-#include "scheduling/physical_streams.h"
+#include "csrc/scheduling/dag.h"
+#include "csrc/scheduling/physical_streams.h"
 
 namespace nimble::scheduling {
 

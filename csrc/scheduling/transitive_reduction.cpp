@@ -1,4 +1,4 @@
-#include "scheduling/transitive_reduction.h"
+#include "csrc/scheduling/transitive_reduction.h"
 
 #include <algorithm>
 

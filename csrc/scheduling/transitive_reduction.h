@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "scheduling/dag.h"
+#include "csrc/scheduling/dag.h"
 
 namespace nimble::scheduling {
 

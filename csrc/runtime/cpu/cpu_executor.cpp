@@ -1,4 +1,4 @@
-#include "runtime/cpu/cpu_executor.h"
+#include "csrc/runtime/cpu/cpu_executor.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -9,7 +9,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "runtime/op_call.h"
+#include "csrc/runtime/op_call.h"
 
 namespace nimble {
 

@@ -9,10 +9,10 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/cpu/replay_arena.h"
-#include "runtime/cpu/stream_event.h"
-#include "runtime/executor.h"
-#include "runtime/stream_plan.h"
+#include "csrc/runtime/cpu/replay_arena.h"
+#include "csrc/runtime/cpu/stream_event.h"
+#include "csrc/runtime/executor.h"
+#include "csrc/runtime/stream_plan.h"
 
 namespace nimble {
 

@@ -1,4 +1,4 @@
-#include "runtime/cpu/replay_arena.h"
+#include "csrc/runtime/cpu/replay_arena.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
@@ -7,7 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "program/memory_plan.h"
+#include "csrc/passes/memory_plan.h"
 
 namespace nimble {
 

@@ -24,8 +24,8 @@
 #include <utility>
 #include <vector>
 
-#include "program/program.h"
-#include "runtime/executor.h"
+#include "csrc/program/program.h"
+#include "csrc/runtime/executor.h"
 
 namespace nimble {
 

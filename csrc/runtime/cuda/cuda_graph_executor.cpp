@@ -1,4 +1,4 @@
-#include "runtime/cuda/cuda_graph_executor.h"
+#include "csrc/runtime/cuda/cuda_graph_executor.h"
 
 #include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/op_call.h"
+#include "csrc/runtime/op_call.h"
 
 namespace nimble {
 

@@ -10,9 +10,9 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/cuda/cuda_handles.h"
-#include "runtime/executor.h"
-#include "runtime/stream_plan.h"
+#include "csrc/runtime/cuda/cuda_handles.h"
+#include "csrc/runtime/executor.h"
+#include "csrc/runtime/stream_plan.h"
 
 namespace nimble {
 

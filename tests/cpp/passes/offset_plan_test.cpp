@@ -6,7 +6,7 @@
 #include <map>
 #include <random>
 
-#include "passes/memory_plan.h"
+#include "csrc/passes/memory_plan.h"
 
 namespace nimble {
 namespace {

@@ -1,6 +1,6 @@
 // dependency_edges: hand cases for each hazard, then random traces against a brute-force
 // reference that decides for every pair of ops whether the second must follow the first.
-#include "program/dependencies.h"
+#include "csrc/program/dependencies.h"
 
 #include <gtest/gtest.h>
 

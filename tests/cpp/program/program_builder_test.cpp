@@ -1,6 +1,6 @@
 // The program builder: dependencies from data flow and aliasing, .out rewriting,
 // precomputed views, and replay equal to eager on random traces.
-#include "program/program_builder.h"
+#include "csrc/program/program_builder.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <random>
 #include <set>
 
-#include "errors.h"
-#include "runtime/cpu/cpu_executor.h"
-#include "runtime/replay.h"
+#include "csrc/errors.h"
+#include "csrc/runtime/cpu/cpu_executor.h"
+#include "csrc/runtime/replay.h"
 
 namespace nimble {
 namespace {

@@ -1,7 +1,7 @@
 // The replay's private memory pool: a recorded replay is planned; later replays are
 // served from the block; requests that differ, or whose bytes are still held, go to the
 // ordinary allocator; memory outliving its replay or its arena stays valid.
-#include "runtime/cpu/replay_arena.h"
+#include "csrc/runtime/cpu/replay_arena.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>

@@ -1,12 +1,12 @@
 // The Replay around an executor: inputs, outputs and their ownership, whatever the
 // backend. Runs on the CPU; the CUDA graph's behaviour is mimicked where it matters.
-#include "runtime/replay.h"
+#include "csrc/runtime/replay.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "program/program_builder.h"
-#include "runtime/op_call.h"
+#include "csrc/program/program_builder.h"
+#include "csrc/runtime/op_call.h"
 
 namespace nimble {
 namespace {

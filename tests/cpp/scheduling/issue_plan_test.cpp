@@ -1,7 +1,7 @@
 // The issue plan every backend runs: per-stream order plus events must order every
 // dependency of the DAG, and release points must come after every reader, under any
 // interleaving of the streams. Checked on thousands of random DAGs.
-#include "scheduling/issue_plan.h"
+#include "csrc/scheduling/issue_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <random>
 
 #include "random_dags.h"
-#include "scheduling/stream_assignment.h"
+#include "csrc/scheduling/stream_assignment.h"
 
 namespace nimble::scheduling {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <random>
 
-#include "scheduling/dag.h"
+#include "csrc/scheduling/dag.h"
 
 namespace nimble::scheduling::testing {
 

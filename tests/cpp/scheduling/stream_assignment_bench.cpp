@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "random_dags.h"
-#include "scheduling/bipartite_matching.h"
-#include "scheduling/stream_assignment.h"
-#include "scheduling/transitive_reduction.h"
+#include "csrc/scheduling/bipartite_matching.h"
+#include "csrc/scheduling/stream_assignment.h"
+#include "csrc/scheduling/transitive_reduction.h"
 
 using namespace nimble::scheduling;
 

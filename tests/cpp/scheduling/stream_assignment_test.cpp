@@ -1,6 +1,6 @@
 // Nimble's stream assignment guarantees, checked on thousands of random DAGs and on
 // hand-made ones.
-#include "scheduling/stream_assignment.h"
+#include "csrc/scheduling/stream_assignment.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <set>
 
 #include "random_dags.h"
-#include "scheduling/bipartite_matching.h"
-#include "scheduling/transitive_reduction.h"
+#include "csrc/scheduling/bipartite_matching.h"
+#include "csrc/scheduling/transitive_reduction.h"
 
 namespace nimble::scheduling {
 namespace {
