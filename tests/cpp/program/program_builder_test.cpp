@@ -11,19 +11,13 @@
 #include "csrc/errors.h"
 #include "csrc/runtime/cpu/cpu_executor.h"
 #include "csrc/runtime/replay.h"
+#include "tests/cpp/program/record_op.h"
 
 namespace nimble {
 namespace {
 
 // Runs an op eagerly through the dispatcher (full stack given) and records it.
-c10::IValue record(ProgramBuilder& builder, const char* name, const char* overload,
-                   std::vector<c10::IValue> args) {
-  auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
-  std::vector<c10::IValue> stack = args;
-  handle.callBoxed(stack);
-  builder.add_op(name, overload, std::move(args), stack);
-  return stack.at(0);
-}
+using testing::record;
 
 bool reaches(const Program& p, int from, int to) {
   std::vector<std::vector<int>> next(p.num_ops());

@@ -7,18 +7,12 @@
 
 #include "csrc/program/program_builder.h"
 #include "csrc/runtime/op_call.h"
+#include "tests/cpp/program/record_op.h"
 
 namespace nimble {
 namespace {
 
-c10::IValue record(ProgramBuilder& builder, const char* name, const char* overload,
-                   std::vector<c10::IValue> args) {
-  auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
-  std::vector<c10::IValue> stack = args;
-  handle.callBoxed(stack);
-  builder.add_op(name, overload, std::move(args), stack);
-  return stack.at(0);
-}
+using testing::record;
 
 // Like a CUDA graph: the ops ran once when it was made, and every replay writes its
 // results into the tensors of that first run, never touching the program's values.
