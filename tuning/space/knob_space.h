@@ -1,5 +1,8 @@
 #pragma once
-// The search space of a task: knobs plus constraints that tie knobs together.
+// The search space of a task: knobs plus constraints that tie knobs together, and
+// conditions that make a knob matter only for some choices of a categorical knob (a kernel
+// family's own knobs, say). An inactive knob is pinned to its first value, so that configs
+// differing only in knobs that do not matter are one config.
 #include <functional>
 #include <random>
 #include <string>
@@ -24,27 +27,44 @@ class KnobSpace {
   void add_product_at_most(const std::vector<std::string>& knob_names, int64_t limit);
   void add_divides(const std::string& divisor_knob, const std::string& dividend_knob);
 
+  // `knob` is active only while the categorical knob `parent` takes one of `labels`. The
+  // parent must come before the knob and be unconditioned itself.
+  void add_condition(const std::string& knob, const std::string& parent,
+                     const std::vector<std::string>& labels);
+  bool active(const Config& config, int knob) const;
+
   const std::vector<Knob>& knobs() const { return knobs_; }
   int knob_index(const std::string& name) const;
-  // Number of configs before constraints; saturates at 2^63 for giant spaces.
+  // Number of configs before constraints (counting inactive knobs once); saturates at 2^63
+  // for giant spaces.
   double size() const;
 
   std::vector<int64_t> values(const Config& config) const;
   bool in_range(const Config& config) const;
   bool satisfies_constraints(const Config& config) const;
-  bool valid(const Config& config) const {
-    return in_range(config) && satisfies_constraints(config);
-  }
+  // In range, inactive knobs at their first value, constraints met.
+  bool valid(const Config& config) const;
   // Uniform over the valid configs (rejection sampling); throws when none found.
   Config random_config(std::mt19937_64& rng) const;
-  // A valid config that differs from `config` in one knob (a step for ordered knobs).
+  // A valid config that differs from `config` in one active knob (a step for ordered knobs);
+  // knobs that a changed parent activates take random values.
   Config neighbor(const Config& config, std::mt19937_64& rng) const;
+  // Inactive knobs have feature -1.
   std::vector<float> features(const Config& config) const;
+  // "name=label ..." over the active knobs.
   std::string describe(const Config& config) const;
   const std::vector<std::string>& constraint_descriptions() const { return descriptions_; }
 
  private:
+  struct Condition {
+    int parent = -1;
+    std::vector<int> parent_indices;  // choices of the parent under which the knob is active
+  };
+  // Sets every inactive knob to its first value, parents first.
+  void pin_inactive(Config& config) const;
+
   std::vector<Knob> knobs_;
+  std::vector<Condition> conditions_;  // per knob; parent -1: always active
   std::vector<KnobConstraint> constraints_;
   std::vector<std::string> descriptions_;
 };

@@ -102,5 +102,53 @@ TEST(KnobSpace, FeaturesArePositionsInUnitRange) {
   EXPECT_FLOAT_EQ(f[3], 1.0f);
 }
 
+// Two kernel families sharing one space: each family's knobs matter only under it.
+KnobSpace conditional_space() {
+  KnobSpace s;
+  s.add_knob(Knob::categorical("family", {"gemm", "direct", "library"}));
+  s.add_knob(Knob::power_of_two_range("gemm.tile", 1, 64));                // 7 values
+  s.add_knob(Knob::integer_range("direct.unroll", 1, 4));                  // 4 values
+  s.add_knob(Knob::categorical("direct.layout", {"nchw", "nhwc", "blocked"}));  // 3 values
+  s.add_knob(Knob::integer_range("threads", 1, 2));                        // always active
+  s.add_condition("gemm.tile", "family", {"gemm"});
+  s.add_condition("direct.unroll", "family", {"direct"});
+  s.add_condition("direct.layout", "family", {"direct"});
+  return s;
+}
+
+TEST(KnobSpace, ConditionalKnobsCountOnlyUnderTheirParent) {
+  const KnobSpace s = conditional_space();
+  EXPECT_EQ(s.size(), (7.0 + 4 * 3 + 1) * 2);
+  EXPECT_TRUE(s.valid({0, 3, 0, 0, 1}));
+  EXPECT_FALSE(s.valid({0, 3, 1, 0, 1}));  // direct.unroll set under gemm
+  EXPECT_TRUE(s.valid({2, 0, 0, 0, 0}));
+  EXPECT_FALSE(s.valid({2, 1, 0, 0, 0}));
+  EXPECT_EQ(s.describe({1, 0, 2, 1, 0}), "family=direct direct.unroll=3 direct.layout=nhwc threads=1");
+  const auto f = s.features({0, 3, 0, 0, 1});
+  EXPECT_EQ(f[2], -1.0F);
+  EXPECT_EQ(f[3], -1.0F);
+  KnobSpace bad = conditional_space();
+  EXPECT_THROW(bad.add_condition("family", "threads", {"1"}), std::invalid_argument);
+  EXPECT_THROW(bad.add_condition("threads", "family", {"winograd"}), std::invalid_argument);
+}
+
+TEST(KnobSpace, RandomConfigsAndNeighborsOfConditionalSpacesAreValidAndReachEverything) {
+  const KnobSpace s = conditional_space();
+  std::mt19937_64 rng(7);
+  std::set<Config> seen;
+  Config c = s.random_config(rng);
+  for (int i = 0; i < 20000; ++i) {
+    const Config r = s.random_config(rng);
+    ASSERT_TRUE(s.valid(r)) << s.describe(r);
+    seen.insert(r);
+    const Config n = s.neighbor(c, rng);
+    ASSERT_TRUE(s.valid(n)) << s.describe(n);
+    seen.insert(n);
+    c = n;
+  }
+  // Every config of the space turns up, and nothing else does.
+  EXPECT_EQ(static_cast<double>(seen.size()), s.size());
+}
+
 }  // namespace
 }  // namespace nimble::tuning
