@@ -9,11 +9,13 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "csrc/program/folded_batchnorm.h"
+#include "csrc/program/kernel_override.h"
 
 namespace nimble {
 
@@ -33,6 +35,11 @@ struct SlotInfo {
   int producer = -1;              // op index that produces it (-1: from outside the trace)
   const void* storage = nullptr;  // storage identity at capture; equal => may alias
   bool mutated = false;           // some op writes it in place
+  // The tensor's layout at capture (empty sizes, Undefined dtype: not a tensor). A replay
+  // gives transient slots the same layout every time, so passes and kernels may rely on it.
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
   bool is_stable() const { return role != SlotRole::kTransient; }
 };
 
@@ -62,6 +69,8 @@ struct OpNode {
   std::vector<int> release;     // transient slots whose last reader is this op
   std::vector<int> reads;       // slots read (for dependencies and messages)
   std::vector<int> writes;      // slots written in place or produced
+  // The tuned-kernel slot: when set, runs instead of the ATen kernel (see op_call.h).
+  std::shared_ptr<const KernelOverride> kernel;
 };
 
 struct Program {

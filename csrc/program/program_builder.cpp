@@ -144,6 +144,11 @@ int ProgramBuilder::new_slot(const at::Tensor& tensor, SlotRole role) {
   info.role = role;
   info.storage =
       tensor.defined() && tensor.has_storage() ? tensor.storage().unsafeGetStorageImpl() : nullptr;
+  if (tensor.defined()) {
+    info.sizes = tensor.sizes().vec();
+    info.strides = tensor.strides().vec();
+    info.dtype = tensor.scalar_type();
+  }
   slots_.push_back(info);
   capture_values_.emplace_back(tensor);
   const int slot = static_cast<int>(slots_.size()) - 1;

@@ -1,7 +1,7 @@
 #pragma once
 // The one way an op of a Program is called, shared by every executor: build the boxed
 // stack from baked constants and current slot values, call below autograd with the keys
-// computed at prepare, keep the returned values, drop the values this op read last.
+// computed at prepare (or the tuned kernel bound to the op), keep the returned values, drop the values this op read last.
 #include <ATen/core/List.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -59,10 +59,20 @@ inline void keep_results(const OpNode& op, std::vector<c10::IValue>& values,
   for (int slot : release) values[slot] = c10::IValue();
 }
 
+// The op's kernel on its boxed stack: the tuned kernel bound to its slot, else ATen's
+// below autograd.
+inline void invoke(const OpNode& op, std::vector<c10::IValue>& stack) {
+  if (op.kernel) {
+    op.kernel->call(stack);
+  } else {
+    op.handle.redispatchBoxed(op.keys, &stack);
+  }
+}
+
 inline void call_op(const OpNode& op, std::vector<c10::IValue>& values,
                     std::vector<c10::IValue>& stack) {
   push_args(op, values, stack);
-  op.handle.redispatchBoxed(op.keys, &stack);
+  invoke(op, stack);
   keep_results(op, values, stack, op.release);
 }
 

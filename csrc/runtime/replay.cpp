@@ -225,6 +225,29 @@ void Replay::set_executor_options(const ExecutorOptions& options) {
   }
 }
 
+void Replay::set_kernels(std::vector<std::shared_ptr<const KernelOverride>> kernels) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!kernels.empty() && kernels.size() != program_.ops.size()) {
+    std::ostringstream msg;
+    msg << "set_kernels: expected one kernel (or none) per op, " << program_.ops.size()
+        << " ops, got " << kernels.size();
+    throw BadInput(msg.str());
+  }
+  kernels.resize(program_.ops.size());
+  std::vector<std::shared_ptr<const KernelOverride>> previous;
+  for (size_t i = 0; i < program_.ops.size(); ++i) {
+    previous.push_back(program_.ops[i].kernel);
+    program_.ops[i].kernel = kernels[i];
+  }
+  try {
+    rebuild_executor();
+  } catch (...) {
+    for (size_t i = 0; i < program_.ops.size(); ++i) program_.ops[i].kernel = previous[i];
+    rebuild_executor();
+    throw;
+  }
+}
+
 Replay::Memory Replay::memory() {
   std::lock_guard<std::mutex> lock(mutex_);
   Memory m;

@@ -50,6 +50,11 @@ class Replay {
   // One replay with per-op start/end times.
   TimedRun run_timed(const std::vector<at::Tensor>& inputs);
 
+  // The tuned-kernel slot: per op of the program, the kernel that runs instead of ATen's
+  // (null: ATen's), or an empty list for ATen everywhere. Rebuilds the executor (a CUDA
+  // graph captures the kernels); when that fails, the previous kernels stay.
+  void set_kernels(std::vector<std::shared_ptr<const KernelOverride>> kernels);
+
   // Rebuilds the executor, e.g. with another number of streams.
   void set_executor_options(const ExecutorOptions& options);
   const ExecutorOptions& executor_options() const { return options_; }

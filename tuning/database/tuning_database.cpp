@@ -170,6 +170,13 @@ std::vector<std::string> TuningDatabase::signatures(const std::string& device) c
   return out;
 }
 
+std::vector<std::string> TuningDatabase::devices() const {
+  Statement s = prepare(db_.get(), "SELECT DISTINCT device FROM measurements ORDER BY 1");
+  std::vector<std::string> out;
+  while (sqlite3_step(s.get()) == SQLITE_ROW) out.push_back(column_text(s.get(), 0));
+  return out;
+}
+
 long TuningDatabase::export_json_lines(const std::string& file) const {
   std::ofstream out(file);
   if (!out) throw std::runtime_error("cannot write " + file);

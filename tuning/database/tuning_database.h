@@ -25,6 +25,8 @@ class TuningDatabase {
   std::optional<DatabaseRecord> best(const std::string& signature, const std::string& device) const;
   long count() const;
   std::vector<std::string> signatures(const std::string& device) const;
+  // Every device some record was measured on.
+  std::vector<std::string> devices() const;
 
   // Returns the number of records written / read.
   long export_json_lines(const std::string& file) const;

@@ -2,6 +2,7 @@
 // One tunable parameter of a kernel template and the finite list of values it may take.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace nimble::tuning {
@@ -15,6 +16,12 @@ class Knob {
   static Knob categorical(std::string name, std::vector<std::string> choices);
 
   const std::string& name() const { return name_; }
+  // The same knob under another name (e.g. prefixed by the kernel family it belongs to).
+  Knob renamed(std::string name) const {
+    Knob k = *this;
+    k.name_ = std::move(name);
+    return k;
+  }
   KnobKind kind() const { return kind_; }
   int size() const { return static_cast<int>(values_.size()); }
   // Numeric value of the index-th choice (a categorical knob's value is its index).

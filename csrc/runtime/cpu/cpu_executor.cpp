@@ -2,13 +2,13 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <optional>
 #include <stdexcept>
 
+#include "csrc/runtime/cpu/intra_op_threads.h"
 #include "csrc/runtime/op_call.h"
 
 namespace nimble {
@@ -20,47 +20,6 @@ int64_t now_ns() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-}  // namespace
-}  // namespace nimble
-
-// MKL (torch's matrix products) keeps a thread count of its own, which torch.set_num_threads
-// sets process-wide: a stream limits it for its thread as well, or two streams' GEMMs each
-// take every core (and results depend on how many streams there are). Weak: torch builds
-// without MKL lack it. (The lower-case names are the Fortran interface, taking pointers.)
-extern "C" int MKL_Set_Num_Threads_Local(int threads) __attribute__((weak));
-
-namespace nimble {
-namespace {
-
-// The intra-op thread count of the calling thread's kernels: OpenMP's team (ATen, oneDNN)
-// and MKL's. Returns MKL's previous thread-local setting (0: the global one).
-int set_intra_op_threads(int threads) {
-  omp_set_num_threads(threads);
-  return MKL_Set_Num_Threads_Local != nullptr ? MKL_Set_Num_Threads_Local(threads) : 0;
-}
-
-// Streams size the kernels' thread teams; this restores the caller's settings afterwards.
-class KeepIntraOpThreads {
- public:
-  KeepIntraOpThreads() : saved_omp_(omp_get_max_threads()) {}
-  ~KeepIntraOpThreads() {
-    omp_set_num_threads(saved_omp_);
-    if (changed_ && MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(saved_mkl_);
-  }
-  KeepIntraOpThreads(const KeepIntraOpThreads&) = delete;
-  KeepIntraOpThreads& operator=(const KeepIntraOpThreads&) = delete;
-  void set(int threads) {
-    const int previous = set_intra_op_threads(threads);
-    if (!changed_) saved_mkl_ = previous;
-    changed_ = true;
-  }
-
- private:
-  int saved_omp_;
-  int saved_mkl_ = 0;
-  bool changed_ = false;
-};
 
 }  // namespace
 
@@ -105,11 +64,11 @@ void CpuExecutor::run_stream(int stream, Program& program, uint64_t epoch) {
         if (arena_) arena_->op_begins(step.op);
         push_args(op, program.values, s.stack);
         if (!timed_) {
-          op.handle.redispatchBoxed(op.keys, &s.stack);
+          invoke(op, s.stack);
           keep_results(op, program.values, s.stack, release);
         } else {
           const int64_t start = now_ns();
-          op.handle.redispatchBoxed(op.keys, &s.stack);
+          invoke(op, s.stack);
           const int64_t end = now_ns();
           keep_results(op, program.values, s.stack, {});
           // Dropping the values this op read last frees tensors: timed on its own, so

@@ -124,7 +124,7 @@ void CudaGraphExecutor::issue(Program& program, cudaStream_t origin,
       }
     }
     push_args(op, program.values, stack_);
-    op.handle.redispatchBoxed(op.keys, &stack_);
+    invoke(op, stack_);
     keep_results(op, program.values, stack_, plan_.release[i]);
     stack_.clear();  // returned values the program does not keep go now, on this stream
     if (timing) (*timing)[i].end.record(stream.get());

@@ -1,0 +1,13 @@
+#pragma once
+// The CPU kernel families, one a file in this folder.
+#include <memory>
+
+#include "csrc/kernels/kernel_family.h"
+
+namespace nimble::kernels {
+
+std::shared_ptr<const KernelFamily> aten_conv_family();       // aten_conv.cpp
+std::shared_ptr<const KernelFamily> im2col_gemm_family();     // im2col_gemm.cpp
+std::shared_ptr<const KernelFamily> depthwise_conv_family();  // depthwise_conv.cpp
+
+}  // namespace nimble::kernels

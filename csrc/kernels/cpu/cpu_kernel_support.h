@@ -1,0 +1,69 @@
+#pragma once
+// What every CPU kernel family needs: a thread-count knob, running under that many intra-op
+// threads, handing back the layout ATen gives, and weights transformed once and kept until
+// the weight changes.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "csrc/kernels/tunable_op.h"
+#include "csrc/runtime/cpu/intra_op_threads.h"
+#include "tuning/space/knob.h"
+
+namespace nimble::kernels {
+
+// Intra-op threads: powers of two up to torch's thread count when the task is made.
+inline tuning::Knob threads_knob() {
+  int most = 1;
+  while (most * 2 <= at::get_num_threads()) most *= 2;
+  return tuning::Knob::power_of_two_range("threads", 1, most);
+}
+
+// Runs the calling thread's kernels with `threads` intra-op threads, never more than it
+// has now (a CPU stream of a multi-stream replay owns a share of the cores).
+class ThreadsScope {
+ public:
+  explicit ThreadsScope(int64_t threads) {
+    const int now = keep_.saved();
+    if (threads < now) keep_.set(static_cast<int>(std::max<int64_t>(1, threads)));
+  }
+
+ private:
+  KeepIntraOpThreads keep_;
+};
+
+// `result` as the op's output layout (a copy only when the strides differ).
+inline at::Tensor in_output_layout(const TunableOp& op, at::Tensor result) {
+  if (result.strides() == c10::IntArrayRef(op.out_strides)) return result;
+  return op.empty_output().copy_(result);
+}
+
+// A tensor derived from an operand (a packed or re-laid-out weight), recomputed when the
+// operand is another tensor, has moved, or was written since (its version counter).
+class DerivedTensor {
+ public:
+  const at::Tensor& get(const at::Tensor& source,
+                        const std::function<at::Tensor(const at::Tensor&)>& derive) const {
+    // Inference tensors keep no version counter; their data cannot change under a replay.
+    const uint32_t version = source.is_inference() ? 0 : source._version();
+    if (!derived_.defined() || source.unsafeGetTensorImpl() != impl_ ||
+        source.data_ptr() != data_ || version != version_) {
+      derived_ = derive(source);
+      impl_ = source.unsafeGetTensorImpl();
+      data_ = source.data_ptr();
+      version_ = version;
+    }
+    return derived_;
+  }
+
+ private:
+  mutable at::Tensor derived_;
+  mutable const void* impl_ = nullptr;
+  mutable const void* data_ = nullptr;
+  mutable uint32_t version_ = 0;
+};
+
+}  // namespace nimble::kernels

@@ -1,0 +1,68 @@
+#pragma once
+// A kernel family: a way to compute one kind of op with knobs to tune (an algorithm among
+// PyTorch's own backends, or one of nimble's kernel templates). The tuner sees a family only
+// through its knobs; the slot only through the kernels it builds. CUDA families plug in beside
+// the CPU ones by supporting ops whose device is CUDA.
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "csrc/kernels/tunable_op.h"
+#include "tuning/space/config.h"
+#include "tuning/space/knob.h"
+#include "tuning/space/knob_space.h"
+
+namespace nimble::kernels {
+
+// One configured kernel for one tunable op. `run` takes the op's operands (TunableOp's order)
+// and returns what ATen would: same sizes, strides, dtype and device. A kernel may cache data
+// derived from its operands (packed weights) and must notice when they change (version
+// counters); it is never run concurrently with itself.
+class TunedKernel {
+ public:
+  virtual ~TunedKernel() = default;
+  virtual at::Tensor run(at::TensorList operands) const = 0;
+};
+
+// The values a config gives one family's knobs, by the family's own knob names.
+class KnobValues {
+ public:
+  KnobValues(const tuning::KnobSpace& space, const tuning::Config& config, std::string prefix)
+      : space_(space), config_(config), prefix_(std::move(prefix)) {}
+  int64_t value(const std::string& name) const {
+    const int i = space_.knob_index(prefix_ + name);
+    return space_.knobs()[i].value(config_.at(i));
+  }
+  std::string label(const std::string& name) const {
+    const int i = space_.knob_index(prefix_ + name);
+    return space_.knobs()[i].label(config_.at(i));
+  }
+
+ private:
+  const tuning::KnobSpace& space_;
+  const tuning::Config& config_;
+  std::string prefix_;
+};
+
+class KernelFamily {
+ public:
+  virtual ~KernelFamily() = default;
+  virtual std::string name() const = 0;
+  virtual bool supports(const TunableOp& op) const = 0;
+  // The family's knobs for `op` (names without the family prefix; at least one value each).
+  virtual std::vector<tuning::Knob> knobs(const TunableOp& op) const = 0;
+  // Throws (a failed compile, an unsupported combination) rather than return a wrong kernel.
+  virtual std::unique_ptr<TunedKernel> build(const TunableOp& op,
+                                             const KnobValues& knobs) const = 0;
+};
+
+using Families = std::vector<std::shared_ptr<const KernelFamily>>;
+
+// The families nimble has for ops on the CPU (csrc/kernels/cpu/).
+Families cpu_families();
+// Every family nimble has, for any device.
+Families all_families();
+
+}  // namespace nimble::kernels

@@ -1,0 +1,124 @@
+#include "csrc/kernels/kernel_measurer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "tuning/measure/adaptive_evaluator.h"
+
+namespace nimble::kernels {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Waits for the device when it runs asynchronously, so that a timing covers the work.
+void synchronize(const at::Tensor& t) {
+  if (t.device().is_cuda()) t.cpu();
+}
+
+}  // namespace
+
+std::string compare_results(const at::Tensor& result, const at::Tensor& reference) {
+  std::ostringstream why;
+  if (!result.defined()) return "the kernel returned no tensor";
+  if (result.sizes() != reference.sizes() || result.strides() != reference.strides() ||
+      result.scalar_type() != reference.scalar_type() || result.device() != reference.device()) {
+    why << "wrong layout: got " << result.sizes() << " strides " << result.strides() << " "
+        << result.scalar_type() << " on " << result.device() << ", ATen gives " << reference.sizes()
+        << " strides " << reference.strides() << " " << reference.scalar_type() << " on "
+        << reference.device();
+    return why.str();
+  }
+  const double scale = reference.abs().max().item<double>();
+  const double error = (result - reference).abs().max().item<double>();
+  if (std::isfinite(error) && error <= 1e-4 * scale + 1e-6) return "";
+  why << "wrong result: max |difference| " << error << " against max |ATen result| " << scale;
+  return why.str();
+}
+
+double time_calls(const std::function<void()>& call, const tuning::RepeatPolicy& repeats,
+                  const MeasureOptions& options, tuning::MeasureResult& result) {
+  double start = now_seconds();
+  call();
+  const double first = now_seconds() - start;
+  if (first > options.timeout_seconds) {
+    result.error = tuning::MeasureError::kTimeout;
+    std::ostringstream m;
+    m << "first call took " << first << " s, over the " << options.timeout_seconds << " s timeout";
+    result.message = m.str();
+    return first;
+  }
+  const int calls = static_cast<int>(
+      std::clamp(std::ceil(options.min_repeat_seconds / std::max(first, 1e-9)), 1.0, 10000.0));
+  tuning::time_with_policy(
+      repeats,
+      [&] {
+        start = now_seconds();
+        for (int i = 0; i < calls; ++i) call();
+        return (now_seconds() - start) / calls;
+      },
+      result);
+  return result.mean_seconds();
+}
+
+KernelMeasurer::KernelMeasurer(std::shared_ptr<const KernelSpace> space, MeasureOptions options)
+    : space_(std::move(space)), options_(options) {
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  operands_ = space_->op().random_operands(options_.seed);
+  reference_ = space_->op().aten(operands_);
+}
+
+tuning::MeasureResult KernelMeasurer::measure_one(const tuning::Config& config,
+                                                  const tuning::RepeatPolicy& repeats) {
+  tuning::MeasureResult result;
+  std::unique_ptr<TunedKernel> kernel;
+  try {
+    kernel = space_->build(config);
+  } catch (const std::exception& e) {
+    result.error = tuning::MeasureError::kCompile;
+    result.message = e.what();
+    return result;
+  }
+  try {
+    const std::string wrong = compare_results(kernel->run(operands_), reference_);
+    if (!wrong.empty()) {
+      result.error = tuning::MeasureError::kRuntime;
+      result.message = wrong;
+      return result;
+    }
+    time_calls([&] { synchronize(kernel->run(operands_)); }, repeats, options_, result);
+  } catch (const std::exception& e) {
+    result.seconds.clear();
+    result.error = tuning::MeasureError::kRuntime;
+    result.message = e.what();
+  }
+  return result;
+}
+
+std::vector<tuning::MeasureResult> KernelMeasurer::measure(const std::vector<tuning::Config>& batch,
+                                                           const tuning::RepeatPolicy& repeats) {
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  std::vector<tuning::MeasureResult> out;
+  out.reserve(batch.size());
+  for (const tuning::Config& config : batch) {
+    const double start = now_seconds();
+    out.push_back(measure_one(config, repeats));
+    out.back().cost_seconds = now_seconds() - start;
+  }
+  return out;
+}
+
+double KernelMeasurer::baseline_seconds(int repeats) {
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  const tuning::FixedRepeats fixed(repeats);
+  tuning::MeasureResult result;
+  const TunableOp& op = space_->op();
+  return time_calls([&] { synchronize(op.aten(operands_)); }, fixed, options_, result);
+}
+
+}  // namespace nimble::kernels

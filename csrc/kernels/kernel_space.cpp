@@ -1,0 +1,41 @@
+#include "csrc/kernels/kernel_space.h"
+
+#include <stdexcept>
+
+namespace nimble::kernels {
+
+KernelSpace::KernelSpace(TunableOp op, const Families& families) : op_(std::move(op)) {
+  std::vector<std::string> names;
+  for (const auto& f : families) {
+    if (!f->supports(op_)) continue;
+    families_.push_back(f);
+    names.push_back(f->name());
+  }
+  if (families_.empty()) return;
+  knobs_.add_knob(tuning::Knob::categorical("family", names));
+  for (const auto& f : families_) {
+    for (const tuning::Knob& knob : f->knobs(op_)) {
+      const std::string name = f->name() + "." + knob.name();
+      knobs_.add_knob(knob.renamed(name));
+      knobs_.add_condition(name, "family", {f->name()});
+    }
+  }
+}
+
+const KernelFamily& KernelSpace::family(const tuning::Config& config) const {
+  if (families_.empty() || config.empty() || config[0] < 0 ||
+      config[0] >= static_cast<int>(families_.size()))
+    throw std::invalid_argument("config " + tuning::config_to_json(config) +
+                                " names no kernel family of this op");
+  return *families_[config[0]];
+}
+
+std::unique_ptr<TunedKernel> KernelSpace::build(const tuning::Config& config) const {
+  if (!knobs_.valid(config))
+    throw std::invalid_argument("config " + tuning::config_to_json(config) +
+                                " is not a valid config of this op's kernel space");
+  const KernelFamily& f = family(config);
+  return f.build(op_, KnobValues(knobs_, config, f.name() + "."));
+}
+
+}  // namespace nimble::kernels

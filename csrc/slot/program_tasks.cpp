@@ -1,0 +1,85 @@
+#include "csrc/slot/program_tasks.h"
+
+#include <ATen/Parallel.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace nimble::slot {
+namespace {
+
+std::string short_name(const kernels::TunableOp& op) {
+  std::ostringstream out;
+  out << (op.depthwise()  ? "dw"
+          : op.groups > 1 ? "gconv"
+                          : "conv")
+      << op.r << "x" << op.s << "/" << op.stride[0] << " " << op.c << ">" << op.k << " " << op.h
+      << "x" << op.w;
+  if (op.n > 1) out << " n" << op.n;
+  return out.str();
+}
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+  }
+  return "unknown CPU";
+}
+
+}  // namespace
+
+std::vector<ProgramTask> program_tasks(const Program& program, const kernels::Families& families) {
+  std::vector<ProgramTask> tasks;
+  std::map<std::string, size_t> by_signature;
+  for (int i = 0; i < static_cast<int>(program.ops.size()); ++i) {
+    const auto op = kernels::tunable_op(program, i);
+    if (!op) continue;
+    const std::string signature = op->signature();
+    const auto found = by_signature.find(signature);
+    if (found != by_signature.end()) {
+      tasks[found->second].ops.push_back(i);
+      continue;
+    }
+    auto space = std::make_shared<const kernels::KernelSpace>(*op, families);
+    if (space->empty()) continue;
+    by_signature[signature] = tasks.size();
+    tasks.push_back(ProgramTask{std::move(space), {i}, short_name(*op)});
+  }
+  return tasks;
+}
+
+std::string device_key(c10::DeviceType device) {
+  if (device != c10::DeviceType::CPU) return c10::DeviceTypeName(device, true);
+  std::ostringstream out;
+  out << "cpu " << cpu_model() << " x" << at::get_num_threads() << " threads";
+  return out.str();
+}
+
+std::vector<tuning::Task> tuning_tasks(const std::vector<ProgramTask>& tasks,
+                                       const kernels::MeasureOptions& options,
+                                       const std::function<void(int)>& baseline) {
+  std::vector<tuning::Task> out;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const ProgramTask& p = tasks[i];
+    auto measurer = std::make_shared<kernels::KernelMeasurer>(p.space, options);
+    tuning::Task t;
+    t.name = p.name;
+    t.signature = p.space->op().signature();
+    t.group = p.space->op().depthwise() ? "depthwise" : "conv";
+    t.space = p.space->knobs();
+    t.flops = p.space->op().flops();
+    t.weight = static_cast<double>(p.ops.size());
+    t.baseline_seconds = measurer->baseline_seconds();
+    t.measurer = std::move(measurer);
+    out.push_back(std::move(t));
+    if (baseline) baseline(static_cast<int>(i));
+  }
+  return out;
+}
+
+}  // namespace nimble::slot
