@@ -1,6 +1,7 @@
 """nimble: capture a static PyTorch model's kernel launches once, replay them fast."""
 
 from .errors import BadInputError, NimbleError, NotPreparedError, NotStaticError, UnsupportedOpError
+from .tune import tune
 from .wrapper import Nimble
 
-__all__ = ["BadInputError", "Nimble", "NimbleError", "NotPreparedError", "NotStaticError", "UnsupportedOpError"]
+__all__ = ["BadInputError", "Nimble", "NimbleError", "NotPreparedError", "NotStaticError", "UnsupportedOpError", "tune"]

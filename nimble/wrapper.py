@@ -36,6 +36,7 @@ class Nimble(torch.nn.Module):
         self._training = None  # the program, where it is a training one
         self._replay = None  # the program's first replay (the one `fast(x)` runs)
         self._copy_outputs = True
+        self._tuned_report = []  # what use_tuned bound, per tunable op
 
     # -- prepare ---------------------------------------------------------------------
 
@@ -56,6 +57,7 @@ class Nimble(torch.nn.Module):
         loss_fn=None,
         optimizer: torch.optim.Optimizer | None = None,
         example_targets: Any = None,
+        tuned: str | None = None,
     ) -> "Nimble":
         """Capture one run of the module on `example_inputs` (a tensor or a tuple of
         positional arguments) and build the replay.
@@ -74,6 +76,8 @@ class Nimble(torch.nn.Module):
         parameter's `.grad` as eager does. With `loss_fn`, `optimizer` and
         `example_targets` as well, the whole step (forward, `loss_fn(output, *targets)`,
         backward, `optimizer.step()`) is one program run by `fast.step(x, targets)`.
+
+        `tuned`: a tuning database (`nimble.tune`); binds its kernels as `use_tuned` does.
         """
         if not (streams == "auto" or (isinstance(streams, int) and streams >= 1)):
             raise ValueError(f"streams must be 'auto' or a positive int, got {streams!r}")
@@ -116,7 +120,47 @@ class Nimble(torch.nn.Module):
         self._inputs = example.structure
         self._copy_outputs = copy_outputs
         self._prepared_training = self.module.training
+        self._tuned_report = []
+        if tuned is not None:
+            self.use_tuned(tuned)
         return self
+
+    # -- tuned kernels ---------------------------------------------------------------
+
+    def use_tuned(self, database: str | None, *, any_device: bool = False) -> list[dict]:
+        """Binds tuned kernels from a tuning database (`nimble.tune`) into the replay.
+
+        Each tunable op's best record for this machine is checked against ATen on random
+        inputs and timed side by side with ATen's kernel now; it is bound only if it is
+        correct and faster. Records from another machine are used only with `any_device=True`
+        (the report then says so). `use_tuned(None)` returns to ATen's kernels. Returns
+        `tuned_report()`.
+        """
+        from ._C import kernels
+        from .tune import _inference_replay
+
+        replay = _inference_replay(self)
+        if database is None:
+            kernels.unbind(replay)
+            self._tuned_report = []
+            return []
+        import os
+
+        if not os.path.exists(database):
+            raise FileNotFoundError(f"no tuning database at {database!r} (nimble.tune writes one)")
+        self._tuned_report = kernels.bind(replay, database, any_device=any_device)
+        return self.tuned_report()
+
+    def tuned_report(self) -> list[dict]:
+        """Per tunable op: the kernel chosen (family and config), ATen's and the tuned
+        kernel's time per call when bound, the speedup, and why an op was not bound."""
+        out = []
+        for r in self._tuned_report:
+            row = dict(r)
+            row["family"] = r["kernel"].split(" ")[0].removeprefix("family=") if r["kernel"] else ""
+            row["speedup"] = r["aten_ms"] / r["tuned_ms"] if r["tuned_ms"] > 0 else None
+            out.append(row)
+        return out
 
     def step(self, *args: Any, targets: Any = None, **kwargs: Any) -> torch.Tensor:
         """One training step replayed: forward, loss, backward and the optimizer update

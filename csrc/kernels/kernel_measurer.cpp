@@ -53,8 +53,13 @@ double time_calls(const std::function<void()>& call, const tuning::RepeatPolicy&
     result.message = m.str();
     return first;
   }
+  // The first call pays one-time costs (a library's kernel generation, packed weights,
+  // cold caches): the number of calls per repeat comes from a second, warm one.
+  start = now_seconds();
+  call();
+  const double warm = now_seconds() - start;
   const int calls = static_cast<int>(
-      std::clamp(std::ceil(options.min_repeat_seconds / std::max(first, 1e-9)), 1.0, 10000.0));
+      std::clamp(std::ceil(options.min_repeat_seconds / std::max(warm, 1e-9)), 1.0, 10000.0));
   tuning::time_with_policy(
       repeats,
       [&] {

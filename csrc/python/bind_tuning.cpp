@@ -20,9 +20,10 @@
 namespace py = pybind11;
 
 namespace nimble::python {
-namespace {
 
 using namespace nimble::tuning;
+
+namespace {
 
 py::object finite_or_none(double v) { return std::isfinite(v) ? py::cast(v) : py::none(); }
 
@@ -33,7 +34,9 @@ py::list curve_to_list(const std::vector<CurvePoint>& curve) {
   return out;
 }
 
-py::dict report_to_dict(const TuningReport& r) {
+}  // namespace
+
+py::dict tuning_report_to_dict(const TuningReport& r) {
   py::dict d;
   d["scheduler"] = r.scheduler;
   d["stop_reason"] = r.stop_reason;
@@ -71,6 +74,28 @@ py::dict report_to_dict(const TuningReport& r) {
   d["tasks"] = tasks;
   return d;
 }
+
+// The per-slot callback of a run started from Python: checks for Ctrl-C (the run holds no GIL,
+// so Python cannot see the signal otherwise) and calls the user's progress callable, if any.
+// An exception from either ends the run there and reaches the caller; every batch measured so
+// far is already in the database.
+ProgressCallback python_progress(const py::object& callback) {
+  return [callback](const ProgressEvent& e) {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (callback.is_none()) return;
+    py::dict d;
+    d["slot"] = e.slot;
+    d["task"] = e.task;
+    d["task_trials"] = e.task_trials;
+    d["trials"] = e.trials;
+    d["tuning_seconds"] = e.tuning_seconds;
+    d["model_ms"] = e.model_seconds * 1e3;
+    callback(d);
+  };
+}
+
+namespace {
 
 py::dict record_to_dict(const DatabaseRecord& r) {
   py::dict d;
@@ -131,26 +156,6 @@ SimulationOptions simulation_options(const std::string& scheduler, uint64_t seed
   o.model.tasks = tasks;
   o.trials_per_task = trials_per_task;
   return o;
-}
-
-// The per-slot callback of a run started from Python: checks for Ctrl-C (the run holds no GIL,
-// so Python cannot see the signal otherwise) and calls the user's progress callable, if any.
-// An exception from either ends the run there and reaches the caller; every batch measured so
-// far is already in the database.
-ProgressCallback python_progress(const py::object& callback) {
-  return [callback](const ProgressEvent& e) {
-    py::gil_scoped_acquire gil;
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-    if (callback.is_none()) return;
-    py::dict d;
-    d["slot"] = e.slot;
-    d["task"] = e.task;
-    d["task_trials"] = e.task_trials;
-    d["trials"] = e.trials;
-    d["tuning_seconds"] = e.tuning_seconds;
-    d["model_ms"] = e.model_seconds * 1e3;
-    callback(d);
-  };
 }
 
 // Times a Python callable: measure(config: dict[str, int | str]) -> seconds of one run; an
@@ -294,7 +299,7 @@ void bind_tuning(py::module_& m) {
           py::gil_scoped_release release;
           report = run_simulation(o, db ? &*db : nullptr, callback);
         }
-        return report_to_dict(report);
+        return tuning_report_to_dict(report);
       },
       py::arg("scheduler") = "dynatune", py::arg("seed") = 0, py::arg("tasks") = 12,
       py::arg("trials_per_task") = 400, py::arg("slot_seconds") = 20.0,
@@ -341,7 +346,7 @@ void bind_tuning(py::module_& m) {
         }
         py::list runs;
         for (const auto& r : c_result.runs) {
-          py::dict run_dict = report_to_dict(r.report);
+          py::dict run_dict = tuning_report_to_dict(r.report);
           run_dict["seed"] = r.seed;
           run_dict["time_to_95_s"] = finite_or_none(r.time_to_95);
           run_dict["time_to_99_s"] = finite_or_none(r.time_to_99);
@@ -391,7 +396,7 @@ void bind_tuning(py::module_& m) {
           py::gil_scoped_release release;
           report = tuner.run(*sched, callback);
         }
-        return report_to_dict(report);
+        return tuning_report_to_dict(report);
       },
       py::arg("tasks"), py::arg("scheduler") = "dynatune", py::arg("slot_seconds") = 5.0,
       py::arg("budget_trials") = 0, py::arg("budget_seconds") = inf,

@@ -36,4 +36,5 @@ PYBIND11_MODULE(_C, m) {
   nimble::python::bind_runtime(m);
   nimble::python::bind_scheduling(m);
   nimble::python::bind_tuning(m);
+  nimble::python::bind_kernels(m);
 }

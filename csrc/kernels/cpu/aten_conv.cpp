@@ -19,7 +19,10 @@ std::vector<std::string> backends(const TunableOp& op) {
   std::vector<std::string> out;
   if (at::hasMKLDNN()) out.push_back("onednn");
   if (plain(op)) out.push_back("slow_conv2d");
-  if (plain(op) && at::_nnpack_available()) out.push_back("nnpack");
+  // NNPACK refuses paddings as large as the filter and filters of 17 and more.
+  if (plain(op) && at::_nnpack_available() && op.r < 17 && op.s < 17 && op.padding[0] < op.r &&
+      op.padding[1] < op.s)
+    out.push_back("nnpack");
   return out;
 }
 

@@ -1,0 +1,177 @@
+// nimble._C.kernels: the tuned-kernel slot for Python. A prepared replay's tunable ops as
+// tuning tasks, the tuner run on them (real kernels, measured here), and the binding of the
+// database's winners into the replay. Long work releases the GIL.
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <limits>
+#include <optional>
+
+#include "csrc/kernels/kernel_family.h"
+#include "csrc/python/bindings.h"
+#include "csrc/slot/kernel_binding.h"
+#include "csrc/slot/program_tasks.h"
+#include "tuning/scheduler/scheduler_factory.h"
+
+namespace py = pybind11;
+
+namespace nimble::python {
+namespace {
+
+c10::DeviceType replay_device(const Replay& replay) {
+  for (const c10::IValue& v : replay.program().values)
+    if (v.isTensor() && v.toTensor().defined()) return v.toTensor().device().type();
+  return c10::DeviceType::CPU;
+}
+
+kernels::MeasureOptions measure_options(double min_repeat_seconds, double timeout_seconds,
+                                        uint64_t seed) {
+  kernels::MeasureOptions o;
+  o.min_repeat_seconds = min_repeat_seconds;
+  o.timeout_seconds = timeout_seconds;
+  o.seed = seed;
+  return o;
+}
+
+}  // namespace
+
+void bind_kernels(py::module_& m) {
+  py::module_ k = m.def_submodule("kernels", "The tuned-kernel slot: tasks, tuning, binding");
+
+  k.def(
+      "device_key",
+      [](const std::string& device) { return slot::device_key(c10::Device(device).type()); },
+      py::arg("device") = "cpu",
+      "What tuning records are keyed by on this machine (CPU model and thread count).");
+
+  k.def(
+      "tasks",
+      [](const Replay& replay) {
+        py::list out;
+        for (const slot::ProgramTask& t :
+             slot::program_tasks(replay.program(), kernels::all_families())) {
+          py::dict d;
+          d["name"] = t.name;
+          d["signature"] = t.space->op().signature();
+          d["ops"] = t.ops;
+          d["flops"] = t.space->op().flops();
+          d["space_size"] = t.space->knobs().size();
+          const tuning::Knob& family = t.space->knobs().knobs()[0];
+          std::vector<std::string> families;
+          for (int i = 0; i < family.size(); ++i) families.push_back(family.label(i));
+          d["families"] = families;
+          out.append(d);
+        }
+        return out;
+      },
+      py::arg("replay"), "The replay's tunable ops grouped by signature.");
+
+  k.def(
+      "tune",
+      [](Replay& replay, const std::string& scheduler, double budget_seconds, long budget_trials,
+         double slot_seconds, long early_stop_trials, bool survey_stop, std::optional<double> c,
+         bool adaptive, bool cold_filter, int batch_size, double peak_gflops,
+         std::optional<std::string> database, const std::string& run, bool resume,
+         double min_repeat_seconds, double timeout_seconds, uint64_t seed,
+         const py::object& progress, const py::object& on_baseline) {
+        tuning::TunerOptions o;
+        tuning::SchedulerOptions s;
+        o.budget_seconds = budget_seconds;
+        o.budget_trials = budget_trials;
+        o.slot_seconds = slot_seconds;
+        o.early_stop_trials = early_stop_trials;
+        o.survey.stop_on_rate = survey_stop;
+        o.adaptive_evaluator = adaptive;
+        o.search.cold_filter.enabled = cold_filter;
+        o.search.batch_size = batch_size;
+        o.peak_gflops = peak_gflops;
+        o.device = slot::device_key(replay_device(replay));
+        o.run = run;
+        o.resume = resume;
+        o.seed = seed;
+        if (c) s.dynatune.c = *c;
+        s.seed = seed + 1;
+        auto sched = tuning::make_scheduler(scheduler, s);
+        std::optional<tuning::TuningDatabase> db;
+        if (database) db.emplace(*database);
+        const auto tasks = slot::program_tasks(replay.program(), kernels::all_families());
+        const auto measure = measure_options(min_repeat_seconds, timeout_seconds, seed);
+        const tuning::ProgressCallback callback = python_progress(progress);
+        tuning::TuningReport report;
+        {
+          py::gil_scoped_release release;
+          std::vector<tuning::Task> tuning_tasks = slot::tuning_tasks(tasks, measure, [&](int i) {
+            py::gil_scoped_acquire gil;
+            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+            if (!on_baseline.is_none()) on_baseline(i, tasks.size());
+          });
+          tuning::ModelTuner tuner(std::move(tuning_tasks), o, db ? &*db : nullptr);
+          report = tuner.run(*sched, callback);
+        }
+        py::dict d = tuning_report_to_dict(report);
+        d["device"] = o.device;
+        return d;
+      },
+      py::arg("replay"), py::arg("scheduler") = "dynatune",
+      py::arg("budget_seconds") = std::numeric_limits<double>::infinity(),
+      py::arg("budget_trials") = 0, py::arg("slot_seconds") = 3.0,
+      py::arg("early_stop_trials") = 100, py::arg("survey_stop") = false, py::arg("c") = py::none(),
+      py::arg("adaptive") = true, py::arg("cold_filter") = true, py::arg("batch_size") = 8,
+      py::arg("peak_gflops") = 100.0, py::arg("database") = py::none(), py::arg("run") = "run",
+      py::arg("resume") = true, py::arg("min_repeat_seconds") = 2e-3,
+      py::arg("timeout_seconds") = 2.0, py::arg("seed") = 0, py::arg("progress") = py::none(),
+      py::arg("on_baseline") = py::none(),
+      "Tune the replay's tunable ops on this machine; every measurement goes to `database`.");
+
+  k.def(
+      "bind",
+      [](Replay& replay, const std::string& database, bool any_device, int rounds,
+         double min_repeat_seconds) {
+        const tuning::TuningDatabase db(database);
+        slot::BindOptions o;
+        o.device = slot::device_key(replay_device(replay));
+        o.any_device = any_device;
+        o.rounds = rounds;
+        o.measure.min_repeat_seconds = min_repeat_seconds;
+        std::vector<slot::BoundOp> bound;
+        {
+          py::gil_scoped_release release;
+          bound = slot::bind_tuned_kernels(replay, db, o);
+        }
+        py::list out;
+        for (const slot::BoundOp& b : bound) {
+          py::dict d;
+          d["op"] = b.op;
+          d["task"] = b.task;
+          d["signature"] = b.signature;
+          d["kernel"] = b.kernel;
+          d["record_device"] = b.record_device;
+          d["aten_ms"] = b.aten_seconds * 1e3;
+          d["tuned_ms"] = b.tuned_seconds * 1e3;
+          d["bound"] = b.bound;
+          d["reason"] = b.reason;
+          out.append(d);
+        }
+        return out;
+      },
+      py::arg("replay"), py::arg("database"), py::arg("any_device") = false, py::arg("rounds") = 5,
+      py::arg("min_repeat_seconds") = 2e-3,
+      "Bind each tunable op's best record that is correct and faster than ATen side by side.");
+
+  k.def(
+      "unbind", [](Replay& replay) { replay.set_kernels({}); }, py::arg("replay"),
+      "ATen's kernels for every op again.");
+
+  k.def(
+      "bound_kernels",
+      [](const Replay& replay) {
+        std::vector<std::pair<int, std::string>> out;
+        const auto& ops = replay.program().ops;
+        for (size_t i = 0; i < ops.size(); ++i)
+          if (ops[i].kernel) out.emplace_back(static_cast<int>(i), ops[i].kernel->describe());
+        return out;
+      },
+      py::arg("replay"), "(op, kernel) of every op that runs a tuned kernel.");
+}
+
+}  // namespace nimble::python

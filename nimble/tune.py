@@ -1,0 +1,111 @@
+"""Tuning a prepared model's kernels on this machine, and binding the winners into its replay.
+
+    fast = nimble.Nimble(model).prepare(x)
+    report = nimble.tune(fast, budget_seconds=1200, database="tune.db")
+    fast.use_tuned("tune.db")         # ops whose tuned kernel is correct and faster now run it
+    print(fast.tuned_report())
+
+The tuner itself is C++ (tuning/, csrc/kernels/, csrc/slot/); this module checks arguments,
+shows progress and hands over.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+from .errors import NotPreparedError
+
+
+def _inference_replay(fast):
+    from .inference import InferenceReplay
+
+    program = getattr(fast, "_program", None)
+    if program is None:
+        raise NotPreparedError("tune/use_tuned need a prepared Nimble: call fast.prepare(x) first")
+    if not isinstance(program, InferenceReplay):
+        raise NotImplementedError(
+            "tuned kernels are bound into inference replays only; this Nimble was prepared "
+            "with training=True"
+        )
+    return fast.replay
+
+
+class _Progress:
+    """One status line on stderr, rewritten in place at most every half second."""
+
+    def __init__(self, budget_seconds: float) -> None:
+        self.budget = budget_seconds
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.first_ms = None
+
+    def baseline(self, index: int, total: int) -> None:
+        self._write(f"timing ATen's kernels: task {index + 1}/{total}", force=index + 1 == total)
+
+    def slot(self, event: dict) -> None:
+        if self.first_ms is None:
+            self.first_ms = event["model_ms"]
+        budget = "" if math.isinf(self.budget) else f"/{self.budget:.0f}"
+        self._write(
+            f"tuning: {event['tuning_seconds']:6.0f}{budget} s  trials {event['trials']:5d}  "
+            f"slot {event['slot']:4d} {event['task']:<24}  model {event['model_ms']:.3f} ms "
+            f"(untuned {self.first_ms:.3f} ms)"
+        )
+
+    def _write(self, text: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last >= 0.5:
+            self.last = now
+            print(f"\r{text[:110]:<110}", end="\n" if force else "", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        print(file=sys.stderr, flush=True)
+
+
+def tune(
+    fast,
+    budget_seconds: float = 600.0,
+    scheduler: str = "dynatune",
+    database: str = "tune.db",
+    *,
+    budget_trials: int = 0,
+    slot_seconds: float = 3.0,
+    early_stop_trials: int = 100,
+    survey_stop: bool = False,
+    resume: bool = True,
+    seed: int = 0,
+    progress: bool = True,
+    **options,
+) -> dict:
+    """Tune the kernels of a prepared (inference) Nimble's tunable ops on this machine.
+
+    Every candidate is checked against ATen on random inputs before it is timed; failures are
+    recorded with their message. Every measurement goes to the SQLite `database`, keyed by the
+    op's signature and this machine (`nimble._C.kernels.device_key()`); a later run resumes
+    from it. Returns the tuner's report (curve of estimated model latency over tuning time,
+    per-task bests, the device key). `options`: scheduler and measurement settings of
+    `nimble._C.kernels.tune` (c, adaptive, cold_filter, batch_size, min_repeat_seconds, ...).
+    """
+    from ._C import kernels, tuning
+
+    if scheduler not in tuning.scheduler_names():
+        raise ValueError(f"scheduler must be one of {tuning.scheduler_names()}, got {scheduler!r}")
+    if not (budget_seconds > 0 or budget_trials > 0):
+        raise ValueError("give a positive budget_seconds or budget_trials")
+    replay = _inference_replay(fast)
+    if not kernels.tasks(replay):
+        raise ValueError("the model has no op a kernel family can replace (2-D float convolutions)")
+    shown = _Progress(budget_seconds) if progress else None
+    try:
+        return kernels.tune(
+            replay, scheduler=scheduler, budget_seconds=budget_seconds,
+            budget_trials=budget_trials, slot_seconds=slot_seconds,
+            early_stop_trials=early_stop_trials, survey_stop=survey_stop, database=database,
+            resume=resume, seed=seed, progress=shown.slot if shown else None,
+            on_baseline=shown.baseline if shown else None, **options,
+        )
+    finally:
+        if shown:
+            shown.done()
