@@ -1,10 +1,11 @@
 """`python -m nimble tune ...`: the auto-tuner from the command line.
 
-Only simulated models can be tuned here for now (`--simulate`); the tuner itself is
-nimble._C.tuning (C++, tuning/). Examples:
+A model's own kernels (`--model`), measured on this machine, or a simulated model
+(`--simulate`); the tuner itself is C++ (tuning/, csrc/kernels/, csrc/slot/). Examples:
 
+    python -m nimble tune --model torchvision:mobilenet_v2 --budget-seconds 1200 --db tune.db
+    python -m nimble tune --model torchvision:resnet18 --compare --schedulers sequential,dynatune
     python -m nimble tune --simulate --scheduler dynatune --seed 0
-    python -m nimble tune --simulate --scheduler round-robin --seed 1 --json
     python -m nimble tune --simulate --compare --seeds 5 --plot compare.png
 """
 
@@ -24,7 +25,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m nimble tune",
         description="Tune a model's kernels; --simulate tunes a synthetic model (see tuning/README.md).",
     )
-    p.add_argument("--simulate", action="store_true", help="tune a simulated model (required for now)")
+    p.add_argument("--model", default=None,
+                   help="tune this model's kernels on this machine: torchvision:NAME (see nimble/zoo.py)")
+    p.add_argument("--batch", type=int, default=1, help="with --model: batch size")
+    p.add_argument("--image-size", type=int, default=64, help="with --model: image side")
+    p.add_argument("--streams", type=int, default=1, help="with --model: streams of the replay")
+    p.add_argument("--simulate", action="store_true", help="tune a simulated model")
     p.add_argument("--scheduler", default="dynatune", help="operator scheduler (default dynatune)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated model")
     p.add_argument("--tasks", type=int, default=12, help="tasks in the simulated model")
@@ -32,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="trial budget per task (total budget = tasks x this unless --budget-* is given)")
     p.add_argument("--budget-trials", type=int, default=0, help="total trial budget")
     p.add_argument("--budget-seconds", type=float, default=math.inf, help="total tuning-time budget")
-    p.add_argument("--slot-seconds", type=float, default=20.0, help="length of a scheduling slot")
+    p.add_argument("--slot-seconds", type=float, default=None,
+                   help="length of a scheduling slot (default 20 simulated, 3 with --model)")
     p.add_argument("--early-stop-trials", type=int, default=200,
                    help="a task without improvement for this many trials is finished")
     p.add_argument("--c", type=float, default=None,
@@ -53,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --db: print the best config of every task signature on --device")
     p.add_argument("--device", default="simulated", help="with --best: device of the records")
     p.add_argument("--compare", action="store_true", help="run every scheduler on the same models")
-    p.add_argument("--seeds", type=int, default=5, help="with --compare: seeds 0..N-1")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="with --compare: seeds 0..N-1 (default 5 simulated, 1 with --model)")
     p.add_argument("--schedulers", default="", help="with --compare: comma-separated subset")
     p.add_argument("--threads", type=int, default=2, help="with --compare: runs in parallel")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -127,6 +135,18 @@ def _run_one(args) -> int:
         return 0
     print(f"scheduler {report['scheduler']}, simulated model seed {args.seed}: "
           f"{report['trials']} trials in {report['slots']} slots, stopped by {report['stop_reason']}")
+    print_curve(report)
+    return 0
+
+
+def print_curve(report: dict) -> None:
+    """The model latency at each tenth of the tuning time, then times to 95%/99% of the final
+    latency, scheduler overhead and the share of time on cold and failing candidates."""
+    curve, final = report["curve"], report["final_model_ms"]
+    t95 = time_to_reach(curve, final / 0.95)
+    t99 = time_to_reach(curve, final / 0.99)
+    slots = max(report["slots"], 1)
+    overhead = report["scheduler_wall_seconds"] / (slots * report["slot_seconds"])
     print(f"{'tuning time (s)':>16} {'trials':>7} {'model latency (ms)':>19}")
     marks = [i * report["tuning_seconds"] / 10 for i in range(11)]
     shown = 0
@@ -141,7 +161,6 @@ def _run_one(args) -> int:
           f"{100 * report['cold_time_share']:.1f}% of measurement time on cold candidates, "
           f"{100 * report['failed_time_share']:.1f}% on failing ones; "
           f"{report['cut_short']} candidates cut short")
-    return 0
 
 
 def _run_compare(args) -> int:
@@ -350,9 +369,9 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.export or args.import_ or args.best:
         return _database_command(args)
-    if not args.simulate:
-        print("python -m nimble tune: only --simulate is available so far (tuning real kernels "
-              "comes with the tunable kernels); see --help", file=sys.stderr)
+    if not args.simulate and not args.model:
+        print("python -m nimble tune: give --model torchvision:NAME (real kernels) or --simulate; "
+              "see --help", file=sys.stderr)
         return 2
     try:
         from nimble._C import tuning
@@ -364,6 +383,14 @@ def main(argv: list[str]) -> int:
         if name not in names and name != "ansor":
             print(f"unknown scheduler '{name}' (known: {', '.join(names)})", file=sys.stderr)
             return 2
+    if args.model:
+        from .tuning_models import compare_on_model, tune_model
+
+        args.slot_seconds = 3.0 if args.slot_seconds is None else args.slot_seconds
+        args.seeds = 1 if args.seeds is None else args.seeds
+        return compare_on_model(args) if args.compare else tune_model(args)
+    args.slot_seconds = 20.0 if args.slot_seconds is None else args.slot_seconds
+    args.seeds = 5 if args.seeds is None else args.seeds
     return _run_compare(args) if args.compare else _run_one(args)
 
 

@@ -127,13 +127,16 @@ class Nimble(torch.nn.Module):
 
     # -- tuned kernels ---------------------------------------------------------------
 
-    def use_tuned(self, database: str | None, *, any_device: bool = False) -> list[dict]:
+    def use_tuned(
+        self, database: str | None, *, any_device: bool = False, min_speedup: float = 1.0
+    ) -> list[dict]:
         """Binds tuned kernels from a tuning database (`nimble.tune`) into the replay.
 
         Each tunable op's best record for this machine is checked against ATen on random
         inputs and timed side by side with ATen's kernel now; it is bound only if it is
         correct and faster. Records from another machine are used only with `any_device=True`
-        (the report then says so). `use_tuned(None)` returns to ATen's kernels. Returns
+        (the report then says so). `min_speedup`: how much faster than ATen a kernel must be
+        (0: bind every correct one). `use_tuned(None)` returns to ATen's kernels. Returns
         `tuned_report()`.
         """
         from ._C import kernels
@@ -148,7 +151,9 @@ class Nimble(torch.nn.Module):
 
         if not os.path.exists(database):
             raise FileNotFoundError(f"no tuning database at {database!r} (nimble.tune writes one)")
-        self._tuned_report = kernels.bind(replay, database, any_device=any_device)
+        self._tuned_report = kernels.bind(
+            replay, database, any_device=any_device, min_speedup=min_speedup
+        )
         return self.tuned_report()
 
     def tuned_report(self) -> list[dict]:

@@ -126,13 +126,14 @@ void bind_kernels(py::module_& m) {
   k.def(
       "bind",
       [](Replay& replay, const std::string& database, bool any_device, int rounds,
-         double min_repeat_seconds) {
+         double min_repeat_seconds, double min_speedup) {
         const tuning::TuningDatabase db(database);
         slot::BindOptions o;
         o.device = slot::device_key(replay_device(replay));
         o.any_device = any_device;
         o.rounds = rounds;
         o.measure.min_repeat_seconds = min_repeat_seconds;
+        o.min_speedup = min_speedup;
         std::vector<slot::BoundOp> bound;
         {
           py::gil_scoped_release release;

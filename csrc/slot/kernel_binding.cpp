@@ -92,7 +92,7 @@ std::vector<BoundOp> bind_tuned_kernels(Replay& replay, const tuning::TuningData
           }
           first.aten_seconds = median(aten);
           first.tuned_seconds = median(tuned);
-          first.bound = first.tuned_seconds < first.aten_seconds;
+          first.bound = first.aten_seconds >= options.min_speedup * first.tuned_seconds;
           if (!first.bound) first.reason = "not faster than ATen when timed side by side";
         } catch (const std::exception& e) {
           first.reason = std::string("failed its check: ") + e.what();

@@ -17,6 +17,9 @@ struct BindOptions {
   bool any_device = false;  // else, with no record for `device`, the best of any device
   kernels::MeasureOptions measure;
   int rounds = 5;  // side-by-side timing rounds; medians are compared
+  // Bound when ATen's median time is at least this many times the tuned kernel's; 0 binds
+  // every correct kernel (to test a replay with them, say).
+  double min_speedup = 1.0;
 };
 
 // What became of one op of the replay.

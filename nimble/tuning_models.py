@@ -1,0 +1,153 @@
+"""`python -m nimble tune --model ...`: tune a zoo model's kernels on this machine, bind the
+winners, and show what they bought; `--compare` runs several schedulers on the same model and
+budget, each from an empty database, and reports when each reached 95%/99% of the final
+latency (of the best final latency any scheduler reached on that seed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+import torch
+
+
+def _prepared(args):
+    from . import zoo
+    from .wrapper import Nimble
+
+    model, example = zoo.build(args.model, batch=args.batch, image_size=args.image_size)
+    return model, example, Nimble(model).prepare(example, streams=args.streams)
+
+
+def _tune(fast, args, scheduler: str, database: str, seed: int, progress: bool) -> dict:
+    from .tune import tune
+
+    return tune(
+        fast, budget_seconds=args.budget_seconds, scheduler=scheduler, database=database,
+        budget_trials=args.budget_trials, slot_seconds=args.slot_seconds,
+        early_stop_trials=args.early_stop_trials, survey_stop=args.survey_stop,
+        resume=not args.no_resume, seed=seed, progress=progress,
+        adaptive=not args.no_adaptive, cold_filter=not args.no_cold_filter,
+        **({} if args.c is None else {"c": args.c}),
+    )
+
+
+def side_by_side(model, example, untuned, tuned, rounds: int = 60) -> dict:
+    """Median wall time of the untuned and the tuned replay, alternating call by call, and
+    the tuned replay's largest difference from eager relative to eager's largest value."""
+    from .bench.timing import alternate, median_ms
+
+    with torch.no_grad():
+        reference = model(example)
+    out = tuned(example)
+    error = ((out - reference).abs().max() / reference.abs().max().clamp_min(1e-30)).item()
+    a, b = alternate([lambda: untuned(example), lambda: tuned(example)], runs=rounds, warmup=5)
+    return {"untuned_ms": median_ms(a), "tuned_ms": median_ms(b),
+            "speedup": median_ms(a) / median_ms(b), "max_relative_error": error}
+
+
+def tune_model(args) -> int:
+    from .tuning_cli import print_curve, time_to_reach, write_plot
+    from .wrapper import Nimble
+
+    database = args.db or "tune.db"
+    model, example, fast = _prepared(args)
+    report = _tune(fast, args, args.scheduler, database, args.seed, not (args.quiet or args.json))
+    bound = fast.use_tuned(database)
+    untuned = Nimble(model).prepare(example, streams=args.streams)
+    speed = side_by_side(model, example, untuned, fast)
+    if args.plot:
+        write_plot(args.plot, {report["scheduler"]: report["curve"]}, title=args.model)
+    final = report["final_model_ms"]
+    if args.json:
+        print(json.dumps({
+            "model": args.model, "device": report["device"], "scheduler": report["scheduler"],
+            "stop_reason": report["stop_reason"], "trials": report["trials"],
+            "tuning_seconds": report["tuning_seconds"],
+            "initial_model_ms": report["initial_model_ms"], "final_model_ms": final,
+            "time_to_95_s": time_to_reach(report["curve"], final / 0.95),
+            "time_to_99_s": time_to_reach(report["curve"], final / 0.99),
+            "cold_time_share": report["cold_time_share"],
+            "failed_time_share": report["failed_time_share"],
+            "curve": report["curve"], "tasks": report["tasks"], "bound": bound, **speed,
+        }))
+        return 0
+    print(f"{args.model} on {report['device']}: {report['trials']} candidates in "
+          f"{report['tuning_seconds']:.0f} s of tuning ({report['scheduler']}), "
+          f"stopped by {report['stop_reason']}; database {database}")
+    print("estimated latency of the tunable ops (sum of weight x best time per task):")
+    print_curve(report)
+    n_bound = sum(r["bound"] for r in bound)
+    print(f"\nbound {n_bound} of {len(bound)} tunable ops (each checked against ATen and timed "
+          f"side by side with it now):")
+    print(f"{'op':>4} {'task':<24} {'aten ms':>8} {'tuned ms':>9} {'speedup':>8}  kernel / why not")
+    for r in fast.tuned_report():
+        speedup = f"{r['speedup']:.2f}x" if r["speedup"] else ""
+        tuned = f"{r['tuned_ms']:.4f}" if r["tuned_ms"] else ""
+        aten = f"{r['aten_ms']:.4f}" if r["aten_ms"] else ""
+        print(f"{r['op']:>4} {r['task']:<24} {aten:>8} {tuned:>9} {speedup:>8}  "
+              f"{r['kernel'] if r['bound'] else r['reason']}")
+    print(f"\nwhole replay, side by side: untuned {speed['untuned_ms']:.3f} ms, tuned "
+          f"{speed['tuned_ms']:.3f} ms: {speed['speedup']:.2f}x; tuned vs eager: max relative "
+          f"difference {speed['max_relative_error']:.1e}")
+    return 0
+
+
+def compare_on_model(args) -> int:
+    from . import tuning_cli
+    from ._C import tuning
+
+    schedulers = [s for s in args.schedulers.split(",") if s] or tuning.scheduler_names()
+    _, _, fast = _prepared(args)
+    runs = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for seed in range(args.seeds):
+            for name in schedulers:
+                database = os.path.join(scratch, f"{name}-{seed}.db")  # every run starts empty
+                if not args.quiet:
+                    print(f"{name}, seed {seed}:", file=sys.stderr, flush=True)
+                report = _tune(fast, args, name, database, seed, not (args.quiet or args.json))
+                runs.append({"scheduler": name, "seed": seed, "report": report})
+    rows = []
+    for r in runs:
+        best = min(x["report"]["final_model_ms"] for x in runs if x["seed"] == r["seed"])
+        curve = r["report"]["curve"]
+        r["time_to_95_s"] = tuning_cli.time_to_reach(curve, best / 0.95)
+        r["time_to_99_s"] = tuning_cli.time_to_reach(curve, best / 0.99)
+    for name in schedulers:
+        mine = [r for r in runs if r["scheduler"] == name]
+
+        def med(key):
+            values = [r[key] for r in mine if r[key] is not None]
+            return statistics.median(values) if len(values) == len(mine) else None
+
+        rep = [r["report"] for r in mine]
+        slots = [max(x["slots"], 1) * x["slot_seconds"] for x in rep]
+        rows.append({
+            "scheduler": name, "time_to_95_s": med("time_to_95_s"), "time_to_99_s": med("time_to_99_s"),
+            "final_ms": statistics.median(x["final_model_ms"] for x in rep),
+            "overhead_share": statistics.median(
+                x["scheduler_wall_seconds"] / s for x, s in zip(rep, slots)),
+            "cold_time_share": statistics.median(x["cold_time_share"] for x in rep),
+        })
+    if args.plot:
+        tuning_cli.write_plot(args.plot, {r["scheduler"]: r["report"]["curve"] for r in runs
+                                          if r["seed"] == 0}, title=args.model)
+    if args.json:
+        print(json.dumps({"model": args.model, "rows": rows, "runs": [
+            {k: v for k, v in r.items() if k != "report"} | {"curve": r["report"]["curve"]}
+            for r in runs]}))
+        return 0
+    print(f"{args.model}: {len(schedulers)} schedulers x {args.seeds} seeds, "
+          f"budget {args.budget_seconds:g} s each; medians over seeds; times to 95%/99% of the "
+          f"best final latency of each seed")
+    print(f"| scheduler | time to 95% (s) | time to 99% (s) | final (ms) | overhead | cold time |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['scheduler']} | {tuning_cli._fmt(r['time_to_95_s'], '')} | "
+              f"{tuning_cli._fmt(r['time_to_99_s'], '')} | {r['final_ms']:.3f} | "
+              f"{100 * r['overhead_share']:.2f}% | {100 * r['cold_time_share']:.1f}% |")
+    return 0
