@@ -156,7 +156,7 @@ void bind_kernels(py::module_& m) {
         return out;
       },
       py::arg("replay"), py::arg("database"), py::arg("any_device") = false, py::arg("rounds") = 5,
-      py::arg("min_repeat_seconds") = 2e-3,
+      py::arg("min_repeat_seconds") = 2e-3, py::arg("min_speedup") = 1.0,
       "Bind each tunable op's best record that is correct and faster than ATen side by side.");
 
   k.def(
