@@ -1,0 +1,178 @@
+"""The tuned-kernel slot: tasks from a program, nimble.tune on real kernels, binding into a
+replay (checked against eager), the report, and what happens with wrong input."""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import nimble
+from nimble import zoo
+from nimble._C import kernels, tuning
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FAST = dict(min_repeat_seconds=2e-4, progress=False)  # short timings: correctness, not speed
+
+
+class SmallNet(torch.nn.Module):
+    """Every kind of convolution the families handle: plain 3x3 with and without bias,
+    strided, pointwise, depthwise, grouped, dilated, with a channels_last input."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8, bias=False)
+        self.c = torch.nn.Conv2d(8, 12, 1)
+        self.d = torch.nn.Conv2d(12, 12, 3, padding=2, dilation=2, groups=3)
+        self.e = torch.nn.Conv2d(12, 12, 3, padding=1, groups=12)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        y = self.c(self.b(y))
+        return self.e(self.d(y)) + y
+
+
+def prepared(model, x, **kw):
+    torch.manual_seed(0)
+    return nimble.Nimble(model.eval()).prepare(x, **kw)
+
+
+def test_tasks_group_equal_convolutions_and_list_the_families_that_fit():
+    model, x = zoo.build("torchvision:mobilenet_v2", image_size=32)
+    fast = nimble.Nimble(model).prepare(x)
+    tasks = kernels.tasks(fast.replay)
+    ops = [op for t in tasks for op in t["ops"]]
+    names = [o["name"] for o in fast.replay.ops()]
+    assert sorted(ops) == [i for i, n in enumerate(names) if n == "aten::convolution"]
+    assert len(tasks) < len(ops)  # repeated blocks share a task
+    for t in tasks:
+        assert t["families"][0] == "aten"
+        assert ("depthwise" in t["families"]) == t["name"].startswith("dw")
+        assert ("im2col_gemm" in t["families"]) == t["name"].startswith("conv")
+        assert len({t["signature"]}) == 1 and t["space_size"] > 1
+
+
+def test_tune_records_every_measurement_and_binding_gives_eager_results(tmp_path):
+    model, x = SmallNet(), torch.randn(2, 3, 20, 24).contiguous(memory_format=torch.channels_last)
+    fast = prepared(model, x)
+    db = str(tmp_path / "tune.db")
+    report = nimble.tune(fast, scheduler="round-robin", budget_seconds=1e9, budget_trials=40,
+                         database=db, slot_seconds=1e-3, **FAST)
+    assert report["trials"] >= 40 and report["stop_reason"] == "budget"
+    assert report["device"] == kernels.device_key()
+    assert len(report["tasks"]) == 5
+    rows = sqlite3.connect(db).execute("SELECT COUNT(*), COUNT(DISTINCT device) FROM measurements").fetchone()
+    assert rows[0] == report["trials"] and rows[1] == 1
+
+    bound = fast.use_tuned(db, min_speedup=0)  # bind every correct kernel, fast or not
+    assert all(r["bound"] for r in bound), bound
+    assert len(bound) == 5
+    assert len(kernels.bound_kernels(fast.replay)) == sum(r["bound"] for r in bound)
+    for r in fast.tuned_report():
+        if r["bound"]:
+            assert r["family"] in ("aten", "im2col_gemm", "depthwise")
+            assert r["speedup"] == pytest.approx(r["aten_ms"] / r["tuned_ms"])
+    with torch.no_grad():
+        for _ in range(3):
+            x2 = torch.randn_like(x)
+            torch.testing.assert_close(fast(x2), model(x2), rtol=1e-4, atol=1e-5)
+
+    fast.use_tuned(None)
+    assert kernels.bound_kernels(fast.replay) == [] and fast.tuned_report() == []
+    with torch.no_grad():
+        assert torch.equal(fast(x), model(x))
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18", "shufflenet_v2_x1_0"])
+@pytest.mark.parametrize("streams", [1, 2])
+def test_tuned_replays_of_real_models_match_eager(tmp_path, name, streams):
+    model, x = zoo.build(f"torchvision:{name}", image_size=32)
+    fast = nimble.Nimble(model).prepare(x, streams=streams)
+    db = str(tmp_path / "tune.db")
+    tasks = kernels.tasks(fast.replay)
+    # Round robin with one batch of 8 per task: every task gets measured.
+    nimble.tune(fast, scheduler="round-robin", budget_seconds=1e9, budget_trials=8 * len(tasks),
+                database=db, slot_seconds=1e-3, **FAST)
+    bound = fast.use_tuned(db, min_speedup=0)
+    assert all(r["bound"] for r in bound), [r["reason"] for r in bound if not r["bound"]]
+    assert len(bound) == sum(len(t["ops"]) for t in tasks)
+    with torch.no_grad():
+        x2 = torch.randn_like(x)
+        torch.testing.assert_close(fast(x2), model(x2), rtol=1e-4, atol=1e-4)
+
+
+def test_prepare_binds_from_a_database_and_records_of_other_machines_need_asking(tmp_path):
+    model, x = SmallNet(), torch.randn(1, 3, 16, 16)
+    db = str(tmp_path / "tune.db")
+    nimble.tune(prepared(model, x), scheduler="round-robin", budget_seconds=1e9,
+                budget_trials=40, database=db, slot_seconds=1e-3, **FAST)
+    fast = prepared(model, x, tuned=db)
+    assert len(fast.tuned_report()) == 5
+
+    other = str(tmp_path / "other.db")
+    con = sqlite3.connect(db)
+    con.execute("UPDATE measurements SET device = 'cpu Some Other CPU x64 threads'")
+    con.commit()
+    con.close()
+    os.replace(db, other)
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(db + suffix):
+            os.remove(db + suffix)
+    report = fast.use_tuned(other, min_speedup=0)
+    assert not any(r["bound"] for r in report)
+    assert all("no successful record" in r["reason"] for r in report)
+    report = fast.use_tuned(other, any_device=True, min_speedup=0)
+    assert all(r["bound"] for r in report)
+    assert all("another device: cpu Some Other CPU" in r["reason"] for r in report if r["bound"])
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_second_run_resumes_and_never_measures_a_config_twice(tmp_path):
+    model, x = SmallNet(), torch.randn(1, 3, 12, 12)
+    fast = prepared(model, x)
+    db = str(tmp_path / "tune.db")
+    for _ in range(2):
+        nimble.tune(fast, budget_seconds=1e9, budget_trials=25, database=db, slot_seconds=0.2,
+                    **FAST)
+    con = sqlite3.connect(db)
+    total, distinct = con.execute(
+        "SELECT COUNT(*), COUNT(DISTINCT signature || config) FROM measurements").fetchone()
+    assert total >= 50 and total == distinct
+
+
+def test_wrong_use_gets_clear_errors(tmp_path):
+    model, x = SmallNet(), torch.randn(1, 3, 12, 12)
+    with pytest.raises(nimble.NotPreparedError, match="prepare"):
+        nimble.tune(nimble.Nimble(model), budget_trials=5)
+    fast = prepared(model, x)
+    with pytest.raises(ValueError, match="scheduler must be one of"):
+        nimble.tune(fast, scheduler="fastest", budget_trials=5)
+    with pytest.raises(FileNotFoundError, match="no tuning database"):
+        fast.use_tuned(str(tmp_path / "missing.db"))
+    mlp = nimble.Nimble(torch.nn.Linear(4, 4).eval()).prepare(torch.randn(2, 4))
+    with pytest.raises(ValueError, match="no op a kernel family can replace"):
+        nimble.tune(mlp, budget_trials=5)
+    train = nimble.Nimble(SmallNet().train()).prepare(x, training=True)
+    with pytest.raises(NotImplementedError, match="inference replays only"):
+        train.use_tuned(str(tmp_path / "x.db"))
+
+
+def test_cli_tunes_a_model_binds_and_reports_the_whole_replay(tmp_path):
+    db = str(tmp_path / "cli.db")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run(
+        [sys.executable, "-m", "nimble", "tune", "--model", "torchvision:squeezenet1_1",
+         "--image-size", "32", "--budget-trials", "30", "--slot-seconds", "0.5", "--db", db,
+         "--json"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["trials"] >= 30 and result["device"] == kernels.device_key()
+    assert len(result["bound"]) == 26  # squeezenet1_1 has 26 convolutions
+    assert result["max_relative_error"] < 1e-4
+    assert result["untuned_ms"] > 0 and result["tuned_ms"] > 0
+    assert tuning.TuningDatabase(db).count() == result["trials"]
