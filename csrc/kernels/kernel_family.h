@@ -51,6 +51,9 @@ class KernelFamily {
   virtual ~KernelFamily() = default;
   virtual std::string name() const = 0;
   virtual bool supports(const TunableOp& op) const = 0;
+  // Whether its kernels apply the op's epilogue themselves (before storing a result); else
+  // the epilogue runs as a separate pass after the kernel.
+  virtual bool fuses_epilogue() const { return false; }
   // The family's knobs for `op` (names without the family prefix; at least one value each).
   virtual std::vector<tuning::Knob> knobs(const TunableOp& op) const = 0;
   // Throws (a failed compile, an unsupported combination) rather than return a wrong kernel.

@@ -3,6 +3,26 @@
 #include <stdexcept>
 
 namespace nimble::kernels {
+namespace {
+
+// A family's kernel for the bare convolution, then the epilogue as a pass of its own.
+class EpilogueAfter : public TunedKernel {
+ public:
+  EpilogueAfter(Epilogue epilogue, std::unique_ptr<TunedKernel> kernel)
+      : epilogue_(epilogue), kernel_(std::move(kernel)) {}
+  at::Tensor run(at::TensorList operands) const override {
+    const size_t bare = operands.size() - (epilogue_.residual ? 1 : 0);
+    at::Tensor y = kernel_->run(operands.slice(0, bare));
+    epilogue_.apply(y, epilogue_.residual ? &operands.back() : nullptr);
+    return y;
+  }
+
+ private:
+  Epilogue epilogue_;
+  std::unique_ptr<TunedKernel> kernel_;
+};
+
+}  // namespace
 
 KernelSpace::KernelSpace(TunableOp op, const Families& families) : op_(std::move(op)) {
   std::vector<std::string> names;
@@ -35,7 +55,9 @@ std::unique_ptr<TunedKernel> KernelSpace::build(const tuning::Config& config) co
     throw std::invalid_argument("config " + tuning::config_to_json(config) +
                                 " is not a valid config of this op's kernel space");
   const KernelFamily& f = family(config);
-  return f.build(op_, KnobValues(knobs_, config, f.name() + "."));
+  const KnobValues values(knobs_, config, f.name() + ".");
+  if (op_.epilogue.empty() || f.fuses_epilogue()) return f.build(op_, values);
+  return std::make_unique<EpilogueAfter>(op_.epilogue, f.build(op_.without_epilogue(), values));
 }
 
 }  // namespace nimble::kernels

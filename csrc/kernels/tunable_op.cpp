@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <deque>
 #include <sstream>
 
 namespace nimble::kernels {
@@ -46,7 +47,108 @@ std::string join(const std::vector<int64_t>& v) {
   return out.str();
 }
 
+bool is_op(const OpNode& node, const char* name) { return node.name == name; }
+
+bool constant_equals(const Arg& arg, double value) {
+  return arg.kind == Arg::Kind::kConstant && arg.constant.isScalar() &&
+         arg.constant.toScalar().toDouble() == value;
+}
+
+bool reads_storage(const Program& program, const OpNode& node, const void* storage) {
+  for (int slot : node.reads)
+    if (program.slots[slot].storage == storage) return true;
+  return false;
+}
+
+bool writes_storage(const Program& program, const OpNode& node, const void* storage) {
+  for (int slot : node.writes)
+    if (program.slots[slot].storage == storage) return true;
+  return false;
+}
+
+// The next op after `from` that reads `storage`, or -1.
+int next_reader(const Program& program, int from, const void* storage) {
+  for (int j = from + 1; j < static_cast<int>(program.ops.size()); ++j)
+    if (reads_storage(program, program.ops[j], storage)) return j;
+  return -1;
+}
+
+// Whether the dependencies order op `from` before op `to` (a path of edges).
+bool ordered(const Program& program, int from, int to) {
+  if (from == to) return true;
+  std::vector<std::vector<int>> next(program.ops.size());
+  for (const auto& [a, b] : program.dependencies) next[a].push_back(b);
+  std::vector<bool> seen(program.ops.size(), false);
+  std::deque<int> queue{from};
+  while (!queue.empty()) {
+    const int op = queue.front();
+    queue.pop_front();
+    for (int n : next[op]) {
+      if (n == to) return true;
+      if (n < to && !seen[n]) {
+        seen[n] = true;
+        queue.push_back(n);
+      }
+    }
+  }
+  return false;
+}
+
+// Is `node` an in-place op on exactly `slot` (its first argument) that writes nothing else?
+bool in_place_on(const OpNode& node, int slot) {
+  return !node.args.empty() && node.args[0].kind == Arg::Kind::kSlot && node.args[0].slot == slot &&
+         node.writes.size() == 1 && node.writes[0] == slot;
+}
+
+void absorb_epilogue(const Program& program, TunableSite& site) {
+  const OpNode& conv = program.ops[site.index];
+  const int out = conv.outputs[0].slot;
+  const void* storage = program.slots[out].storage;
+  if (storage == nullptr || program.slots[out].role != SlotRole::kTransient) return;
+  int j = next_reader(program, site.index, storage);
+  if (j < 0) return;
+  const OpNode* node = &program.ops[j];
+  if (is_op(*node, "aten::add_.Tensor") && in_place_on(*node, out) && node->args.size() == 3 &&
+      node->args[1].kind == Arg::Kind::kSlot && constant_equals(node->args[2], 1)) {
+    const int other = node->args[1].slot;
+    const SlotInfo& o = program.slots[other];
+    // Every write of the residual before the convolution must be ordered before it in any
+    // schedule, and none may come between the convolution and the add.
+    bool ok = o.sizes == program.slots[out].sizes && o.strides == program.slots[out].strides &&
+              o.dtype == program.slots[out].dtype && o.storage != storage && o.storage != nullptr;
+    for (int m = 0; ok && m < j; ++m) {
+      if (m == site.index || !writes_storage(program, program.ops[m], o.storage)) continue;
+      ok = m < site.index && ordered(program, m, site.index);
+    }
+    if (!ok) return;
+    site.op.epilogue.residual = true;
+    site.residual_slot = other;
+    site.absorbed.push_back(j);
+    j = next_reader(program, j, storage);
+    if (j < 0) return;
+    node = &program.ops[j];
+  }
+  if (is_op(*node, "aten::relu_") && in_place_on(*node, out) && node->args.size() == 1) {
+    site.op.epilogue.activation = Epilogue::Activation::kRelu;
+    site.absorbed.push_back(j);
+  } else if (is_op(*node, "aten::hardtanh_") && in_place_on(*node, out) && node->args.size() == 3 &&
+             node->args[1].kind == Arg::Kind::kConstant &&
+             node->args[2].kind == Arg::Kind::kConstant && node->args[1].constant.isScalar() &&
+             node->args[2].constant.isScalar()) {
+    site.op.epilogue.activation = Epilogue::Activation::kHardtanh;
+    site.op.epilogue.min_value = node->args[1].constant.toScalar().toDouble();
+    site.op.epilogue.max_value = node->args[2].constant.toScalar().toDouble();
+    site.absorbed.push_back(j);
+  }
+}
+
 }  // namespace
+
+void Epilogue::apply(at::Tensor& value, const at::Tensor* residual_value) const {
+  if (residual) value.add_(*residual_value);
+  if (activation == Activation::kRelu) value.relu_();
+  if (activation == Activation::kHardtanh) at::hardtanh_(value, min_value, max_value);
+}
 
 double TunableOp::flops() const {
   return 2.0 * static_cast<double>(n * k * out_h() * out_w()) * static_cast<double>(c / groups) *
@@ -61,6 +163,10 @@ std::string TunableOp::signature() const {
       << " stride=" << stride[0] << "," << stride[1] << " pad=" << padding[0] << "," << padding[1]
       << " dil=" << dilation[0] << "," << dilation[1] << " groups=" << groups
       << (bias ? " bias" : "") << " out=" << join(out_strides);
+  if (epilogue.residual) out << " +residual";
+  if (epilogue.activation == Epilogue::Activation::kRelu) out << " +relu";
+  if (epilogue.activation == Epilogue::Activation::kHardtanh)
+    out << " +hardtanh(" << epilogue.min_value << "," << epilogue.max_value << ")";
   return out.str();
 }
 
@@ -73,21 +179,25 @@ std::vector<at::Tensor> TunableOp::random_operands(uint64_t seed) const {
   out.push_back(
       at::empty_strided({k, c / groups, r, s}, weight_strides, options).normal_(0, 0.2, gen));
   if (bias) out.push_back(at::empty({k}, options).normal_(0, 1, gen));
+  if (epilogue.residual)
+    out.push_back(at::empty_strided(out_sizes, out_strides, options).normal_(0, 1, gen));
   for (at::Tensor& t : out) t = t.to(device);
   return out;
 }
 
 at::Tensor TunableOp::aten(at::TensorList operands) const {
   const std::optional<at::Tensor> b = bias ? std::optional<at::Tensor>(operands[2]) : std::nullopt;
-  return at::convolution(operands[0], operands[1], b, stride, padding, dilation, false, {0, 0},
-                         groups);
+  at::Tensor y = at::convolution(operands[0], operands[1], b, stride, padding, dilation, false,
+                                 {0, 0}, groups);
+  epilogue.apply(y, epilogue.residual ? &operands.back() : nullptr);
+  return y;
 }
 
 at::Tensor TunableOp::empty_output() const {
   return at::empty_strided(out_sizes, out_strides, at::TensorOptions().dtype(dtype).device(device));
 }
 
-std::optional<TunableOp> tunable_op(const Program& program, int index) {
+std::optional<TunableSite> tunable_site(const Program& program, int index, bool fuse) {
   const OpNode& node = program.ops.at(index);
   if (node.name != "aten::convolution" || node.args.size() != 9 || node.outputs.size() != 1)
     return std::nullopt;
@@ -129,13 +239,18 @@ std::optional<TunableOp> tunable_op(const Program& program, int index) {
   if (out.sizes.size() != 4) return std::nullopt;
   op.out_sizes = out.sizes;
   op.out_strides = out.strides;
-  return op;
+  TunableSite site;
+  site.op = std::move(op);
+  site.index = index;
+  if (fuse) absorb_epilogue(program, site);
+  return site;
 }
 
 std::vector<at::Tensor> operands_from_stack(const TunableOp& op,
                                             const std::vector<c10::IValue>& stack) {
   std::vector<at::Tensor> out{stack.at(0).toTensor(), stack.at(1).toTensor()};
   if (op.bias) out.push_back(stack.at(2).toTensor());
+  if (op.epilogue.residual) out.push_back(stack.at(9).toTensor());
   return out;
 }
 

@@ -14,8 +14,30 @@
 
 namespace nimble::kernels {
 
+// What the program does to a convolution's result right after it, in place, that a kernel
+// can do before storing it: add a residual tensor of the output's layout, then clamp.
+struct Epilogue {
+  enum class Activation { kNone, kRelu, kHardtanh };
+  bool residual = false;
+  Activation activation = Activation::kNone;
+  double min_value = 0, max_value = 0;  // hardtanh's bounds
+  bool empty() const { return !residual && activation == Activation::kNone; }
+  // Applies the epilogue to `value` in place.
+  void apply(at::Tensor& value, const at::Tensor* residual_value) const;
+  // Scalar form for kernels that fuse it.
+  float apply(float value, float residual_value) const {
+    if (residual) value += residual_value;
+    if (activation == Activation::kRelu) return value > 0 ? value : 0;
+    if (activation == Activation::kHardtanh)
+      return value < static_cast<float>(min_value)   ? static_cast<float>(min_value)
+             : value > static_cast<float>(max_value) ? static_cast<float>(max_value)
+                                                     : value;
+    return value;
+  }
+};
+
 // A 2-D convolution (aten::convolution, not transposed): input [n, c, h, w], weight
-// [k, c / groups, r, s], optional bias [k].
+// [k, c / groups, r, s], optional bias [k], and its epilogue.
 struct TunableOp {
   c10::ScalarType dtype = c10::ScalarType::Float;
   c10::DeviceType device = c10::DeviceType::CPU;
@@ -26,6 +48,7 @@ struct TunableOp {
   std::vector<int64_t> input_strides, weight_strides;
   // What ATen returns, and so what a replacement must return.
   std::vector<int64_t> out_sizes, out_strides;
+  Epilogue epilogue;
 
   int64_t out_h() const { return out_sizes.at(2); }
   int64_t out_w() const { return out_sizes.at(3); }
@@ -37,7 +60,14 @@ struct TunableOp {
   double flops() const;  // 2 x multiply-adds
   std::string signature() const;
 
-  // Operands (input, weight, and bias when there is one), random, laid out as in the program.
+  // The same convolution without its epilogue.
+  TunableOp without_epilogue() const {
+    TunableOp op = *this;
+    op.epilogue = Epilogue{};
+    return op;
+  }
+  // Operands (input, weight, the bias when there is one, the residual when the epilogue adds
+  // one), random, laid out as in the program.
   std::vector<at::Tensor> random_operands(uint64_t seed) const;
   // ATen's result on `operands`: the reference every candidate is checked against.
   at::Tensor aten(at::TensorList operands) const;
@@ -45,12 +75,25 @@ struct TunableOp {
   at::Tensor empty_output() const;
 };
 
+// A tunable op where it sits in a program: the convolution op, the in-place ops right after
+// it that its epilogue absorbs (they become no-ops when a kernel is bound), and the slot of
+// the residual the epilogue adds.
+struct TunableSite {
+  TunableOp op;
+  int index = -1;
+  std::vector<int> absorbed;
+  int residual_slot = -1;
+};
+
 // The op at `index` of `program` as a tunable op; nullopt when no kernel family could
 // replace it (another op, a transposed or 1-D/3-D convolution, a dtype other than float).
-std::optional<TunableOp> tunable_op(const Program& program, int index);
+// With `fuse`, in-place residual adds and activations that follow it are absorbed where no
+// other op can tell (nothing reads the result before them, the residual is ready before the
+// convolution in every schedule the dependencies allow and unchanged until the add).
+std::optional<TunableSite> tunable_site(const Program& program, int index, bool fuse = true);
 
 // The operands of `op` on the boxed stack its program op is called with (aten::convolution's
-// schema order), in `random_operands`' order.
+// schema order, then the residual when the slot pushes one), in `random_operands`' order.
 std::vector<at::Tensor> operands_from_stack(const TunableOp& op,
                                             const std::vector<c10::IValue>& stack);
 

@@ -12,10 +12,18 @@ namespace nimble {
 
 class KernelOverride {
  public:
+  explicit KernelOverride(std::vector<int> extra_slots = {})
+      : extra_slots_(std::move(extra_slots)) {}
   virtual ~KernelOverride() = default;
   virtual void call(std::vector<c10::IValue>& stack) const = 0;
   // What runs instead of ATen, for reports: e.g. "depthwise tile_w=16 threads=2".
   virtual std::string describe() const = 0;
+  // Values the kernel reads besides the op's arguments (a residual it adds), pushed after
+  // them. The binder guarantees the program's dependencies make them ready by then.
+  const std::vector<int>& extra_slots() const { return extra_slots_; }
+
+ private:
+  std::vector<int> extra_slots_;
 };
 
 }  // namespace nimble

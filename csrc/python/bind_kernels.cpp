@@ -53,7 +53,14 @@ void bind_kernels(py::module_& m) {
           py::dict d;
           d["name"] = t.name;
           d["signature"] = t.space->op().signature();
-          d["ops"] = t.ops;
+          std::vector<int> ops;
+          std::vector<std::vector<int>> absorbed;
+          for (const auto& site : t.sites) {
+            ops.push_back(site.index);
+            absorbed.push_back(site.absorbed);
+          }
+          d["ops"] = ops;
+          d["absorbed"] = absorbed;
           d["flops"] = t.space->op().flops();
           d["space_size"] = t.space->knobs().size();
           const tuning::Knob& family = t.space->knobs().knobs()[0];
@@ -143,6 +150,7 @@ void bind_kernels(py::module_& m) {
         for (const slot::BoundOp& b : bound) {
           py::dict d;
           d["op"] = b.op;
+          d["absorbed"] = b.absorbed;
           d["task"] = b.task;
           d["signature"] = b.signature;
           d["kernel"] = b.kernel;

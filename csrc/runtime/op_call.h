@@ -1,7 +1,8 @@
 #pragma once
 // The one way an op of a Program is called, shared by every executor: build the boxed
 // stack from baked constants and current slot values, call below autograd with the keys
-// computed at prepare (or the tuned kernel bound to the op), keep the returned values, drop the values this op read last.
+// computed at prepare (or the tuned kernel bound to the op), keep the returned values, drop the
+// values this op read last.
 #include <ATen/core/List.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -44,6 +45,8 @@ inline void push_args(const OpNode& op, const std::vector<c10::IValue>& values,
       }
     }
   }
+  if (op.kernel)
+    for (int slot : op.kernel->extra_slots()) stack.push_back(values[slot]);
 }
 
 // `release`: the values this op is the last to read (it depends on the schedule).

@@ -13,11 +13,16 @@ namespace nimble::slot {
 namespace {
 
 // The slot's adapter: the op's boxed stack in, the kernel's result as the op's return.
+// The residual its epilogue adds, when there is one, comes after the op's own arguments.
 class SlotKernel : public KernelOverride {
  public:
-  SlotKernel(kernels::TunableOp op, std::unique_ptr<kernels::TunedKernel> kernel,
+  SlotKernel(const kernels::TunableSite& site, std::unique_ptr<kernels::TunedKernel> kernel,
              std::string description)
-      : op_(std::move(op)), kernel_(std::move(kernel)), description_(std::move(description)) {}
+      : KernelOverride(site.residual_slot >= 0 ? std::vector<int>{site.residual_slot}
+                                               : std::vector<int>{}),
+        op_(site.op),
+        kernel_(std::move(kernel)),
+        description_(std::move(description)) {}
   void call(std::vector<c10::IValue>& stack) const override {
     at::Tensor result = kernel_->run(kernels::operands_from_stack(op_, stack));
     stack.clear();
@@ -29,6 +34,20 @@ class SlotKernel : public KernelOverride {
   kernels::TunableOp op_;
   std::unique_ptr<kernels::TunedKernel> kernel_;
   std::string description_;
+};
+
+// An in-place op whose work a bound kernel's epilogue did: returns its first argument (the
+// result it would have written in place), touching nothing.
+class AbsorbedOp : public KernelOverride {
+ public:
+  explicit AbsorbedOp(int into) : into_(into) {}
+  void call(std::vector<c10::IValue>& stack) const override { stack.resize(1); }
+  std::string describe() const override {
+    return "done by the epilogue of op " + std::to_string(into_);
+  }
+
+ private:
+  int into_;
 };
 
 double median(std::vector<double> v) {
@@ -76,7 +95,8 @@ std::vector<BoundOp> bind_tuned_kernels(Replay& replay, const tuning::TuningData
         if (record->device != options.device)
           first.reason = "record from another device: " + record->device;
         try {
-          for (size_t i = 0; i < task.ops.size(); ++i) built.push_back(space.build(record->config));
+          for (size_t i = 0; i < task.sites.size(); ++i)
+            built.push_back(space.build(record->config));
           const auto operands = space.op().random_operands(options.measure.seed + 1);
           const std::string wrong =
               kernels::compare_results(built[0]->run(operands), space.op().aten(operands));
@@ -100,11 +120,15 @@ std::vector<BoundOp> bind_tuned_kernels(Replay& replay, const tuning::TuningData
         }
       }
     }
-    for (size_t i = 0; i < task.ops.size(); ++i) {
+    for (size_t i = 0; i < task.sites.size(); ++i) {
+      const kernels::TunableSite& site = task.sites[i];
       BoundOp b = first;
-      b.op = task.ops[i];
-      if (b.bound)
-        kernels[b.op] = std::make_shared<SlotKernel>(space.op(), std::move(built[i]), b.kernel);
+      b.op = site.index;
+      b.absorbed = site.absorbed;
+      if (b.bound) {
+        kernels[b.op] = std::make_shared<SlotKernel>(site, std::move(built[i]), b.kernel);
+        for (int absorbed : site.absorbed) kernels[absorbed] = std::make_shared<AbsorbedOp>(b.op);
+      }
       report.push_back(std::move(b));
     }
   }

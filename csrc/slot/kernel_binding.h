@@ -25,7 +25,8 @@ struct BindOptions {
 // What became of one op of the replay.
 struct BoundOp {
   int op = -1;
-  std::string task;  // short name
+  std::vector<int> absorbed;  // ops after it whose work its epilogue does (no-ops when bound)
+  std::string task;           // short name
   std::string signature;
   std::string kernel;  // the record's config, described ("family=depthwise ...")
   std::string record_device;

@@ -17,6 +17,9 @@ std::string short_name(const kernels::TunableOp& op) {
       << op.r << "x" << op.s << "/" << op.stride[0] << " " << op.c << ">" << op.k << " " << op.h
       << "x" << op.w;
   if (op.n > 1) out << " n" << op.n;
+  if (op.epilogue.residual) out << " +res";
+  if (op.epilogue.activation == kernels::Epilogue::Activation::kRelu) out << " +relu";
+  if (op.epilogue.activation == kernels::Epilogue::Activation::kHardtanh) out << " +clamp";
   return out.str();
 }
 
@@ -37,18 +40,19 @@ std::vector<ProgramTask> program_tasks(const Program& program, const kernels::Fa
   std::vector<ProgramTask> tasks;
   std::map<std::string, size_t> by_signature;
   for (int i = 0; i < static_cast<int>(program.ops.size()); ++i) {
-    const auto op = kernels::tunable_op(program, i);
-    if (!op) continue;
-    const std::string signature = op->signature();
+    auto site = kernels::tunable_site(program, i);
+    if (!site) continue;
+    const std::string signature = site->op.signature();
     const auto found = by_signature.find(signature);
     if (found != by_signature.end()) {
-      tasks[found->second].ops.push_back(i);
+      tasks[found->second].sites.push_back(std::move(*site));
       continue;
     }
-    auto space = std::make_shared<const kernels::KernelSpace>(*op, families);
+    auto space = std::make_shared<const kernels::KernelSpace>(site->op, families);
     if (space->empty()) continue;
     by_signature[signature] = tasks.size();
-    tasks.push_back(ProgramTask{std::move(space), {i}, short_name(*op)});
+    std::string name = short_name(site->op);
+    tasks.push_back(ProgramTask{std::move(space), {std::move(*site)}, std::move(name)});
   }
   return tasks;
 }
@@ -73,7 +77,7 @@ std::vector<tuning::Task> tuning_tasks(const std::vector<ProgramTask>& tasks,
     t.group = p.space->op().depthwise() ? "depthwise" : "conv";
     t.space = p.space->knobs();
     t.flops = p.space->op().flops();
-    t.weight = static_cast<double>(p.ops.size());
+    t.weight = static_cast<double>(p.sites.size());
     t.baseline_seconds = measurer->baseline_seconds();
     t.measurer = std::move(measurer);
     out.push_back(std::move(t));

@@ -16,8 +16,8 @@ namespace nimble::slot {
 
 struct ProgramTask {
   std::shared_ptr<const kernels::KernelSpace> space;
-  std::vector<int> ops;  // the program ops with this signature, in program order
-  std::string name;      // short, for progress lines: "dw3x3/1 32c 32x32"
+  std::vector<kernels::TunableSite> sites;  // where the op occurs, in program order
+  std::string name;                         // short, for progress lines: "dw3x3/1 32>32 32x32"
 };
 
 std::vector<ProgramTask> program_tasks(const Program& program, const kernels::Families& families);

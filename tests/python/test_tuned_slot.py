@@ -88,10 +88,12 @@ def test_tune_records_every_measurement_and_binding_gives_eager_results(tmp_path
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18", "shufflenet_v2_x1_0"])
-@pytest.mark.parametrize("streams", [1, 2])
-def test_tuned_replays_of_real_models_match_eager(tmp_path, name, streams):
+@pytest.mark.parametrize("streams,fold", [(1, False), (2, True)])
+def test_tuned_replays_of_real_models_match_eager(tmp_path, name, streams, fold):
+    """With folded batch norms, activations and residual adds after convolutions are absorbed
+    into the kernels' epilogues; on two streams the residual must be ready in any order."""
     model, x = zoo.build(f"torchvision:{name}", image_size=32)
-    fast = nimble.Nimble(model).prepare(x, streams=streams)
+    fast = nimble.Nimble(model).prepare(x, streams=streams, fold_batchnorm=fold)
     db = str(tmp_path / "tune.db")
     tasks = kernels.tasks(fast.replay)
     # Round robin with one batch of 8 per task: every task gets measured.
@@ -100,6 +102,16 @@ def test_tuned_replays_of_real_models_match_eager(tmp_path, name, streams):
     bound = fast.use_tuned(db, min_speedup=0)
     assert all(r["bound"] for r in bound), [r["reason"] for r in bound if not r["bound"]]
     assert len(bound) == sum(len(t["ops"]) for t in tasks)
+    absorbed = [j for r in bound for j in r["absorbed"]]
+    names = [o["name"] for o in fast.replay.ops()]
+    if fold:
+        assert absorbed and {names[j] for j in absorbed} <= {"aten::relu_", "aten::hardtanh_", "aten::add_.Tensor"}
+        if name == "resnet18":
+            assert "aten::add_.Tensor" in {names[j] for j in absorbed}
+        bound_ops = dict(kernels.bound_kernels(fast.replay))
+        assert all("epilogue of op" in bound_ops[j] for j in absorbed)
+    else:
+        assert absorbed == []  # a batch norm sits between a convolution and its activation
     with torch.no_grad():
         x2 = torch.randn_like(x)
         torch.testing.assert_close(fast(x2), model(x2), rtol=1e-4, atol=1e-4)

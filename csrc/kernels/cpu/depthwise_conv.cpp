@@ -3,7 +3,8 @@
 // rows of one channel; a row is computed in tiles of `tile_w` outputs held in registers, each
 // tap's contribution added in one contiguous (stride 1) or strided sweep. Interior tiles run a
 // fixed-length loop the compiler vectorizes; the clones below pick AVX-512 or AVX2 at load
-// time where the CPU has them.
+// time where the CPU has them. The epilogue (residual add, activation) is applied as a tile is
+// stored, so the result is written once.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -26,10 +27,17 @@ inline std::pair<int64_t, int64_t> valid_columns(const Geometry& g, int64_t offs
   return {lo, std::min(hi, g.ow)};
 }
 
+// The epilogue and the residual plane (null: none) applied as each tile is stored.
+struct Store {
+  const Epilogue& epilogue;
+  const float* residual;
+};
+
 template <int TileW>
 __attribute__((always_inline)) inline void rows_of_plane(const float* in, const float* weight,
                                                          float bias, float* out, const Geometry& g,
-                                                         int64_t oy0, int64_t oy1) {
+                                                         int64_t oy0, int64_t oy1,
+                                                         const Store& store) {
   for (int64_t oy = oy0; oy < oy1; ++oy) {
     float* out_row = out + oy * g.ow;
     for (int64_t t0 = 0; t0 < g.ow; t0 += TileW) {
@@ -57,23 +65,29 @@ __attribute__((always_inline)) inline void rows_of_plane(const float* in, const 
           }
         }
       }
-      std::copy(acc, acc + (t1 - t0), out_row + t0);
+      if (store.epilogue.empty()) {
+        std::copy(acc, acc + (t1 - t0), out_row + t0);
+      } else {
+        const float* res = store.residual ? store.residual + oy * g.ow + t0 : nullptr;
+        for (int64_t j = 0; j < t1 - t0; ++j)
+          out_row[t0 + j] = store.epilogue.apply(acc[j], res ? res[j] : 0.0F);
+      }
     }
   }
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void rows_of_plane_dispatch(
     int tile_w, const float* in, const float* weight, float bias, float* out, const Geometry& g,
-    int64_t oy0, int64_t oy1) {
+    int64_t oy0, int64_t oy1, const Store& store) {
   switch (tile_w) {
     case 8:
-      return rows_of_plane<8>(in, weight, bias, out, g, oy0, oy1);
+      return rows_of_plane<8>(in, weight, bias, out, g, oy0, oy1, store);
     case 16:
-      return rows_of_plane<16>(in, weight, bias, out, g, oy0, oy1);
+      return rows_of_plane<16>(in, weight, bias, out, g, oy0, oy1, store);
     case 32:
-      return rows_of_plane<32>(in, weight, bias, out, g, oy0, oy1);
+      return rows_of_plane<32>(in, weight, bias, out, g, oy0, oy1, store);
     default:
-      return rows_of_plane<64>(in, weight, bias, out, g, oy0, oy1);
+      return rows_of_plane<64>(in, weight, bias, out, g, oy0, oy1, store);
   }
 }
 
@@ -92,7 +106,11 @@ class DepthwiseConv : public TunedKernel {
     at::Tensor out = at::empty({op_.n, op_.k, g.oh, g.ow}, x.options());
     const float* in = x.data_ptr<float>();
     const float* wt = w.data_ptr<float>();
-    const float* bias = op_.bias ? operands[2].contiguous().data_ptr<float>() : nullptr;
+    const at::Tensor b = op_.bias ? operands[2].contiguous() : at::Tensor();
+    const float* bias = op_.bias ? b.data_ptr<float>() : nullptr;
+    // The residual in the layout this kernel writes (NCHW), for the fused epilogue.
+    const at::Tensor r = op_.epilogue.residual ? operands.back().contiguous() : at::Tensor();
+    const float* residual = op_.epilogue.residual ? r.data_ptr<float>() : nullptr;
     float* dst = out.data_ptr<float>();
     const int64_t blocks = (g.oh + rows_ - 1) / rows_;
     at::parallel_for(0, op_.n * op_.c * blocks, 1, [&](int64_t begin, int64_t end) {
@@ -100,9 +118,10 @@ class DepthwiseConv : public TunedKernel {
         const int64_t plane = item / blocks;  // image * channels + channel
         const int64_t channel = plane % op_.c;
         const int64_t oy0 = (item % blocks) * rows_;
+        const Store store{op_.epilogue, residual ? residual + plane * g.oh * g.ow : nullptr};
         rows_of_plane_dispatch(tile_w_, in + plane * g.h * g.w, wt + channel * g.r * g.s,
                                bias ? bias[channel] : 0.0F, dst + plane * g.oh * g.ow, g, oy0,
-                               std::min(oy0 + rows_, g.oh));
+                               std::min(oy0 + rows_, g.oh), store);
       }
     });
     return in_output_layout(op_, std::move(out));
@@ -118,6 +137,7 @@ class DepthwiseConv : public TunedKernel {
 class DepthwiseConvFamily : public KernelFamily {
  public:
   std::string name() const override { return "depthwise"; }
+  bool fuses_epilogue() const override { return true; }
   bool supports(const TunableOp& op) const override {
     return op.device == c10::DeviceType::CPU && op.dtype == c10::ScalarType::Float &&
            op.depthwise();

@@ -1,7 +1,8 @@
 #pragma once
 // Random 2-D convolution problems for property tests: odd sizes, strides, paddings,
 // dilations, groups (depthwise included), with and without bias, input contiguous or
-// channels_last. The output layout is what ATen gives on such operands.
+// channels_last, with and without an epilogue. The output layout is what ATen gives on such
+// operands.
 #include <ATen/ATen.h>
 
 #include <random>
@@ -43,6 +44,15 @@ inline TunableOp random_conv(std::mt19937_64& rng) {
   const at::Tensor out = op.aten(op.random_operands(0));
   op.out_sizes = out.sizes().vec();
   op.out_strides = out.strides().vec();
+  // Half the problems carry an epilogue: a residual add, an activation, or both.
+  op.epilogue.residual = pick(0, 3) == 0;
+  const int activation = pick(0, 3);
+  if (activation == 1) op.epilogue.activation = Epilogue::Activation::kRelu;
+  if (activation == 2) {
+    op.epilogue.activation = Epilogue::Activation::kHardtanh;
+    op.epilogue.min_value = -0.5;
+    op.epilogue.max_value = 1.5;
+  }
   return op;
 }
 
