@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--early-stop-trials", type=int, default=200,
                    help="a task without improvement for this many trials is finished")
     p.add_argument("--c", type=float, default=None,
-                   help="DynaTune's UCB constant (default 2, or 0.2 under 1 ms model latency)")
+                   help="DynaTune's UCB constant (default 0.5, or 0.2 under 1 ms model latency)")
     p.add_argument("--survey-stop", action="store_true",
                    help="stop when the improvement rate falls below --phi (Trimmer)")
     p.add_argument("--phi", type=float, default=-0.25, help="survey stop threshold")

@@ -6,7 +6,7 @@ namespace nimble::tuning {
 
 double DynaTuneScheduler::exploration_constant(const SchedulerView& view) const {
   if (!std::isnan(options_.c)) return options_.c;
-  return view.initial_model_seconds < 1e-3 ? 0.2 : 2.0;
+  return view.initial_model_seconds < 1e-3 ? 0.2 : 0.5;
 }
 
 double DynaTuneScheduler::predicted_reduction_ms(const SchedulerView& view, size_t task) const {

@@ -152,10 +152,10 @@ TEST(GradientScheduler, WarmsUpEveryTaskThenFollowsTheSteepestGradient) {
   EXPECT_EQ(s.choose(state.view()), 2u);
 }
 
-TEST(DynaTuneScheduler, ExplorationConstantFollowsThePaper) {
+TEST(DynaTuneScheduler, ExplorationConstantDefaultsTo0_5Or0_2UnderAMillisecond) {
   State state(1);
   const DynaTuneScheduler automatic({}, 0);
-  EXPECT_DOUBLE_EQ(automatic.exploration_constant(state.view(0.050)), 2.0);
+  EXPECT_DOUBLE_EQ(automatic.exploration_constant(state.view(0.050)), 0.5);
   EXPECT_DOUBLE_EQ(automatic.exploration_constant(state.view(0.0005)), 0.2);
   DynaTuneOptions o;
   o.c = 0.7;
