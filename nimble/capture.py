@@ -211,6 +211,11 @@ class ModelSnapshot:
         inputs: list[torch.Tensor] = (),
     ) -> None:
         self._tensors = [(t, t.detach().clone()) for t in module_state(module) + unique(inputs)]
+        # Where each tensor lives: a forward may change that in place too (`t_()`,
+        # `resize_`, `set_`) before it fails, or make a second run fail.
+        self._layouts = [
+            (t, t.untyped_storage(), t.storage_offset(), t.size(), t.stride()) for t, _ in self._tensors
+        ]
         self._grads = [(p, p.grad) for p in module.parameters()]
         self._rng = torch.get_rng_state()
         self._optimizer = optimizer
@@ -224,6 +229,14 @@ class ModelSnapshot:
 
     def restore(self) -> None:
         with torch.no_grad():
+            for tensor, storage, offset, size, stride in self._layouts:
+                if (
+                    tensor.untyped_storage()._cdata != storage._cdata
+                    or tensor.storage_offset() != offset
+                    or tensor.size() != size
+                    or tensor.stride() != stride
+                ):
+                    tensor.set_(storage, offset, size, stride)
             for tensor, saved in self._tensors:
                 tensor.copy_(saved)
             for p, entries in self._state.items():

@@ -581,12 +581,14 @@ std::vector<std::pair<int, int>> compute_dependencies(const Program& program) {
 
 // `output_reuses_storage` has one entry per output, true where the output lives on
 // storage the next replay writes again; `mutated_inputs` lists the inputs whose storage
-// the trace writes (directly or through a view), which must be copied back to the caller.
+// the trace writes in place (directly or through a view), which must be copied back to
+// the caller. A view an op returns writes nothing: an input that is only viewed is not
+// copied back (a copy into an expanded caller tensor would even fail).
 void classify_inputs_and_outputs(Program& program) {
   auto storage_of = [&](int slot) { return program.slots[slot].storage; };
   std::set<const void*> written;
-  for (const OpNode& node : program.ops) {
-    for (int slot : node.writes) written.insert(storage_of(slot));
+  for (size_t s = 0; s < program.slots.size(); ++s) {
+    if (program.slots[s].mutated) written.insert(storage_of(static_cast<int>(s)));
   }
   std::set<const void*> stable_storage;
   for (size_t s = 0; s < program.slots.size(); ++s) {

@@ -35,19 +35,21 @@ void copy_into(at::Tensor& dst, const at::Tensor& src) {
 }
 
 at::Tensor copy_of(const at::Tensor& src) {
+  // An output may be an expanded or otherwise overlapping view (`x.expand(...)`): its
+  // strides cannot be given to a tensor of its own; clone makes those dense.
+  if (!src.is_non_overlapping_and_dense() || !src.is_cpu()) return src.clone();
   at::Tensor dst = at::empty_strided(src.sizes(), src.strides(), src.options());
-  if (src.is_non_overlapping_and_dense() && src.is_cpu()) {
-    std::memcpy(dst.data_ptr(), src.const_data_ptr(), src.nbytes());
-  } else {
-    dst.copy_(src);
-  }
+  std::memcpy(dst.data_ptr(), src.const_data_ptr(), src.nbytes());
   return dst;
 }
 
 }  // namespace
 
 Replay::Replay(Program program, const ExecutorOptions& options, ExecutorFactory make)
-    : program_(std::move(program)), options_(options), make_executor_(std::move(make)) {
+    : program_(std::move(program)),
+      options_(options),
+      make_executor_(std::move(make)),
+      aliasing_(program_) {
   for (size_t s = 0; s < program_.slots.size(); ++s) {
     if (program_.slots[s].role != SlotRole::kState) continue;
     const at::Tensor& t = program_.values[s].toTensor();
@@ -85,6 +87,7 @@ void Replay::check_inputs(const std::vector<at::Tensor>& inputs) const {
                      " (as at prepare), got " + describe(got));
     }
   }
+  aliasing_.check(program_, inputs);
 }
 
 InputBinding::Scope Replay::bind_inputs(const std::vector<at::Tensor>& inputs) const {
