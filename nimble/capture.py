@@ -248,6 +248,13 @@ class ModelSnapshot:
             p.grad = grad
         torch.set_rng_state(self._rng)
 
+    def drop_created_state(self) -> None:
+        """Forgets optimizer state made since the snapshot (by a warm-up step): after a
+        failed capture, the optimizer is as it was."""
+        if self._optimizer is not None:
+            for p in [p for p in self._optimizer.state if not self.had_state(p)]:
+                del self._optimizer.state[p]
+
     def had_state(self, p: torch.Tensor) -> bool:
         """Whether the optimizer had state for `p` when the snapshot was taken."""
         return bool(self._state.get(p))
