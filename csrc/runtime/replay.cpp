@@ -110,10 +110,27 @@ void Replay::check_state() const {
 }
 
 void Replay::copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound) {
+  // A caller may hand back memory of this replay's input buffers: an output given out
+  // with copy_outputs=False that views an input (`x.t()`). Copied in one by one, it would
+  // be overwritten before it is read, or copied onto itself; such inputs are copied
+  // aside first.
+  std::vector<at::Tensor> aside(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].has_storage()) continue;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const at::Tensor& buffer = program_.values[program_.inputs[k]].toTensor();
+      if (!bound.bound(k) && !(k == i && buffer.is_same(inputs[i])) &&
+          buffer.storage().is_alias_of(inputs[i].storage())) {
+        aside[i] = inputs[i].clone();
+        break;
+      }
+    }
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (bound.bound(i)) continue;
     at::Tensor& buffer = program_.values[program_.inputs[i]].toTensor();
-    if (!buffer.is_same(inputs[i])) copy_into(buffer, inputs[i]);
+    const at::Tensor& source = aside[i].defined() ? aside[i] : inputs[i];
+    if (!buffer.is_same(source)) copy_into(buffer, source);
   }
 }
 

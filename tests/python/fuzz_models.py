@@ -200,7 +200,9 @@ def make_case(seed: int) -> Case:
     n = len(values)
     case.outputs = sorted({min(int(n * r.random() ** 0.3), n - 1) for _ in range(r.randint(1, 3))})
     case.return_dict = r.random() < 0.2
-    case.aliasing = r.choice(["fresh"] * 4 + ["same", "overlap", "disjoint", "state", "noncontig", "expanded"])
+    case.aliasing = r.choice(
+        ["fresh"] * 4 + ["same", "overlap", "disjoint", "state", "noncontig", "expanded", "feedback"]
+    )
     return case
 
 
@@ -278,11 +280,18 @@ def _compare(what: str, got: list[torch.Tensor], expected: list[torch.Tensor], e
             raise Mismatch(f"{what} {k}: {error}") from None
 
 
+def _fed_back(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each input replaced by the first output of its shape, where there is one."""
+    return [next((o for o in outputs if o.shape == t.shape), t) for t in inputs]
+
+
 def run_case(seed: int, streams: int) -> str:
     """Checks one case; returns how it ended ('equal', 'refused at prepare', 'refused
     call', 'eager raises') or raises Mismatch."""
     case = make_case(seed)
     case.options["streams"] = streams
+    if case.aliasing == "feedback":
+        case.options["copy_outputs"] = False
     eager = FuzzModel(case, seed)
     replayed = copy.deepcopy(eager)
     before = [t.detach().clone() for t in replayed.state()]
@@ -305,10 +314,17 @@ def run_case(seed: int, streams: int) -> str:
     _compare("state after prepare", [t.detach() for t in replayed.state()], before, True)
     exact = streams == 1
     ended = "equal"
+    eager_out: list[torch.Tensor] = []
+    fast_out: list[torch.Tensor] = []
     for call in range(2):
         call_seed = seed * 7919 + call
         eager_inputs, may_refuse = call_inputs(case, eager, call_seed)
         fast_inputs, _ = call_inputs(case, replayed, call_seed)
+        if case.aliasing == "feedback" and call == 1:
+            # The first call's outputs handed back as inputs, without copies: with
+            # copy_outputs=False, the replay's own memory where eager's are views.
+            eager_inputs, fast_inputs = _fed_back(eager_inputs, eager_out), _fed_back(fast_inputs, fast_out)
+            may_refuse = True
         if case.aliasing in ("noncontig", "expanded"):
             # The replay reads inputs as values in their prepared layout (README: where
             # eager's choice of a view or a copy depends on strides, it follows prepare's).
@@ -316,13 +332,16 @@ def run_case(seed: int, streams: int) -> str:
         eager_state = [t.detach().clone() for t in eager.state()]
         try:
             with torch.no_grad():
-                expected = [t.clone() for t in _flat(eager(*eager_inputs))]
+                eager_out = _flat(eager(*eager_inputs))
+                expected = [t.clone() for t in eager_out]
         except RuntimeError:
             # Eager itself refuses these inputs (a write through an expanded or
             # overlapping view); the replay's answer has nothing to be compared with.
             return "eager raises"
+        fast_out_before = fast_out
         try:
-            got = [t.clone() for t in _flat(fast(*fast_inputs))]
+            fast_out = _flat(fast(*fast_inputs))
+            got = [t.clone() for t in fast_out]
         except nimble.BadInputError:
             if not may_refuse:
                 raise
@@ -330,7 +349,15 @@ def run_case(seed: int, streams: int) -> str:
             _compare("state after a refused call", [t.detach() for t in replayed.state()], eager_state, True)
             return "refused call"
         _compare(f"call {call}: output", got, expected, exact)
-        _compare(f"call {call}: input after the call", fast_inputs, eager_inputs, exact)
+        # A fed-back input that is the replay's own memory (copy_outputs=False) may be
+        # overwritten by this call, as documented; the others must be eager's.
+        own = [any(t is o for o in fast_out_before) for t in fast_inputs]
+        _compare(
+            f"call {call}: input after the call",
+            [t for t, o in zip(fast_inputs, own) if not o],
+            [t for t, o in zip(eager_inputs, own) if not o],
+            exact,
+        )
         _compare(
             f"call {call}: parameter/buffer after the call",
             [t.detach() for t in replayed.state()],

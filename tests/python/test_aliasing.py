@@ -97,6 +97,45 @@ def test_expanded_inputs_and_outputs_are_copied_not_written():
     torch.testing.assert_close(expanded, x.expand(2, 3, 4))
 
 
+class ReturnsTransposeAndDouble(torch.nn.Module):
+    def forward(self, a, b):
+        return a.t(), b * 2
+
+
+def test_outputs_of_an_input_buffer_handed_back_as_inputs():
+    # With copy_outputs=False, `a.t()` is the replay's own input buffer: passed back, it
+    # must be read before the buffers are refilled (a copy onto itself transposed, and one
+    # input buffer overwritten before the other input, read from it, was copied).
+    fast = nimble.Nimble(ReturnsTransposeAndDouble()).prepare(
+        (torch.randn(3, 3), torch.randn(3, 3)), copy_outputs=False)
+    y, _ = fast(torch.randn(3, 3), torch.randn(3, 3))
+    kept = y.clone()
+    t, doubled = fast(y, torch.randn(3, 3))
+    torch.testing.assert_close(t, kept.t())
+    z = torch.randn(3, 3)
+    y, _ = fast(torch.randn(3, 3), torch.randn(3, 3))
+    kept = y.clone()
+    _, doubled = fast(z, y)
+    torch.testing.assert_close(doubled, kept * 2)
+
+
+class AddsAndFlattens(torch.nn.Module):
+    def forward(self, a, b):
+        return a.tanh() + b, a.view(-1)
+
+
+def test_an_input_on_another_inputs_buffer_is_not_read_in_place():
+    # Fuzzer find (seed 5515): `a.view(-1)` handed out with copy_outputs=False is input
+    # a's buffer; passed as b it was bound (read in place) while a's new value was
+    # copied over it.
+    fast = nimble.Nimble(AddsAndFlattens()).prepare((torch.randn(1, 3), torch.randn(3)), copy_outputs=False)
+    _, flat = fast(torch.randn(1, 3), torch.randn(3))
+    kept = flat.clone()
+    a = torch.randn(1, 3)
+    total, _ = fast(a, flat)
+    torch.testing.assert_close(total, a.tanh() + kept)
+
+
 class ContiguousThenWrites(torch.nn.Module):
     def forward(self, x):
         y = x * 1  # takes x's layout
