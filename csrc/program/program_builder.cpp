@@ -282,7 +282,8 @@ std::set<const void*> ProgramBuilder::output_storages() const {
   return storages;
 }
 
-std::vector<bool> ProgramBuilder::drop_noops(const std::set<const void*>& output_storages) {
+std::vector<bool> ProgramBuilder::drop_noops(const std::set<const void*>& output_storages,
+                                             Program& program) {
   std::vector<bool> dropped(raw_ops_.size(), false);
   // An output on the result's storage (the result or a view of it) must not become a
   // view of the source: returned without a copy, it would let the caller write a
@@ -291,8 +292,18 @@ std::vector<bool> ProgramBuilder::drop_noops(const std::set<const void*>& output
     return output_storages.count(t.storage().unsafeGetStorageImpl()) > 0;
   });
   for (const NoopOp& noop : noops) {
-    slot_by_impl_[noop.result.unsafeGetTensorImpl()] = slot_in(slot_by_impl_, noop.source);
+    const int source = slot_in(slot_by_impl_, noop.source);
+    slot_by_impl_[noop.result.unsafeGetTensorImpl()] = source;
     dropped[noop.op] = true;
+    // Views of the result are computed on the source from now on: their slots alias the
+    // source's storage, for the dependencies and the memory plan alike (else a reader of
+    // such a view would not wait for the source's producer, and the view would keep
+    // pointing at the source's old memory when the pool moves it).
+    const void* result_storage = noop.result.storage().unsafeGetStorageImpl();
+    const void* source_storage = program.slots[source].storage;
+    for (SlotInfo& slot : program.slots) {
+      if (slot.storage == result_storage) slot.storage = source_storage;
+    }
   }
   return dropped;
 }
@@ -619,8 +630,9 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
   Program program = start_program();
   program.folds = std::move(folds);
   const std::set<const void*> outputs = output_storages();
-  const std::vector<bool> dropped =
-      options.drop_noop_ops ? drop_noops(outputs) : std::vector<bool>(raw_ops_.size(), false);
+  const std::vector<bool> dropped = options.drop_noop_ops
+                                        ? drop_noops(outputs, program)
+                                        : std::vector<bool>(raw_ops_.size(), false);
   const std::unordered_set<int> metadata_changed = metadata_changed_slots();
 
   // What runs at prepare (precomputed views, buffers, shared storages) runs as a replay's

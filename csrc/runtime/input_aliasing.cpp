@@ -94,12 +94,9 @@ InputAliasing::InputAliasing(const Program& program) : uses_(program.inputs.size
     if (input != input_of.end())
       uses_[input->second].last_use = static_cast<int>(program.ops.size());
   }
-  for (int i : program.mutated_inputs) {
-    written_inputs_.push_back(i);
-    // Written through an op this class does not see (a precomputed view's writer is an
-    // op, so every write is seen; this only keeps the refusal on the safe side).
-    if (uses_[i].first_write < 0) uses_[i].first_write = 0;
-  }
+  // `mutated_inputs` comes from the same rule (a slot an op reads and writes), so every
+  // one of them has its first write here.
+  written_inputs_ = program.mutated_inputs;
   for (size_t i = 0; i < program.inputs.size(); ++i) {
     if (uses_[i].first_write >= 0 ||
         copied_then_written.count(program.slots[program.inputs[i]].storage)) {
