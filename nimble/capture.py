@@ -211,6 +211,11 @@ class ModelSnapshot:
         inputs: list[torch.Tensor] = (),
     ) -> None:
         self._tensors = [(t, t.detach().clone()) for t in module_state(module) + unique(inputs)]
+        # Where each tensor lives: a forward may change that in place too (`t_()`,
+        # `resize_`, `set_`) before it fails, or make a second run fail.
+        self._layouts = [
+            (t, t.untyped_storage(), t.storage_offset(), t.size(), t.stride()) for t, _ in self._tensors
+        ]
         self._grads = [(p, p.grad) for p in module.parameters()]
         self._rng = torch.get_rng_state()
         self._optimizer = optimizer
@@ -224,6 +229,14 @@ class ModelSnapshot:
 
     def restore(self) -> None:
         with torch.no_grad():
+            for tensor, storage, offset, size, stride in self._layouts:
+                if (
+                    tensor.untyped_storage()._cdata != storage._cdata
+                    or tensor.storage_offset() != offset
+                    or tensor.size() != size
+                    or tensor.stride() != stride
+                ):
+                    tensor.set_(storage, offset, size, stride)
             for tensor, saved in self._tensors:
                 tensor.copy_(saved)
             for p, entries in self._state.items():
@@ -234,6 +247,13 @@ class ModelSnapshot:
         for p, grad in self._grads:
             p.grad = grad
         torch.set_rng_state(self._rng)
+
+    def drop_created_state(self) -> None:
+        """Forgets optimizer state made since the snapshot (by a warm-up step): after a
+        failed capture, the optimizer is as it was."""
+        if self._optimizer is not None:
+            for p in [p for p in self._optimizer.state if not self.had_state(p)]:
+                del self._optimizer.state[p]
 
     def had_state(self, p: torch.Tensor) -> bool:
         """Whether the optimizer had state for `p` when the snapshot was taken."""

@@ -265,50 +265,56 @@ class WholeStepReplay:
             optimizer.step()
 
         before = ModelSnapshot(module, optimizer)
-        with capturing(module, before, warm_up) as recorder:
-            step_tensors = [
-                v
-                for p in self.params
-                for v in optimizer.state[p].values()
-                if isinstance(v, torch.Tensor)
-            ]
-            with self.scalars.nudged():
-                with recorder.paused():  # the host's numbers for the step, not part of it
-                    expected = self.scalars.expected_values()
-                with torch.enable_grad():
-                    loss = loss_fn(module(*static_args, **static_kwargs), *static_targets)
-                    grads = torch.autograd.grad(loss, self.params)
-                    for p, g in zip(self.params, grads):
-                        p.grad = g
-                    num_model_ops = len(recorder.trace.ops)
-                    with recorder.host_reads_allowed(step_tensors):
-                        optimizer.step()
-                ops = recorder.trace.ops
-                with recorder.paused():
-                    candidates = scalar_candidates(
-                        ops, num_model_ops, schema_arguments, produced_tensors(ops)
-                    )
-                self.scalars.find_places(candidates, expected)
+        # A failure (out of memory, an op the builder refuses) leaves the optimizer without
+        # the state the warm-up step made, as prepare found it.
+        try:
+            with capturing(module, before, warm_up) as recorder:
+                step_tensors = [
+                    v
+                    for p in self.params
+                    for v in optimizer.state[p].values()
+                    if isinstance(v, torch.Tensor)
+                ]
+                with self.scalars.nudged():
+                    with recorder.paused():  # the host's numbers for the step, not part of it
+                        expected = self.scalars.expected_values()
+                    with torch.enable_grad():
+                        loss = loss_fn(module(*static_args, **static_kwargs), *static_targets)
+                        grads = torch.autograd.grad(loss, self.params)
+                        for p, g in zip(self.params, grads):
+                            p.grad = g
+                        num_model_ops = len(recorder.trace.ops)
+                        with recorder.host_reads_allowed(step_tensors):
+                            optimizer.step()
+                    ops = recorder.trace.ops
+                    with recorder.paused():
+                        candidates = scalar_candidates(
+                            ops, num_model_ops, schema_arguments, produced_tensors(ops)
+                        )
+                    self.scalars.find_places(candidates, expected)
 
-        self.optimizer_state = {p: dict(optimizer.state[p]) for p in self.params}
-        state = unique(
-            module_state(module)
-            + [
-                t
-                for e in self.optimizer_state.values()
-                for t in e.values()
-                if isinstance(t, torch.Tensor)
-            ]
-        )
-        self.example_inputs = example.static_inputs + list(static_targets)
-        self.step_replay = build_replay(
-            ops,
-            self.example_inputs,
-            state,
-            [loss] + list(grads),
-            **options,
-        )
-        self.step_replay.register_scalars(self.scalars.places)
+            self.optimizer_state = {p: dict(optimizer.state[p]) for p in self.params}
+            state = unique(
+                module_state(module)
+                + [
+                    t
+                    for e in self.optimizer_state.values()
+                    for t in e.values()
+                    if isinstance(t, torch.Tensor)
+                ]
+            )
+            self.example_inputs = example.static_inputs + list(static_targets)
+            self.step_replay = build_replay(
+                ops,
+                self.example_inputs,
+                state,
+                [loss] + list(grads),
+                **options,
+            )
+            self.step_replay.register_scalars(self.scalars.places)
+        except BaseException:
+            before.drop_created_state()
+            raise
         # The numbers of this optimizer's next step, not the nudged ones of the capture, for
         # the runs before the first `step` (a stream choice, a timeline).
         self.step_replay.set_scalars(self.scalars.current_values())
@@ -318,9 +324,7 @@ class WholeStepReplay:
         # runs eagerly, and its state then moves into the tensors the replay updates.
         self.first_step_eager = any(not before.had_state(p) for p in self.params)
         if self.first_step_eager:
-            for p in self.params:
-                if not before.had_state(p):
-                    del optimizer.state[p]
+            before.drop_created_state()
         self._targets = list(static_targets)
 
     def snapshot(self) -> ModelSnapshot:

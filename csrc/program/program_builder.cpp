@@ -287,7 +287,8 @@ std::set<const void*> ProgramBuilder::output_storages() const {
   return storages;
 }
 
-std::vector<bool> ProgramBuilder::drop_noops(const std::set<const void*>& output_storages) {
+std::vector<bool> ProgramBuilder::drop_noops(const std::set<const void*>& output_storages,
+                                             Program& program) {
   std::vector<bool> dropped(raw_ops_.size(), false);
   // An output on the result's storage (the result or a view of it) must not become a
   // view of the source: returned without a copy, it would let the caller write a
@@ -296,8 +297,18 @@ std::vector<bool> ProgramBuilder::drop_noops(const std::set<const void*>& output
     return output_storages.count(t.storage().unsafeGetStorageImpl()) > 0;
   });
   for (const NoopOp& noop : noops) {
-    slot_by_impl_[noop.result.unsafeGetTensorImpl()] = slot_in(slot_by_impl_, noop.source);
+    const int source = slot_in(slot_by_impl_, noop.source);
+    slot_by_impl_[noop.result.unsafeGetTensorImpl()] = source;
     dropped[noop.op] = true;
+    // Views of the result are computed on the source from now on: their slots alias the
+    // source's storage, for the dependencies and the memory plan alike (else a reader of
+    // such a view would not wait for the source's producer, and the view would keep
+    // pointing at the source's old memory when the pool moves it).
+    const void* result_storage = noop.result.storage().unsafeGetStorageImpl();
+    const void* source_storage = program.slots[source].storage;
+    for (SlotInfo& slot : program.slots) {
+      if (slot.storage == result_storage) slot.storage = source_storage;
+    }
   }
   return dropped;
 }
@@ -586,12 +597,14 @@ std::vector<std::pair<int, int>> compute_dependencies(const Program& program) {
 
 // `output_reuses_storage` has one entry per output, true where the output lives on
 // storage the next replay writes again; `mutated_inputs` lists the inputs whose storage
-// the trace writes (directly or through a view), which must be copied back to the caller.
+// the trace writes in place (directly or through a view), which must be copied back to
+// the caller. A view an op returns writes nothing: an input that is only viewed is not
+// copied back (a copy into an expanded caller tensor would even fail).
 void classify_inputs_and_outputs(Program& program) {
   auto storage_of = [&](int slot) { return program.slots[slot].storage; };
   std::set<const void*> written;
-  for (const OpNode& node : program.ops) {
-    for (int slot : node.writes) written.insert(storage_of(slot));
+  for (size_t s = 0; s < program.slots.size(); ++s) {
+    if (program.slots[s].mutated) written.insert(storage_of(static_cast<int>(s)));
   }
   std::set<const void*> stable_storage;
   for (size_t s = 0; s < program.slots.size(); ++s) {
@@ -622,8 +635,9 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
   Program program = start_program();
   program.folds = std::move(folds);
   const std::set<const void*> outputs = output_storages();
-  const std::vector<bool> dropped =
-      options.drop_noop_ops ? drop_noops(outputs) : std::vector<bool>(raw_ops_.size(), false);
+  const std::vector<bool> dropped = options.drop_noop_ops
+                                        ? drop_noops(outputs, program)
+                                        : std::vector<bool>(raw_ops_.size(), false);
   const std::unordered_set<int> metadata_changed = metadata_changed_slots();
 
   // What runs at prepare (precomputed views, buffers, shared storages) runs as a replay's

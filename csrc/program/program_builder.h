@@ -67,8 +67,9 @@ class ProgramBuilder {
   // The storages program outputs live on.
   std::set<const void*> output_storages() const;
   // Per recorded op, whether it is dropped as a no-op (passes/noop_elimination.h); readers
-  // of a dropped op's result read its source instead.
-  std::vector<bool> drop_noops(const std::set<const void*>& output_storages);
+  // of a dropped op's result read its source instead, and slots on its storage (views of
+  // it) count as on the source's.
+  std::vector<bool> drop_noops(const std::set<const void*>& output_storages, Program& program);
   // Slots whose sizes, strides or storage some op changes in place; UnsupportedOp if one is an
   // input, state or constant, which a replay would change again on every call.
   std::unordered_set<int> metadata_changed_slots() const;

@@ -44,13 +44,21 @@ InputBinding::Scope InputBinding::bind(const Program& program,
       return scope;  // two inputs share memory: the program did not see that; copy
     }
   }
+  // An input on one of the input buffers (an output handed out with copy_outputs=False
+  // that views an input) would be read while the other inputs are copied over it.
+  auto on_an_input_buffer = [&](const at::Tensor& user) {
+    for (int slot : program.inputs) {
+      if (same_storage(user, program.values[slot].toTensor())) return true;
+    }
+    return false;
+  };
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& buffer = program.values[program.inputs[i]].toTensor();
     const at::Tensor& user = inputs[i];
     if (!eligible_[i] || !user.is_cpu() || !user.has_storage() || user.is_conj() || user.is_neg() ||
         user.layout() != c10::kStrided || user.dtype() != buffer.dtype() ||
         user.sizes() != buffer.sizes() || user.strides() != buffer.strides() ||
-        user.storage_offset() != buffer.storage_offset() || same_storage(user, buffer)) {
+        user.storage_offset() != buffer.storage_offset() || on_an_input_buffer(user)) {
       continue;
     }
     auto point = [&](const at::Tensor& t) {

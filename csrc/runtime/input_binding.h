@@ -4,7 +4,8 @@
 // views computed from them at prepare) point at the caller's storage; afterwards they
 // point back at their own. An in-place write of the model then lands in the caller's
 // tensor directly, as in eager. Inputs whose layout differs from the prepared one, that
-// share storage with another input, or that an output aliases, are copied as before.
+// share storage with another input or lie on an input buffer, or that an output
+// aliases, are copied as before.
 #include <ATen/core/Tensor.h>
 
 #include <utility>

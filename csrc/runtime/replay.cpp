@@ -35,19 +35,21 @@ void copy_into(at::Tensor& dst, const at::Tensor& src) {
 }
 
 at::Tensor copy_of(const at::Tensor& src) {
+  // An output may be an expanded or otherwise overlapping view (`x.expand(...)`): its
+  // strides cannot be given to a tensor of its own; clone makes those dense.
+  if (!src.is_non_overlapping_and_dense() || !src.is_cpu()) return src.clone();
   at::Tensor dst = at::empty_strided(src.sizes(), src.strides(), src.options());
-  if (src.is_non_overlapping_and_dense() && src.is_cpu()) {
-    std::memcpy(dst.data_ptr(), src.const_data_ptr(), src.nbytes());
-  } else {
-    dst.copy_(src);
-  }
+  std::memcpy(dst.data_ptr(), src.const_data_ptr(), src.nbytes());
   return dst;
 }
 
 }  // namespace
 
 Replay::Replay(Program program, const ExecutorOptions& options, ExecutorFactory make)
-    : program_(std::move(program)), options_(options), make_executor_(std::move(make)) {
+    : program_(std::move(program)),
+      options_(options),
+      make_executor_(std::move(make)),
+      aliasing_(program_) {
   for (size_t s = 0; s < program_.slots.size(); ++s) {
     if (program_.slots[s].role != SlotRole::kState) continue;
     const at::Tensor& t = program_.values[s].toTensor();
@@ -85,6 +87,7 @@ void Replay::check_inputs(const std::vector<at::Tensor>& inputs) const {
                      " (as at prepare), got " + describe(got));
     }
   }
+  aliasing_.check(program_, inputs);
 }
 
 InputBinding::Scope Replay::bind_inputs(const std::vector<at::Tensor>& inputs) const {
@@ -107,10 +110,27 @@ void Replay::check_state() const {
 }
 
 void Replay::copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound) {
+  // A caller may hand back memory of this replay's input buffers: an output given out
+  // with copy_outputs=False that views an input (`x.t()`). Copied in one by one, it would
+  // be overwritten before it is read, or copied onto itself; such inputs are copied
+  // aside first.
+  std::vector<at::Tensor> aside(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].has_storage()) continue;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const at::Tensor& buffer = program_.values[program_.inputs[k]].toTensor();
+      if (!bound.bound(k) && !(k == i && buffer.is_same(inputs[i])) &&
+          buffer.storage().is_alias_of(inputs[i].storage())) {
+        aside[i] = inputs[i].clone();
+        break;
+      }
+    }
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (bound.bound(i)) continue;
     at::Tensor& buffer = program_.values[program_.inputs[i]].toTensor();
-    if (!buffer.is_same(inputs[i])) copy_into(buffer, inputs[i]);
+    const at::Tensor& source = aside[i].defined() ? aside[i] : inputs[i];
+    if (!buffer.is_same(source)) copy_into(buffer, source);
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "csrc/program/program.h"
 #include "csrc/runtime/executor.h"
+#include "csrc/runtime/input_aliasing.h"
 #include "csrc/runtime/input_binding.h"
 
 namespace nimble {
@@ -25,7 +26,8 @@ class Replay {
   Replay(Program program, const ExecutorOptions& options, ExecutorFactory make = make_executor);
 
   // Throws BadInput (errors.h) when the inputs differ from the prepared ones in number,
-  // shape, dtype or device. With copy_outputs, outputs that live in buffers reused by the
+  // shape, dtype or device, or alias each other or the model's state where the trace
+  // writes (input_aliasing.h). With copy_outputs, outputs that live in buffers reused by the
   // next replay are cloned; otherwise the caller gets those buffers themselves.
   // `copy_first`: only the first that many outputs follow `copy_outputs` (the rest are
   // handed out as they are); -1 for all.
@@ -84,6 +86,7 @@ class Replay {
   ExecutorFactory make_executor_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<InputBinding> binding_;  // none for backends with fixed addresses
+  InputAliasing aliasing_;
   struct StateLayout {
     int slot;
     c10::ScalarType dtype;

@@ -14,6 +14,15 @@ from ..zoo import build
 from .timing import alternate, median_ms
 
 
+def _quiet_profiler_without_gpu() -> None:
+    """On a machine without a GPU, torch's profiler (kineto) logs `ERROR: ...
+    gpuGetDeviceCount failed with code 35` when it starts: a false alarm, its only
+    message there. Kineto reads its log level once, at its first use in the process, so
+    this holds for the process; a level the user set is kept."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+
+
 def peak_allocated_bytes(fn) -> int:
     """Peak of the CPU bytes allocated and not yet freed while `fn` runs (tensors that
     existed before, such as parameters, do not count). Read from the profiler's record of
@@ -21,6 +30,7 @@ def peak_allocated_bytes(fn) -> int:
     frees itself (a convolution's scratch space)."""
     from torch.profiler import ProfilerActivity, profile
 
+    _quiet_profiler_without_gpu()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
         fn()
     cpu = torch._C._autograd.DeviceType.CPU

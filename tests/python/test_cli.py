@@ -27,14 +27,18 @@ def run(*args):
 def test_bench_json():
     done = run("bench", "--model", "transformer:encoder", "--runs", "3", "--warmup", "1", "--json")
     assert done.returncode == 0, done.stderr
+    # The profiler measuring peak memory raises no false alarm on a machine without a GPU.
+    assert "ERROR" not in done.stderr, done.stderr
     row = json.loads(done.stdout)
     assert row.keys() == CPU_FIELDS
     assert row["ops"] > 0 and row["eager_ms"] > 0 and row["nimble_ms"] > 0
     # Per call and per op outside the kernels come from the same timed replays.
     assert row["call_overhead_us"] > 0
     assert abs(row["call_overhead_us"] - row["overhead_us_per_op"] * row["ops"]) <= 0.1 + row["ops"] * 1e-3
-    # The one-stream replay's pool holds its working memory: no more than eager's peak.
-    assert 0 < row["pool_mb"] <= row["eager_peak_mb"]
+    # The one-stream replay's pool holds its working memory, inside the replay's peak.
+    # (Against eager: at most eager's peak on the same ops, test_memory_plan.py; this
+    # model's eager takes a fused path the replay does not, whose peak can be lower.)
+    assert row["eager_peak_mb"] > 0 and 0 < row["pool_mb"] <= row["replay_peak_mb"]
 
 
 def test_bench_without_out_buffers_preallocates_nothing():

@@ -2,7 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 #include "tuning/database/json_lines.h"
@@ -49,21 +51,108 @@ void TuningDatabase::Closer::operator()(sqlite3* db) const { sqlite3_close(db); 
 
 TuningDatabase::TuningDatabase(const std::string& path) : path_(path) {
   sqlite3* raw = nullptr;
-  const int rc = sqlite3_open(path.c_str(), &raw);
+  // Never creates a file in a folder that is not there, never truncates one.
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   db_.reset(raw);
   if (rc != SQLITE_OK)
     throw std::runtime_error("cannot open tuning database " + path + ": " + sqlite3_errmsg(raw));
   sqlite3_busy_timeout(db_.get(), 5000);
-  // WAL: a crash mid-transaction leaves the last committed batch intact and readers unblocked.
-  execute("PRAGMA journal_mode=WAL");
-  execute("PRAGMA synchronous=NORMAL");
-  execute(
-      "CREATE TABLE IF NOT EXISTS measurements ("
-      " id INTEGER PRIMARY KEY, run TEXT NOT NULL, signature TEXT NOT NULL, device TEXT NOT NULL,"
-      " config TEXT NOT NULL, seconds TEXT NOT NULL, mean_seconds REAL, error TEXT NOT NULL,"
-      " message TEXT NOT NULL, cost_seconds REAL NOT NULL, cut_short INTEGER NOT NULL,"
-      " recorded_at REAL NOT NULL)");
-  execute("CREATE INDEX IF NOT EXISTS measurements_by_task ON measurements(signature, device)");
+  try {
+    check_schema();
+    // WAL: a crash mid-transaction leaves the last committed batch intact and readers
+    // unblocked.
+    execute("PRAGMA journal_mode=WAL");
+    execute("PRAGMA synchronous=NORMAL");
+  } catch (const std::runtime_error& e) {
+    const bool locked = sqlite3_errcode(db_.get()) == SQLITE_BUSY;
+    std::string what = e.what();
+    const std::string prefix = "tuning database: ";
+    if (what.rfind(prefix, 0) == 0) what.erase(0, prefix.size());
+    throw std::runtime_error("tuning database " + path + ": " + what +
+                             (locked ? " (another process holds it; waited 5 s)" : ""));
+  }
+}
+
+namespace {
+
+// Marks a file as ours ('nimb'), so another application's SQLite file is not taken for
+// an empty tuning database and written into.
+constexpr int kApplicationId = 0x6E696D62;
+constexpr int kSchemaVersion = 1;
+constexpr const char* kColumns[] = {"id",      "run",          "signature",    "device",
+                                    "config",  "seconds",      "mean_seconds", "error",
+                                    "message", "cost_seconds", "cut_short",    "recorded_at"};
+
+}  // namespace
+
+int TuningDatabase::pragma(const char* name) const {
+  Statement s = prepare(db_.get(), std::string("PRAGMA ") + name);
+  if (sqlite3_step(s.get()) != SQLITE_ROW) throw std::runtime_error(sqlite3_errmsg(db_.get()));
+  return sqlite3_column_int(s.get(), 0);
+}
+
+void TuningDatabase::check_schema() {
+  // A file that is not SQLite, or a truncated or damaged one, fails here, before anything
+  // is written.
+  {
+    Statement s = prepare(db_.get(), "PRAGMA quick_check");
+    if (sqlite3_step(s.get()) != SQLITE_ROW) throw std::runtime_error(sqlite3_errmsg(db_.get()));
+    const std::string verdict = column_text(s.get(), 0);
+    if (verdict != "ok") throw std::runtime_error("damaged (" + verdict + "); left as it is");
+  }
+  std::vector<std::string> tables;
+  {
+    Statement s = prepare(db_.get(), "SELECT name FROM sqlite_master WHERE type = 'table'");
+    while (sqlite3_step(s.get()) == SQLITE_ROW) tables.push_back(column_text(s.get(), 0));
+  }
+  const int application = pragma("application_id");
+  if (tables.empty() && application == 0) {
+    execute("BEGIN IMMEDIATE");
+    try {
+      execute(("PRAGMA application_id=" + std::to_string(kApplicationId)).c_str());
+      execute(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
+      execute(
+          "CREATE TABLE measurements ("
+          " id INTEGER PRIMARY KEY, run TEXT NOT NULL, signature TEXT NOT NULL, device TEXT "
+          "NOT NULL, config TEXT NOT NULL, seconds TEXT NOT NULL, mean_seconds REAL, error "
+          "TEXT NOT NULL, message TEXT NOT NULL, cost_seconds REAL NOT NULL, cut_short "
+          "INTEGER NOT NULL, recorded_at REAL NOT NULL)");
+      execute("CREATE INDEX measurements_by_task ON measurements(signature, device)");
+      execute("COMMIT");
+    } catch (...) {
+      sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
+    }
+    return;
+  }
+  const bool unmarked_ours = application == 0 && tables == std::vector<std::string>{"measurements"};
+  if (application != kApplicationId && !unmarked_ours) {
+    std::string names;
+    for (const std::string& t : tables) names += (names.empty() ? "" : ", ") + t;
+    throw std::runtime_error(
+        "not a nimble tuning database (an SQLite file of another kind, "
+        "tables: " +
+        names + "); left as it is");
+  }
+  const int version = unmarked_ours ? kSchemaVersion : pragma("user_version");
+  if (version != kSchemaVersion) {
+    throw std::runtime_error("schema version " + std::to_string(version) + ", this nimble reads " +
+                             std::to_string(kSchemaVersion) + "; left as it is");
+  }
+  std::vector<std::string> columns;
+  {
+    Statement s = prepare(db_.get(), "PRAGMA table_info(measurements)");
+    while (sqlite3_step(s.get()) == SQLITE_ROW) columns.push_back(column_text(s.get(), 1));
+  }
+  if (!std::equal(columns.begin(), columns.end(), std::begin(kColumns), std::end(kColumns))) {
+    throw std::runtime_error("the measurements table has other columns than schema version " +
+                             std::to_string(kSchemaVersion) + "; left as it is");
+  }
+  if (unmarked_ours) {  // written before files were marked: the same schema
+    execute(("PRAGMA application_id=" + std::to_string(kApplicationId)).c_str());
+    execute(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
+  }
 }
 
 void TuningDatabase::execute(const char* sql) const {

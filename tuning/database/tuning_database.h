@@ -1,6 +1,9 @@
 #pragma once
 // Every measurement goes to SQLite as it happens, one transaction per batch, in WAL mode: a
 // killed tuning process loses at most the batch in flight and leaves a readable database.
+// Opening checks the file first and throws std::runtime_error naming it, without writing
+// to it, when it is not SQLite, damaged or truncated, another application's database, of
+// another schema version, or locked by another process for longer than 5 s.
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +40,8 @@ class TuningDatabase {
     void operator()(sqlite3* db) const;
   };
   void execute(const char* sql) const;
+  int pragma(const char* name) const;
+  void check_schema();
   std::vector<DatabaseRecord> query(const std::string& sql,
                                     const std::vector<std::string>& args) const;
   std::string path_;
