@@ -13,6 +13,7 @@ as usual.
 from __future__ import annotations
 
 import collections
+import contextlib
 import warnings
 from typing import Any, Callable
 
@@ -86,9 +87,18 @@ class _Program:
         self.state_positions = [i for i, a in enumerate(args) if _is_state(a)]
         self.state = [args[i] for i in self.state_positions]
         self.bound = _BoundGraph(graph, args, self.state_positions)
-        self.input_positions = self.bound.input_positions
-        inputs = tuple(args[i] for i in self.input_positions)
-        self.replay = Nimble(self.bound).prepare(inputs, **options).replay
+        inputs = tuple(args[i] for i in self.bound.input_positions)
+        with contextlib.ExitStack() as stack:
+            # prepare puts the state back after capturing, with the values it had: keeping
+            # the version counters too lets autograd accept parameters a forward saved
+            # before a backward graph was prepared.
+            for t in self.state:
+                stack.enter_context(torch.autograd._unsafe_preserve_version_counter(t))
+            self.replay = Nimble(self.bound).prepare(inputs, **options).replay
+        # The replay reads the tensors; other arguments (sizes) are part of its trace.
+        self.tensor_positions = [
+            i for i in self.bound.input_positions if isinstance(args[i], torch.Tensor)
+        ]
         self.output_kinds = self.bound.output_kinds
         self.static_only = all(isinstance(a, torch.Tensor) for a in args)
 
@@ -100,7 +110,7 @@ class _Program:
         )
 
     def run(self, args: list) -> list:
-        made = iter(self.replay.run([args[i] for i in self.input_positions], True))
+        made = iter(self.replay.run([args[i] for i in self.tensor_positions], True))
         return [
             next(made) if kind[0] == "made" else args[kind[1]] if kind[0] == "argument" else kind[1]
             for kind in self.output_kinds
@@ -180,6 +190,8 @@ class GraphReplay:
             from torch._dynamo.utils import counters
 
             counters["nimble"]["programs_prepared"] += 1
+            counters["nimble"]["ops_replayed"] += program.replay.num_ops
+            counters["nimble_executors"][program.replay.backend] += 1
             self.programs[key] = program
             if len(self.programs) > MAX_PROGRAMS_PER_GRAPH:
                 self.programs.popitem(last=False)
@@ -207,10 +219,8 @@ def nimble_backend(
     options `streams`, `plan_memory`, `fold_batchnorm`, `drop_noop_ops`,
     `out_variant_max_bytes` (as for `Nimble.prepare`) and `strict`."""
     from torch._dynamo.backends.common import aot_autograd
-    from torch._dynamo.utils import counters
 
     prepare_options, strict = _check_options(options)
-    counters["nimble"]["graphs"] += 1
 
     def compiler(kind: str) -> Callable:
         def compile_graph(aten_graph: torch.fx.GraphModule, _fake_inputs: list) -> GraphReplay:
