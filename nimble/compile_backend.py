@@ -23,7 +23,9 @@ from .errors import BadInputError, NimbleError
 from .wrapper import Nimble
 
 # `torch.compile(..., options={...})` keys, each a `Nimble.prepare` argument.
-PREPARE_OPTIONS = ("streams", "plan_memory", "fold_batchnorm", "drop_noop_ops", "out_variant_max_bytes")
+PREPARE_OPTIONS = (
+    "streams", "plan_memory", "fold_batchnorm", "drop_noop_ops", "out_variant_max_bytes",
+)
 # Beyond prepare's: `strict` raises where nimble cannot replay a graph, instead of running
 # that graph eagerly with a warning.
 BACKEND_OPTIONS = PREPARE_OPTIONS + ("strict",)
@@ -169,14 +171,14 @@ class GraphReplay:
         return program.run(args_copy)
 
     def _program_for(self, args: list) -> _Program | None:
+        from torch._dynamo.utils import counters
+
         key = _signature(args)
         program = self.programs.get(key)
         if program is None:
             try:
                 program = _Program(self.graph, args, self.options)
             except NimbleError as error:
-                from torch._dynamo.utils import counters
-
                 if self.strict:
                     raise
                 self.eager_reason = f"{type(error).__name__}: {error}"
@@ -187,8 +189,6 @@ class GraphReplay:
                     stacklevel=2,
                 )
                 return None
-            from torch._dynamo.utils import counters
-
             counters["nimble"]["programs_prepared"] += 1
             counters["nimble"]["ops_replayed"] += program.replay.num_ops
             counters["nimble_executors"][program.replay.backend] += 1
