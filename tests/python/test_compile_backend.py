@@ -100,7 +100,14 @@ def test_zoo_models_match_eager(spec):
 
 
 def test_options_reach_prepare():
-    model, example = build("torchvision:resnet18", batch=1, image_size=32)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3), torch.nn.BatchNorm2d(8)).eval()
+    for bn in (model[1], model[4]):  # statistics that folding must get right
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    example = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
         expected = model(example)
         plain = torch.compile(model, backend="nimble", options=STRICT)
@@ -200,6 +207,23 @@ def test_shapes_marked_dynamic_get_one_program_per_shape():
             x = torch.randn(rows, 8)
             torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
     assert graphs() == 1 and counters["nimble"]["programs_prepared"] == 2
+
+
+def test_inference_mode_and_gradients_of_inputs_only():
+    model = mlp()
+    compiled = torch.compile(model, backend="nimble", options=STRICT)
+    with torch.inference_mode():
+        for seed in (0, 1):
+            x = torch.randn(3, 8)
+            torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    x = torch.randn(3, 8, requires_grad=True)
+    compiled(x).square().sum().backward()
+    got, x.grad = x.grad, None
+    model(x).square().sum().backward()
+    torch.testing.assert_close(got, x.grad)
+    assert counters["nimble"]["graphs_run_eagerly"] == 0
 
 
 def test_instances_of_one_class_keep_their_own_parameters():
