@@ -86,7 +86,7 @@ def test_bert_with_a_mask_is_refused_by_prepare_and_replayed_through_compile():
 
 
 @pytest.mark.parametrize("spec", ["torchvision:resnet18", "torchvision:mobilenet_v3_small",
-                                  "transformer:encoder"])
+                                  "torchvision:inception_v3", "transformer:encoder"])
 def test_zoo_models_match_eager(spec):
     model, example = build(spec, batch=2, image_size=32)
     compiled = torch.compile(model, backend="nimble", options=STRICT)
