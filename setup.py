@@ -47,4 +47,6 @@ setup(
     cmdclass={"build_ext": CMakeBuild},
     python_requires=">=3.10",
     install_requires=["torch==2.11.0"],
+    # torch.compile(backend="nimble") without importing nimble first.
+    entry_points={"torch_dynamo_backends": ["nimble = nimble.compile_backend:nimble_backend"]},
 )

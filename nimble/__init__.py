@@ -3,5 +3,8 @@
 from .errors import BadInputError, NimbleError, NotPreparedError, NotStaticError, UnsupportedOpError
 from .tune import tune
 from .wrapper import Nimble
+from .compile_backend import register as _register_compile_backend
+
+_register_compile_backend()  # torch.compile(model, backend="nimble")
 
 __all__ = ["BadInputError", "Nimble", "NimbleError", "NotPreparedError", "NotStaticError", "UnsupportedOpError", "tune"]

@@ -2,6 +2,12 @@
 
     build("torchvision:resnet18", batch=1, image_size=64) -> (model, example_input)
     build("transformer:encoder", batch=8)
+    build_call("hf:bert", batch=2) -> (model, example_args, example_kwargs)
+
+`hf:NAME` are HuggingFace `transformers` models built from small configs (hidden size 128,
+2 layers): BERT with an attention mask (the second sequence padded), GPT-2, T5
+(encoder-decoder), ViT and a Llama-style decoder. Their masking code reads tensor values
+on the host, so they run through `torch.compile(backend="nimble")`, not `prepare`.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ TORCHVISION_MODELS = [
     "regnet_y_400mf", "convnext_tiny", "vit_b_16",
 ]
 ALL_MODELS = [f"torchvision:{name}" for name in TORCHVISION_MODELS] + ["transformer:encoder"]
+HF_MODELS = ["hf:bert", "hf:gpt2", "hf:t5", "hf:vit", "hf:llama"]
 
 # Smallest image side a model accepts, where it is above what callers usually ask for.
 _MIN_IMAGE_SIZE = {"inception_v3": 75}
@@ -29,10 +36,13 @@ def check_spec(spec: str) -> None:
 
         if name not in models.list_models(module=models):
             raise ValueError(f"unknown torchvision classification model '{name}'")
+    elif family == "hf":
+        if spec not in HF_MODELS:
+            raise ValueError(f"unknown model '{spec}': the hf: models are {HF_MODELS}")
     elif not (family == "transformer" and name == "encoder"):
         raise ValueError(
-            f"unknown model '{spec}': expected torchvision:NAME (e.g. torchvision:resnet18) "
-            f"or transformer:encoder"
+            f"unknown model '{spec}': expected torchvision:NAME (e.g. torchvision:resnet18), "
+            f"transformer:encoder or one of {HF_MODELS}"
         )
 
 
@@ -51,10 +61,54 @@ def _torchvision(name: str, image_size: int, num_classes: int) -> tuple[torch.nn
     return models.get_model(name, **kwargs), size
 
 
-def build(spec: str, batch: int = 1, image_size: int = 64, seed: int = 0, num_classes: int = 1000):
-    """(model in eval mode, example input) for `family:name`."""
+def _hf(name: str, batch: int, sequence: int) -> tuple[torch.nn.Module, dict]:
+    import transformers as tf
+
+    small = dict(num_hidden_layers=2, num_attention_heads=2, intermediate_size=512)
+    ids = torch.randint(0, 1000, (batch, sequence))
+    mask = torch.ones(batch, sequence, dtype=torch.long)
+    mask[1:, sequence * 3 // 4:] = 0  # padding: the mask is not all ones
+    text = dict(input_ids=ids, attention_mask=mask)
+    if name == "bert":
+        config = tf.BertConfig(hidden_size=128, vocab_size=1000, max_position_embeddings=64, **small)
+        return tf.BertModel(config), text
+    if name == "gpt2":
+        config = tf.GPT2Config(n_embd=128, n_layer=2, n_head=2, n_inner=512, vocab_size=1000,
+                               n_positions=64, bos_token_id=0, eos_token_id=0)
+        return tf.GPT2Model(config), dict(text, use_cache=False)
+    if name == "t5":
+        config = tf.T5Config(d_model=128, d_ff=512, d_kv=64, num_layers=2, num_decoder_layers=2,
+                             num_heads=2, vocab_size=1000)
+        return tf.T5Model(config), dict(text, decoder_input_ids=ids[:, : sequence // 2].clone(),
+                                        use_cache=False)
+    if name == "vit":
+        config = tf.ViTConfig(hidden_size=128, image_size=32, patch_size=8, **small)
+        return tf.ViTModel(config), dict(pixel_values=torch.randn(batch, 3, 32, 32))
+    config = tf.LlamaConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, intermediate_size=512, vocab_size=1000,
+                            max_position_embeddings=64)
+    return tf.LlamaModel(config), dict(text, use_cache=False)
+
+
+def build_call(spec: str, batch: int = 1, image_size: int = 64, sequence: int = 32, seed: int = 0):
+    """(model in eval mode, example positional arguments, example keyword arguments) for
+    any model, `hf:` ones included (`sequence`: their token count)."""
     check_spec(spec)
     family, _, name = spec.partition(":")
+    if family == "hf":
+        torch.manual_seed(seed)
+        model, kwargs = _hf(name, batch, sequence)
+        return model.eval(), (), kwargs
+    model, example = build(spec, batch=batch, image_size=image_size, seed=seed)
+    return model, (example,), {}
+
+
+def build(spec: str, batch: int = 1, image_size: int = 64, seed: int = 0, num_classes: int = 1000):
+    """(model in eval mode, example input) for `family:name` (all but `hf:` models)."""
+    check_spec(spec)
+    family, _, name = spec.partition(":")
+    if family == "hf":
+        raise ValueError(f"{spec} takes keyword arguments: build it with build_call()")
     torch.manual_seed(seed)
     if family == "torchvision":
         model, size = _torchvision(name, image_size, num_classes)

@@ -11,6 +11,10 @@ user would write instead of nimble), nimble on one stream and on several and, wi
 `--compile`, torch.compile(mode="reduce-overhead"): per call, wall and GPU milliseconds,
 prepare (or capture, or compile) seconds, nimble's streams and syncs, and the ratios
 between them. Every variant is checked against eager first.
+
+`--compile-backend` times eager, torch.compile with inductor (default and reduce-overhead
+modes), torch.compile(backend="nimble") and nimble's prepare (where the model allows it),
+with compile seconds; `hf:` models (HuggingFace transformers from small configs) run here.
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ import sys
 
 import torch
 
-from . import cpu, cuda, train
+from . import compiled, cpu, cuda, train
 from .report import print_table
-from ..zoo import ALL_MODELS, check_spec
+from ..zoo import ALL_MODELS, HF_MODELS, check_spec
 
 DEFAULT_IMAGE_SIZE = {"cpu": 64, "cuda": 224}
 
@@ -41,6 +45,8 @@ def _measure_apart(spec: str, args: argparse.Namespace, streams) -> tuple[dict |
         argv += ["--streams", str(streams)]
     if args.compile:
         argv += ["--compile"]
+    if args.compile_backend:
+        argv += ["--compile-backend", "--sequence", str(args.sequence)]
     if args.train:
         argv += ["--train", "--optimizer", args.optimizer] + (["--breakdown"] if args.breakdown else [])
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
@@ -61,8 +67,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m nimble bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append",
-                        help="torchvision:NAME or transformer:encoder; repeatable; 'all' for "
-                             "every model of the correctness suite (default torchvision:resnet18)")
+                        help="torchvision:NAME or transformer:encoder (with --compile-backend "
+                             f"also {', '.join(HF_MODELS)}); repeatable; 'all' for every model of "
+                             "the correctness suite (default torchvision:resnet18)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--image-size", type=int, default=None,
@@ -75,6 +82,12 @@ def main(argv: list[str]) -> int:
                              "'auto')")
     parser.add_argument("--compile", action="store_true",
                         help="with --device cuda: also torch.compile(mode='reduce-overhead')")
+    parser.add_argument("--compile-backend", action="store_true",
+                        help="eager, torch.compile (inductor default and reduce-overhead), "
+                             "torch.compile(backend='nimble') and nimble's prepare, with compile "
+                             "seconds (CPU)")
+    parser.add_argument("--sequence", type=int, default=32,
+                        help="with --compile-backend: tokens per sequence of hf: models")
     parser.add_argument("--out-variant-max-bytes", type=int, default=0, metavar="N",
                         help="prepare(out_variant_max_bytes=N): preallocated .out buffers only "
                              "for results of at most N bytes (default 0: all; 1: none, which "
@@ -105,6 +118,8 @@ def main(argv: list[str]) -> int:
             parser.error("--out-variant-max-bytes is an option of the CPU bench")
     elif args.compile:
         parser.error("--compile needs --device cuda")
+    if args.compile_backend and (args.device == "cuda" or args.train):
+        parser.error("--compile-backend times inference on the CPU")
     streams = args.streams
     if streams is not None and streams != "auto":
         if not streams.isdigit() or int(streams) < 1:
@@ -112,7 +127,7 @@ def main(argv: list[str]) -> int:
         streams = int(streams)
     specs = args.model or ["torchvision:resnet18"]
     if specs == ["all"]:
-        specs = ALL_MODELS
+        specs = ALL_MODELS + (HF_MODELS if args.compile_backend else [])
     if args.train and specs == ALL_MODELS:
         specs = [s for s in specs if s.startswith("torchvision:")]
     for spec in specs:
@@ -120,6 +135,8 @@ def main(argv: list[str]) -> int:
             check_spec(spec)
         except ValueError as error:
             parser.error(str(error))
+        if spec.startswith("hf:") and not args.compile_backend:
+            parser.error(f"{spec} runs with --compile-backend")
     if args.device == "cuda":
         reason = _no_cuda_reason()
         if reason is not None:
@@ -133,7 +150,10 @@ def main(argv: list[str]) -> int:
                 return code
         else:
             try:
-                if args.device == "cuda":
+                if args.compile_backend:
+                    row = compiled.measure_compile_backend(
+                        spec, args.batch, args.image_size, args.sequence, args.runs, args.warmup)
+                elif args.device == "cuda":
                     row = cuda.measure_cuda(spec, args.batch, args.image_size, args.runs,
                                             args.warmup, streams or "auto", args.compile)
                 elif args.train:
@@ -150,6 +170,8 @@ def main(argv: list[str]) -> int:
             print(f"measured {spec}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
+    elif args.compile_backend:
+        print_table(rows, compiled.COLUMNS)
     elif args.device == "cuda":
         cuda.print_report(rows)
     elif args.train:

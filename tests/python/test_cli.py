@@ -71,7 +71,7 @@ def test_bench_child_failure_is_reported(capfd):
 
     args = argparse.Namespace(batch=0, image_size=64, runs=1, warmup=0, out_variant_max_bytes=0,
                               train=False, optimizer="sgd", breakdown=False, device="cpu",
-                              compile=False)
+                              compile=False, compile_backend=False, sequence=32)
     assert cli._measure_apart("transformer:encoder", args, None) == (None, 2)
     assert "--batch and --image-size must be positive" in capfd.readouterr().err
 
@@ -315,3 +315,19 @@ def test_check_outputs_names_the_variant_that_differs():
                            [torch.zeros(1, 3), torch.ones(1, 3)])
     assert cuda.max_abs_diff((torch.ones(2), [torch.zeros(3)]),
                              (torch.ones(2) * 3, [torch.zeros(3)])) == 2.0
+
+
+def test_bench_compile_backend_json():
+    done = run("bench", "--compile-backend", "--model", "transformer:encoder", "--runs", "2",
+               "--warmup", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)
+    for variant in ("eager", "inductor", "reduce_overhead", "nimble_backend", "prepare"):
+        assert row[f"{variant}_ms"] > 0
+    for variant in ("inductor", "reduce_overhead", "nimble_backend"):
+        assert row[f"{variant}_compile_s"] > 0 and row[f"{variant}_max_diff"] < 1e-4
+    assert (row["graphs"], row["graph_breaks"], row["graphs_run_eagerly"]) == (1, 0, 0)
+    assert row["prepare_s"] > 0 and "prepare_refused" not in row
+    # hf: models need --compile-backend; the compile bench is CPU inference.
+    assert run("bench", "--model", "hf:bert").returncode == 2
+    assert run("bench", "--compile-backend", "--train").returncode == 2
