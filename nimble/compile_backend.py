@@ -24,7 +24,7 @@ from .wrapper import Nimble
 
 # `torch.compile(..., options={...})` keys, each a `Nimble.prepare` argument.
 PREPARE_OPTIONS = (
-    "streams", "plan_memory", "fold_batchnorm", "drop_noop_ops", "out_variant_max_bytes",
+    "streams", "plan_memory", "fold_batchnorm", "drop_noop_ops", "out_variant_max_bytes", "tuned",
 )
 # Beyond prepare's: `strict` raises where nimble cannot replay a graph, instead of running
 # that graph eagerly with a warning.
@@ -96,7 +96,11 @@ class _Program:
             # before a backward graph was prepared.
             for t in self.state:
                 stack.enter_context(torch.autograd._unsafe_preserve_version_counter(t))
-            self.replay = Nimble(self.bound).prepare(inputs, **options).replay
+            prepared = Nimble(self.bound).prepare(inputs, **options)
+        self.replay = prepared.replay
+        report = prepared.tuned_report()
+        self.tuned_kernels = sum(r["bound"] for r in report)
+        self.tuned_records = sum(bool(r["kernel"]) for r in report)  # ops the database knew
         # The replay reads the tensors; other arguments (sizes) are part of its trace.
         self.tensor_positions = [
             i for i in self.bound.input_positions if isinstance(args[i], torch.Tensor)
@@ -191,6 +195,8 @@ class GraphReplay:
                 return None
             counters["nimble"]["programs_prepared"] += 1
             counters["nimble"]["ops_replayed"] += program.replay.num_ops
+            counters["nimble"]["tuned_kernels_bound"] += program.tuned_kernels
+            counters["nimble"]["tuned_records_found"] += program.tuned_records
             counters["nimble_executors"][program.replay.backend] += 1
             self.programs[key] = program
             if len(self.programs) > MAX_PROGRAMS_PER_GRAPH:
@@ -209,10 +215,6 @@ def _check_options(options: dict | None) -> tuple[dict, bool]:
             f"known: {list(BACKEND_OPTIONS)}"
         )
     strict = bool(options.pop("strict", False))
-    # Off unless asked for: on inception_v3's AOTAutograd graph, dropping no-op copies
-    # together with memory planning gives wrong results (either alone is right); a bug of
-    # those passes, not understood yet.
-    options.setdefault("drop_noop_ops", False)
     return options, strict
 
 
@@ -221,7 +223,7 @@ def nimble_backend(
 ) -> Callable:
     """The dynamo backend: `torch.compile(model, backend="nimble", options={...})`, with
     options `streams`, `plan_memory`, `fold_batchnorm`, `drop_noop_ops`,
-    `out_variant_max_bytes` (as for `Nimble.prepare`) and `strict`."""
+    `out_variant_max_bytes`, `tuned` (as for `Nimble.prepare`) and `strict`."""
     from torch._dynamo.backends.common import aot_autograd
 
     prepare_options, strict = _check_options(options)

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <deque>
 #include <sstream>
 
@@ -73,6 +74,13 @@ int next_reader(const Program& program, int from, const void* storage) {
   return -1;
 }
 
+// Whether op `reader` is the only op that reads `storage`.
+bool only_reader(const Program& program, int reader, const void* storage) {
+  for (int m = 0; m < static_cast<int>(program.ops.size()); ++m)
+    if (m != reader && reads_storage(program, program.ops[m], storage)) return false;
+  return true;
+}
+
 // Whether the dependencies order op `from` before op `to` (a path of edges).
 bool ordered(const Program& program, int from, int to) {
   if (from == to) return true;
@@ -128,11 +136,20 @@ void absorb_epilogue(const Program& program, TunableSite& site) {
     if (j < 0) return;
     node = &program.ops[j];
   }
-  if (is_op(*node, "aten::relu_") && in_place_on(*node, out) && node->args.size() == 1) {
+  // A functional activation (a functionalized graph's) may take the convolution's result as
+  // its own when it is the result's only reader and the result is not returned.
+  const bool functional =
+      (is_op(*node, "aten::relu") || is_op(*node, "aten::hardtanh")) &&
+      !site.op.epilogue.residual && node->args[0].kind == Arg::Kind::kSlot &&
+      node->args[0].slot == out && only_reader(program, j, storage) &&
+      std::find(program.outputs.begin(), program.outputs.end(), out) == program.outputs.end();
+  if ((is_op(*node, "aten::relu_") && in_place_on(*node, out) && node->args.size() == 1) ||
+      (functional && is_op(*node, "aten::relu") && node->args.size() == 1)) {
     site.op.epilogue.activation = Epilogue::Activation::kRelu;
     site.absorbed.push_back(j);
-  } else if (is_op(*node, "aten::hardtanh_") && in_place_on(*node, out) && node->args.size() == 3 &&
-             node->args[1].kind == Arg::Kind::kConstant &&
+  } else if (((is_op(*node, "aten::hardtanh_") && in_place_on(*node, out)) ||
+              (functional && is_op(*node, "aten::hardtanh"))) &&
+             node->args.size() == 3 && node->args[1].kind == Arg::Kind::kConstant &&
              node->args[2].kind == Arg::Kind::kConstant && node->args[1].constant.isScalar() &&
              node->args[2].constant.isScalar()) {
     site.op.epilogue.activation = Epilogue::Activation::kHardtanh;

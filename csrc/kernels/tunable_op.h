@@ -87,8 +87,8 @@ struct TunableSite {
 
 // The op at `index` of `program` as a tunable op; nullopt when no kernel family could
 // replace it (another op, a transposed or 1-D/3-D convolution, a dtype other than float).
-// With `fuse`, in-place residual adds and activations that follow it are absorbed where no
-// other op can tell (nothing reads the result before them, the residual is ready before the
+// With `fuse`, in-place residual adds and activations that follow it (or a functional
+// activation that is its result's only reader) are absorbed where no other op can tell (nothing reads the result before them, the residual is ready before the
 // convolution in every schedule the dependencies allow and unchanged until the add).
 std::optional<TunableSite> tunable_site(const Program& program, int index, bool fuse = true);
 
