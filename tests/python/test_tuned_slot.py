@@ -71,7 +71,9 @@ def test_tune_records_every_measurement_and_binding_gives_eager_results(tmp_path
     bound = fast.use_tuned(db, min_speedup=0)  # bind every correct kernel, fast or not
     assert all(r["bound"] for r in bound), bound
     assert len(bound) == 5
-    assert len(kernels.bound_kernels(fast.replay)) == sum(r["bound"] for r in bound)
+    # torch.relu after self.a is the convolution's only reader: its epilogue does it.
+    assert [r["absorbed"] for r in bound if r["absorbed"]] == [[1]]
+    assert len(kernels.bound_kernels(fast.replay)) == 5 + 1
     for r in fast.tuned_report():
         if r["bound"]:
             assert r["family"] in ("aten", "im2col_gemm", "depthwise")
