@@ -51,6 +51,21 @@ __attribute__((always_inline)) inline void tile(const float* in, const float* we
     for (int j = 0; j < OCB; ++j) out[i * OCB + j] = acc[i][j];
 }
 
+// Output columns [ox0, ox1) of a row over input channels [c0, c1): whole tiles, then the
+// columns left over one at a time.
+template <int OCB, int OWT>
+__attribute__((always_inline)) inline void sweep(const float* in, const float* weight,
+                                                 const float* bias, float* out, const Geometry& g,
+                                                 int64_t iy0, int64_t c0, int64_t c1, int64_t ox0,
+                                                 int64_t ox1) {
+  const float* init = c0 == 0 ? bias : nullptr;
+  const int64_t full = std::min(ox1, g.ow / OWT * OWT);
+  int64_t ox = ox0;
+  for (; ox + OWT <= full; ox += OWT)
+    tile<OCB, OWT>(in, weight, init, out + ox * OCB, g, iy0, ox * g.sw, c0, c1);
+  for (; ox < ox1; ++ox) tile<OCB, 1>(in, weight, init, out + ox * OCB, g, iy0, ox * g.sw, c0, c1);
+}
+
 // One output row ([ow][OCB] at `out`) of one output-channel block; `c_outer` sweeps the row
 // once per input-channel block (the block's weights stay in cache), otherwise each tile runs
 // through every input-channel block (its partial sums stay in cache).
@@ -58,23 +73,14 @@ template <int OCB, int OWT>
 __attribute__((always_inline)) inline void row(const float* in, const float* weight,
                                                const float* bias, float* out, const Geometry& g,
                                                int64_t iy0, int64_t ic_tile, bool c_outer) {
-  const int64_t full = g.ow / OWT * OWT;
-  const auto sweep = [&](int64_t c0, int64_t c1, int64_t ox0, int64_t ox1) {
-    const float* init = c0 == 0 ? bias : nullptr;
-    int64_t ox = ox0;
-    for (; ox + OWT <= std::min(ox1, full); ox += OWT)
-      tile<OCB, OWT>(in, weight, init, out + ox * OCB, g, iy0, ox * g.sw, c0, c1);
-    for (; ox < ox1; ++ox)
-      tile<OCB, 1>(in, weight, init, out + ox * OCB, g, iy0, ox * g.sw, c0, c1);
-  };
   if (c_outer) {
-    for (int64_t c0 = 0; c0 < g.c; c0 += ic_tile) sweep(c0, std::min(c0 + ic_tile, g.c), 0, g.ow);
+    for (int64_t c0 = 0; c0 < g.c; c0 += ic_tile)
+      sweep<OCB, OWT>(in, weight, bias, out, g, iy0, c0, std::min(c0 + ic_tile, g.c), 0, g.ow);
   } else {
-    for (int64_t ox0 = 0; ox0 < g.ow; ox0 += OWT) {
-      const int64_t ox1 = std::min(ox0 + OWT, g.ow);
+    for (int64_t ox0 = 0; ox0 < g.ow; ox0 += OWT)
       for (int64_t c0 = 0; c0 < g.c; c0 += ic_tile)
-        sweep(c0, std::min(c0 + ic_tile, g.c), ox0, ox1);
-    }
+        sweep<OCB, OWT>(in, weight, bias, out, g, iy0, c0, std::min(c0 + ic_tile, g.c), ox0,
+                        std::min(ox0 + OWT, g.ow));
   }
 }
 

@@ -2,9 +2,9 @@
 // each 2x2 output tile costs 16 multiplies per (input, output) channel pair instead of 36. The
 // weight is transformed once per weight version (U = G g G^T, kept as 16 [k, c] matrices);
 // the zero-padded input is cut into overlapping 4x4 tiles, `tile_block` tiles at a time, each
-// transformed (V = B^T d B) into 16 [c, tiles] matrices; 16 GEMMs (torch's BLAS) give M = U V
+// transformed (V = B^T d B) into 16 [tiles, c] matrices; 16 GEMMs (torch's BLAS) give M = V U
 // and the output transform (Y = A^T M A) adds the bias and writes 2x2 outputs (clipped at
-// odd edges) in the op's output layout.
+// odd edges) in the op's output layout. Both transforms are vectorized over channels.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -18,36 +18,93 @@ namespace {
 
 constexpr int64_t kPositions = 16;  // elements of a 4x4 transformed tile
 
-// B^T d B of the 4x4 tile at `d` (row stride `ld`) into v[p * stride], p = 4 * row + column.
-inline void input_transform(const float* d, int64_t ld, float* v, int64_t stride) {
-  float t[4][4];
-  for (int j = 0; j < 4; ++j) {
-    const float d0 = d[j], d1 = d[ld + j], d2 = d[2 * ld + j], d3 = d[3 * ld + j];
-    t[0][j] = d0 - d2;
-    t[1][j] = d1 + d2;
-    t[2][j] = d2 - d1;
-    t[3][j] = d1 - d3;
-  }
-  for (int i = 0; i < 4; ++i) {
-    v[(4 * i + 0) * stride] = t[i][0] - t[i][2];
-    v[(4 * i + 1) * stride] = t[i][1] + t[i][2];
-    v[(4 * i + 2) * stride] = t[i][2] - t[i][1];
-    v[(4 * i + 3) * stride] = t[i][1] - t[i][3];
+// Where tile `tile` (numbered image by image, row by row) lies.
+struct TileGrid {
+  int64_t tiles_h, tiles_w;
+  int64_t image(int64_t tile) const { return tile / (tiles_h * tiles_w); }
+  int64_t row(int64_t tile) const { return tile % (tiles_h * tiles_w) / tiles_w; }
+  int64_t column(int64_t tile) const { return tile % tiles_w; }
+};
+
+// V = B^T d B of tiles [t0, t0 + count) of the padded channels-last input `x` ([n][hp][wp][c])
+// into v ([16][count][c]), every channel of a tile in one vectorized sweep.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void input_transform(
+    const float* x, float* v, int64_t c, int64_t hp, int64_t wp, const TileGrid& grid, int64_t t0,
+    int64_t count, int64_t begin, int64_t end) {
+  const int64_t position = count * c;
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t tile = t0 + t;
+    const float* d =
+        x + ((grid.image(tile) * hp + 2 * grid.row(tile)) * wp + 2 * grid.column(tile)) * c;
+    float* dst = v + t * c;
+#pragma GCC ivdep
+    for (int64_t ch = 0; ch < c; ++ch) {
+      float bt[4][4];  // B^T d
+      for (int j = 0; j < 4; ++j) {
+        const float d0 = d[j * c + ch], d1 = d[(wp + j) * c + ch], d2 = d[(2 * wp + j) * c + ch],
+                    d3 = d[(3 * wp + j) * c + ch];
+        bt[0][j] = d0 - d2;
+        bt[1][j] = d1 + d2;
+        bt[2][j] = d2 - d1;
+        bt[3][j] = d1 - d3;
+      }
+      for (int i = 0; i < 4; ++i) {
+        dst[(4 * i + 0) * position + ch] = bt[i][0] - bt[i][2];
+        dst[(4 * i + 1) * position + ch] = bt[i][1] + bt[i][2];
+        dst[(4 * i + 2) * position + ch] = bt[i][2] - bt[i][1];
+        dst[(4 * i + 3) * position + ch] = bt[i][1] - bt[i][3];
+      }
+    }
   }
 }
 
-// A^T m A (m[p * stride]) plus `bias`: the 2x2 outputs, y[row][column].
-inline void output_transform(const float* m, int64_t stride, float bias, float y[2][2]) {
-  float t[2][4];
-  for (int j = 0; j < 4; ++j) {
-    const float m0 = m[j * stride], m1 = m[(4 + j) * stride], m2 = m[(8 + j) * stride],
-                m3 = m[(12 + j) * stride];
-    t[0][j] = m0 + m1 + m2;
-    t[1][j] = m1 - m2 - m3;
+// Y = A^T m A + bias of one tile, every output channel, m ([16][count][k]) at the tile's row;
+// Rows x Cols of the 2x2 outputs exist (fewer at odd edges).
+template <int Rows, int Cols>
+__attribute__((always_inline)) inline void output_tile(const float* m, int64_t position, int64_t k,
+                                                       const float* bias, float* out,
+                                                       int64_t channel_stride, int64_t row_stride,
+                                                       int64_t column_stride) {
+#pragma GCC ivdep
+  for (int64_t ch = 0; ch < k; ++ch) {
+    float am[2][4];  // A^T m
+    for (int j = 0; j < 4; ++j) {
+      const float m0 = m[j * position + ch], m1 = m[(4 + j) * position + ch],
+                  m2 = m[(8 + j) * position + ch], m3 = m[(12 + j) * position + ch];
+      am[0][j] = m0 + m1 + m2;
+      am[1][j] = m1 - m2 - m3;
+    }
+    const float b = bias ? bias[ch] : 0.0F;
+    const float y[2][2] = {
+        {am[0][0] + am[0][1] + am[0][2] + b, am[0][1] - am[0][2] - am[0][3] + b},
+        {am[1][0] + am[1][1] + am[1][2] + b, am[1][1] - am[1][2] - am[1][3] + b}};
+    for (int i = 0; i < Rows; ++i)
+      for (int j = 0; j < Cols; ++j)
+        out[ch * channel_stride + i * row_stride + j * column_stride] = y[i][j];
   }
-  for (int i = 0; i < 2; ++i) {
-    y[i][0] = t[i][0] + t[i][1] + t[i][2] + bias;
-    y[i][1] = t[i][1] - t[i][2] - t[i][3] + bias;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void output_transform(
+    const float* m, const float* bias, float* out, const int64_t* out_strides, int64_t k,
+    int64_t oh, int64_t ow, const TileGrid& grid, int64_t t0, int64_t count, int64_t begin,
+    int64_t end) {
+  const int64_t position = count * k;
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t tile = t0 + t, oy = 2 * grid.row(tile), ox = 2 * grid.column(tile);
+    const float* src = m + t * k;
+    float* dst =
+        out + grid.image(tile) * out_strides[0] + oy * out_strides[2] + ox * out_strides[3];
+    const int64_t sc = out_strides[1], sy = out_strides[2], sx = out_strides[3];
+    const bool rows = oy + 1 < oh, cols = ox + 1 < ow;
+    if (rows && cols) {
+      output_tile<2, 2>(src, position, k, bias, dst, sc, sy, sx);
+    } else if (rows) {
+      output_tile<2, 1>(src, position, k, bias, dst, sc, sy, sx);
+    } else if (cols) {
+      output_tile<1, 2>(src, position, k, bias, dst, sc, sy, sx);
+    } else {
+      output_tile<1, 1>(src, position, k, bias, dst, sc, sy, sx);
+    }
   }
 }
 
@@ -58,62 +115,46 @@ class WinogradConv : public TunedKernel {
 
   at::Tensor run(at::TensorList operands) const override {
     ThreadsScope threads(threads_);
+    // [16][c][k]: GEMMs are [tiles, c] x [c, k], the orientation torch's BLAS runs fastest
+    // when there are few tiles.
     const at::Tensor& u = weight_.get(operands[1], [&](const at::Tensor& g) {
       const at::Tensor gm =
           at::tensor({1.0F, 0.0F, 0.0F, 0.5F, 0.5F, 0.5F, 0.5F, -0.5F, 0.5F, 0.0F, 0.0F, 1.0F},
                      g.options())
               .view({4, 3});
       return at::matmul(at::matmul(gm, g), gm.t())  // [k, c, 4, 4]
-          .permute({2, 3, 0, 1})
-          .reshape({kPositions, op_.k, op_.c})
+          .permute({2, 3, 1, 0})
+          .reshape({kPositions, op_.c, op_.k})
           .contiguous();
     });
     const int64_t oh = op_.out_h(), ow = op_.out_w();
-    const int64_t tiles_h = (oh + 1) / 2, tiles_w = (ow + 1) / 2;
-    const int64_t plane_tiles = tiles_h * tiles_w, tiles = op_.n * plane_tiles;
-    // Padded so that every tile's 4x4 input exists: 2 * tiles + 2 rows and columns.
+    const TileGrid grid{(oh + 1) / 2, (ow + 1) / 2};
+    const int64_t tiles = op_.n * grid.tiles_h * grid.tiles_w;
+    // Padded so that every tile's 4x4 input exists (2 * tiles + 2 rows and columns), channels
+    // innermost so that a tile's channels transform in one sweep.
     const at::Tensor x =
-        at::constant_pad_nd(operands[0], {op_.padding[1], 2 * tiles_w + 2 - op_.w - op_.padding[1],
-                                          op_.padding[0], 2 * tiles_h + 2 - op_.h - op_.padding[0]})
-            .contiguous();
-    const int64_t hp = x.size(2), wp = x.size(3);
+        at::constant_pad_nd(operands[0],
+                            {op_.padding[1], 2 * grid.tiles_w + 2 - op_.w - op_.padding[1],
+                             op_.padding[0], 2 * grid.tiles_h + 2 - op_.h - op_.padding[0]})
+            .contiguous(at::MemoryFormat::ChannelsLast);
     at::Tensor out = op_.empty_output();
-    const auto st = out.strides();
-    const float* in = x.data_ptr<float>();
     const at::Tensor bias_values = op_.bias ? operands[2].contiguous() : at::Tensor();
     const float* bias = op_.bias ? bias_values.data_ptr<float>() : nullptr;
-    float* dst = out.data_ptr<float>();
     const int64_t block = std::min(tile_block_, tiles);
-    at::Tensor v_full = at::empty({kPositions, op_.c, block}, x.options());
-    at::Tensor m_full = at::empty({kPositions, op_.k, block}, x.options());
+    at::Tensor v_full = at::empty({kPositions, block, op_.c}, x.options());
+    at::Tensor m_full = at::empty({kPositions, block, op_.k}, x.options());
     for (int64_t t0 = 0; t0 < tiles; t0 += block) {
       const int64_t count = std::min(block, tiles - t0);
-      at::Tensor v = count == block ? v_full : at::empty({kPositions, op_.c, count}, x.options());
-      at::Tensor m = count == block ? m_full : at::empty({kPositions, op_.k, count}, x.options());
-      float* vp = v.data_ptr<float>();
-      at::parallel_for(0, op_.c, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t c = begin; c < end; ++c)
-          for (int64_t t = 0; t < count; ++t) {
-            const int64_t tile = t0 + t, image = tile / plane_tiles;
-            const int64_t ty = tile % plane_tiles / tiles_w, tx = tile % tiles_w;
-            const float* d = in + ((image * op_.c + c) * hp + 2 * ty) * wp + 2 * tx;
-            input_transform(d, wp, vp + c * count + t, op_.c * count);
-          }
+      at::Tensor v = count == block ? v_full : at::empty({kPositions, count, op_.c}, x.options());
+      at::Tensor m = count == block ? m_full : at::empty({kPositions, count, op_.k}, x.options());
+      at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
+        input_transform(x.data_ptr<float>(), v.data_ptr<float>(), op_.c, x.size(2), x.size(3), grid,
+                        t0, count, begin, end);
       });
-      at::bmm_out(m, u, v);
-      const float* mp = m.data_ptr<float>();
-      at::parallel_for(0, op_.k, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t k = begin; k < end; ++k)
-          for (int64_t t = 0; t < count; ++t) {
-            const int64_t tile = t0 + t, image = tile / plane_tiles;
-            const int64_t ty = tile % plane_tiles / tiles_w, tx = tile % tiles_w;
-            float y[2][2];
-            output_transform(mp + k * count + t, op_.k * count, bias ? bias[k] : 0.0F, y);
-            float* to = dst + image * st[0] + k * st[1];
-            for (int64_t i = 0; i < 2 && 2 * ty + i < oh; ++i)
-              for (int64_t j = 0; j < 2 && 2 * tx + j < ow; ++j)
-                to[(2 * ty + i) * st[2] + (2 * tx + j) * st[3]] = y[i][j];
-          }
+      at::bmm_out(m, v, u);
+      at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
+        output_transform(m.data_ptr<float>(), bias, out.data_ptr<float>(), out.strides().data(),
+                         op_.k, oh, ow, grid, t0, count, begin, end);
       });
     }
     return out;
