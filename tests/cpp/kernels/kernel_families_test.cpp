@@ -1,8 +1,18 @@
 // Every CPU kernel family, on random convolutions and random configs of their knob spaces,
 // gives ATen's result with ATen's layout: the property the slot relies on when it binds one.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <map>
 #include <random>
+#include <set>
+#include <stdexcept>
+#include <string>
 
 #include "csrc/kernels/kernel_measurer.h"
 #include "csrc/kernels/kernel_space.h"
@@ -35,6 +45,8 @@ TEST(KernelFamilies, EveryConfigOfEveryFamilyMatchesAtenOnRandomConvolutions) {
   EXPECT_GT(per_family["aten"], 50);
   EXPECT_GT(per_family["im2col_gemm"], 50);
   EXPECT_GT(per_family["depthwise"], 20);
+  EXPECT_GT(per_family["direct"], 50);
+  EXPECT_GT(per_family["winograd"], 10);
 }
 
 TEST(KernelFamilies, SupportFollowsTheOpsShape) {
@@ -47,24 +59,113 @@ TEST(KernelFamilies, SupportFollowsTheOpsShape) {
     for (int f = 0; f < family.size(); ++f) names.insert(family.label(f));
     EXPECT_EQ(names.count("depthwise") == 1, op.depthwise()) << op.signature();
     EXPECT_EQ(names.count("im2col_gemm") == 1, op.groups == 1) << op.signature();
+    EXPECT_EQ(names.count("direct") == 1, !op.depthwise()) << op.signature();
+    const bool winograd = op.groups == 1 && op.r == 3 && op.s == 3 &&
+                          op.stride == std::array<int64_t, 2>{1, 1} &&
+                          op.dilation == std::array<int64_t, 2>{1, 1};
+    EXPECT_EQ(names.count("winograd") == 1, winograd) << op.signature();
   }
+}
+
+// The family of that name alone, as a space of its own.
+KernelSpace family_space(const TunableOp& op, const std::string& name) {
+  for (const auto& family : cpu_families())
+    if (family->name() == name) return KernelSpace(op, {family});
+  throw std::runtime_error("no family " + name);
 }
 
 TEST(KernelFamilies, PackedWeightsFollowTheWeightWhenItChanges) {
   std::mt19937_64 rng(5);
   TunableOp op = random_conv(rng);
-  while (op.groups != 1) op = random_conv(rng);
-  const KernelSpace space(op, cpu_families());
-  tuning::Config config = space.knobs().random_config(rng);
-  config[0] = 1;  // im2col_gemm keeps its weight as a matrix
-  for (size_t k = 1; k < config.size(); ++k)
-    if (!space.knobs().active(config, static_cast<int>(k))) config[k] = 0;
-  ASSERT_EQ(space.family(config).name(), "im2col_gemm");
-  const auto kernel = space.build(config);
-  auto operands = op.random_operands(1);
-  EXPECT_EQ(compare_results(kernel->run(operands), op.aten(operands)), "");
-  operands[1].mul_(-3);  // in place: the version counter moves
-  EXPECT_EQ(compare_results(kernel->run(operands), op.aten(operands)), "");
+  // Every family that transforms its weight supports this one (Winograd: 3x3, stride 1).
+  while (op.groups != 1 || op.r != 3 || op.s != 3 || op.stride[0] != 1 || op.stride[1] != 1 ||
+         op.dilation[0] != 1 || op.dilation[1] != 1)
+    op = random_conv(rng);
+  for (const std::string name : {"im2col_gemm", "direct", "winograd"}) {
+    const KernelSpace space = family_space(op, name);
+    ASSERT_FALSE(space.empty()) << name;
+    const auto kernel = space.build(space.knobs().random_config(rng));
+    auto operands = op.random_operands(1);
+    EXPECT_EQ(compare_results(kernel->run(operands), op.aten(operands)), "") << name;
+    operands[1].mul_(-3);  // in place: the version counter moves
+    EXPECT_EQ(compare_results(kernel->run(operands), op.aten(operands)), "") << name;
+    if (op.bias) {
+      operands[2].add_(1);
+      EXPECT_EQ(compare_results(kernel->run(operands), op.aten(operands)), "") << name;
+    }
+  }
+}
+
+double median_seconds(const std::function<void()>& call) {
+  for (int i = 0; i < 3; ++i) call();
+  std::vector<double> seconds;
+  for (int i = 0; i < 15; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + 7, seconds.end());
+  return seconds[7];
+}
+
+// Not a check: prints each nimble family's best of a few random configs against ATen on
+// convolutions of resnet18 and mobilenet_v2 at 64x64 images, one thread.
+TEST(KernelFamilies, TimingAgainstAten) {
+  const char* wanted = std::getenv("NIMBLE_KERNEL_TIMING");
+  if (wanted == nullptr || std::string(wanted) != "1")
+    GTEST_SKIP() << "NIMBLE_KERNEL_TIMING=1 runs it";
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  struct Shape {
+    const char* name;
+    int64_t c, k, hw, r, stride, pad;
+  };
+  const Shape shapes[] = {{"resnet18 conv1 7x7/2 3->64 64x64", 3, 64, 64, 7, 2, 3},
+                          {"resnet18 3x3 64->64 16x16", 64, 64, 16, 3, 1, 1},
+                          {"resnet18 3x3/2 64->128 16x16", 64, 128, 16, 3, 2, 1},
+                          {"resnet18 3x3 128->128 8x8", 128, 128, 8, 3, 1, 1},
+                          {"resnet18 3x3 256->256 4x4", 256, 256, 4, 3, 1, 1},
+                          {"mobilenet_v2 1x1 16->96 32x32", 16, 96, 32, 1, 1, 0},
+                          {"mobilenet_v2 1x1 144->24 16x16", 144, 24, 16, 1, 1, 0},
+                          {"mobilenet_v2 1x1 192->32 8x8", 192, 32, 8, 1, 1, 0}};
+  std::mt19937_64 rng(1);
+  for (const Shape& shape : shapes) {
+    TunableOp op;
+    op.n = 1;
+    op.c = shape.c;
+    op.k = shape.k;
+    op.h = op.w = shape.hw;
+    op.r = op.s = shape.r;
+    op.stride = {shape.stride, shape.stride};
+    op.padding = {shape.pad, shape.pad};
+    op.bias = true;
+    op = with_aten_layout(op, false);
+    const auto operands = op.random_operands(0);
+    const at::Tensor reference = op.aten(operands);
+    const double aten = median_seconds([&] { op.aten(operands); });
+    std::cout << shape.name << ": aten " << aten * 1e3 << " ms";
+    for (const std::string name : {"im2col_gemm", "direct", "winograd"}) {
+      const KernelSpace space = family_space(op, name);
+      if (space.empty()) continue;
+      double best = 1e9;
+      std::string best_config;
+      for (int c = 0; c < 12; ++c) {
+        const tuning::Config config = space.knobs().random_config(rng);
+        const auto kernel = space.build(config);
+        ASSERT_EQ(compare_results(kernel->run(operands), reference), "") << name;
+        const double t = median_seconds([&] { kernel->run(operands); });
+        if (t < best) {
+          best = t;
+          best_config = space.describe(config);
+        }
+      }
+      std::cout << ", " << name << " " << best * 1e3 << " ms (" << aten / best << "x; "
+                << best_config << ")";
+    }
+    std::cout << std::endl;
+  }
+  at::set_num_threads(threads);
 }
 
 }  // namespace
