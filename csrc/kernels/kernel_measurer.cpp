@@ -41,8 +41,25 @@ std::string compare_results(const at::Tensor& result, const at::Tensor& referenc
   return why.str();
 }
 
+std::function<void()> cold_start(CacheFlusher& flusher, const std::vector<at::Tensor>& operands,
+                                 const MeasureOptions& options) {
+  if (!options.cold_cache) return {};
+  return [&flusher, &operands] {
+    flusher.flush();
+    // The input in cache again, as the op that produced it left it. (Summing through ATen
+    // would be an op call of its own; a plain read is what the previous op's writes leave.)
+    const at::Tensor& input = operands[0];
+    if (!input.device().is_cpu() || !input.is_contiguous()) return;
+    const auto* bytes = static_cast<const unsigned char*>(input.data_ptr());
+    volatile unsigned char sink = 0;
+    for (size_t i = 0; i < input.nbytes(); i += 64) sink = sink + bytes[i];
+  };
+}
+
 double time_calls(const std::function<void()>& call, const tuning::RepeatPolicy& repeats,
-                  const MeasureOptions& options, tuning::MeasureResult& result) {
+                  const MeasureOptions& options, tuning::MeasureResult& result,
+                  const std::function<void()>& before_each) {
+  if (before_each) before_each();
   double start = now_seconds();
   call();
   const double first = now_seconds() - start;
@@ -55,6 +72,18 @@ double time_calls(const std::function<void()>& call, const tuning::RepeatPolicy&
   }
   // The first call pays one-time costs (a library's kernel generation, packed weights,
   // cold caches): the number of calls per repeat comes from a second, warm one.
+  if (before_each) {
+    tuning::time_with_policy(
+        repeats,
+        [&] {
+          before_each();
+          start = now_seconds();
+          call();
+          return now_seconds() - start;
+        },
+        result);
+    return result.mean_seconds();
+  }
   start = now_seconds();
   call();
   const double warm = now_seconds() - start;
@@ -72,7 +101,9 @@ double time_calls(const std::function<void()>& call, const tuning::RepeatPolicy&
 }
 
 KernelMeasurer::KernelMeasurer(std::shared_ptr<const KernelSpace> space, MeasureOptions options)
-    : space_(std::move(space)), options_(options) {
+    : space_(std::move(space)),
+      options_(options),
+      flusher_(options.cold_cache ? options.flush_bytes : 0) {
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   operands_ = space_->op().random_operands(options_.seed);
   reference_ = space_->op().aten(operands_);
@@ -96,7 +127,8 @@ tuning::MeasureResult KernelMeasurer::measure_one(const tuning::Config& config,
       result.message = wrong;
       return result;
     }
-    time_calls([&] { synchronize(kernel->run(operands_)); }, repeats, options_, result);
+    time_calls([&] { synchronize(kernel->run(operands_)); }, repeats, options_, result,
+               cold_start(flusher_, operands_, options_));
   } catch (const std::exception& e) {
     result.seconds.clear();
     result.error = tuning::MeasureError::kRuntime;
@@ -123,7 +155,8 @@ double KernelMeasurer::baseline_seconds(int repeats) {
   const tuning::FixedRepeats fixed(repeats);
   tuning::MeasureResult result;
   const TunableOp& op = space_->op();
-  return time_calls([&] { synchronize(op.aten(operands_)); }, fixed, options_, result);
+  return time_calls([&] { synchronize(op.aten(operands_)); }, fixed, options_, result,
+                    cold_start(flusher_, operands_, options_));
 }
 
 }  // namespace nimble::kernels

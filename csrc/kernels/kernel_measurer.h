@@ -3,9 +3,11 @@
 // ATen on random operands, then timed; a candidate that fails to build, throws, gives a wrong
 // result or runs past the timeout is a failed measurement with its message, never a winner.
 // ATen's own kernel, the baseline a candidate must beat, is timed the same way.
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "csrc/kernels/kernel_space.h"
 #include "tuning/measure/measurer.h"
@@ -20,6 +22,27 @@ struct MeasureOptions {
   // running kernel cannot be interrupted; this bounds the time a slow one costs).
   double timeout_seconds = 2.0;
   uint64_t seed = 0;  // of the random operands
+  // Time each call with cold caches, as in a replay, where a convolution's weights were last
+  // touched a whole model ago: before every timed call, `flush_bytes` are written (evicting
+  // the caches) and the input operand is read back (the op before it just wrote it). A call
+  // timed hot, over and over, flatters kernels whose weights then sit in cache (up to 2.5x
+  // on mobilenet_v2's layers). Off: calls repeated back to back.
+  bool cold_cache = true;
+  size_t flush_bytes = size_t{64} << 20;
+};
+
+// Evicts the CPU caches by writing a buffer larger than they are.
+class CacheFlusher {
+ public:
+  explicit CacheFlusher(size_t bytes) : buffer_(bytes) {}
+  void flush() {
+    ++pass_;
+    std::fill(buffer_.begin(), buffer_.end(), pass_);
+  }
+
+ private:
+  std::vector<unsigned char> buffer_;
+  unsigned char pass_ = 0;
 };
 
 // "" when `result` equals `reference` within float rounding (max |difference| at most 1e-4 of
@@ -27,8 +50,16 @@ struct MeasureOptions {
 std::string compare_results(const at::Tensor& result, const at::Tensor& reference);
 
 // Seconds per call of `call`: mean over `repeats` repeats, as the tuner's candidates are timed.
+// With `before_each`, it runs untimed before every timed call (cache flushing), one call per
+// repeat; without, a repeat times enough calls back to back to last min_repeat_seconds.
 double time_calls(const std::function<void()>& call, const tuning::RepeatPolicy& repeats,
-                  const MeasureOptions& options, tuning::MeasureResult& result);
+                  const MeasureOptions& options, tuning::MeasureResult& result,
+                  const std::function<void()>& before_each = {});
+
+// What runs before each timed call of a kernel on `operands` under `options`: the cache
+// flush and the re-read of the input, or nothing when cold_cache is off.
+std::function<void()> cold_start(CacheFlusher& flusher, const std::vector<at::Tensor>& operands,
+                                 const MeasureOptions& options);
 
 class KernelMeasurer : public tuning::Measurer {
  public:
@@ -46,6 +77,7 @@ class KernelMeasurer : public tuning::Measurer {
   MeasureOptions options_;
   std::vector<at::Tensor> operands_;
   at::Tensor reference_;
+  CacheFlusher flusher_;
 };
 
 }  // namespace nimble::kernels

@@ -1,6 +1,6 @@
 // Family "aten": the convolution algorithms PyTorch itself has on the CPU, chosen per op
 // (Nimble's per-convolution backend choice, DLAS's per-layer algorithm choice): oneDNN, or
-// the im2col + GEMM path (`_slow_conv2d`), or NNPACK where torch was built with it; input and
+// the im2col + GEMM path (`_slow_conv2d`); input and
 // weight contiguous or channels_last; the intra-op thread count.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -19,10 +19,9 @@ std::vector<std::string> backends(const TunableOp& op) {
   std::vector<std::string> out;
   if (at::hasMKLDNN()) out.push_back("onednn");
   if (plain(op)) out.push_back("slow_conv2d");
-  // NNPACK refuses paddings as large as the filter and filters of 17 and more.
-  if (plain(op) && at::_nnpack_available() && op.r < 17 && op.s < 17 && op.padding[0] < op.r &&
-      op.padding[1] < op.s)
-    out.push_back("nnpack");
+  // No NNPACK: it runs on its own thread pool, whose threads then fight the OpenMP threads
+  // of every other op of the replay for the cores (4 ms stalls per op on 2 cores, while it
+  // looked fastest when timed alone).
   return out;
 }
 
@@ -51,7 +50,7 @@ class AtenConv : public TunedKernel {
     } else if (backend_ == "slow_conv2d") {
       y = at::_slow_conv2d_forward(x, w, {op_.r, op_.s}, bias, op_.stride, op_.padding);
     } else {
-      y = at::_nnpack_spatial_convolution(x, w, bias, op_.padding, op_.stride);
+      throw std::invalid_argument("unknown convolution backend " + backend_);
     }
     return in_output_layout(op_, std::move(y));
   }
