@@ -21,10 +21,7 @@ std::optional<TensorLayout> layout_of(const Program& program, const Arg& arg) {
   if (arg.kind == Arg::Kind::kSlot) {
     const SlotInfo& slot = program.slots.at(arg.slot);
     if (slot.dtype == c10::ScalarType::Undefined) return std::nullopt;
-    TensorLayout l{slot.sizes, slot.strides, slot.dtype, c10::DeviceType::CPU};
-    const c10::IValue& value = program.values.at(arg.slot);
-    if (value.isTensor() && value.toTensor().defined()) l.device = value.toTensor().device().type();
-    return l;
+    return TensorLayout{slot.sizes, slot.strides, slot.dtype, slot.device.type()};
   }
   if (arg.kind == Arg::Kind::kConstant && arg.constant.isTensor()) {
     const at::Tensor& t = arg.constant.toTensor();

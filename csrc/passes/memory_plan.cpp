@@ -10,7 +10,8 @@
 
 namespace nimble {
 
-std::vector<BufferGroup> buffer_groups(const Program& program) {
+std::vector<BufferGroup> buffer_groups(const Program& program,
+                                       const std::vector<c10::IValue>& values) {
   std::unordered_map<const void*, BufferGroup> groups;
   for (size_t s = 0; s < program.slots.size(); ++s) {
     const SlotInfo& info = program.slots[s];
@@ -20,7 +21,7 @@ std::vector<BufferGroup> buffer_groups(const Program& program) {
       g.slots.push_back(static_cast<int>(s));
       // The bytes its tensors reach, not its storage's size: once planned, a storage may
       // be shared with larger buffers.
-      const at::Tensor& t = program.values[s].toTensor();
+      const at::Tensor& t = values[s].toTensor();
       g.bytes = std::max<int64_t>(
           g.bytes, static_cast<int64_t>(at::detail::computeStorageNbytes(
                        t.sizes(), t.strides(), t.dtype().itemsize(), t.storage_offset())));
@@ -108,9 +109,10 @@ OffsetPlan plan_offsets(const std::vector<Lifetime>& items, int64_t alignment) {
   return other.total_bytes < best.total_bytes ? other : best;
 }
 
-MemoryPlan plan_buffer_memory(Program& program, bool share) {
+MemoryPlan plan_buffer_memory(const Program& program, std::vector<c10::IValue>& values,
+                              bool share) {
   MemoryPlan plan;
-  std::vector<BufferGroup> groups = buffer_groups(program);
+  std::vector<BufferGroup> groups = buffer_groups(program, values);
   std::vector<BufferGroup*> order;
   for (BufferGroup& g : groups) {
     ++plan.buffers;
@@ -162,7 +164,7 @@ MemoryPlan plan_buffer_memory(Program& program, bool share) {
     for (const BufferGroup* g : s.members) {
       plan.buffer_bytes_after -= g->bytes;
       for (int slot : g->slots) {
-        program.values[slot].toTensor().unsafeGetTensorImpl()->set_storage_keep_dtype(storage);
+        values[slot].toTensor().unsafeGetTensorImpl()->set_storage_keep_dtype(storage);
       }
     }
     plan.buffer_bytes_after += s.bytes;

@@ -3,6 +3,8 @@
 // storage when every op touching the first is an ancestor, in the dependency DAG, of the
 // op that first writes the second. The DAG bounds every interleaving any stream schedule
 // may produce, so the plan holds for one stream, for N, and for later re-schedules.
+#include <ATen/core/ivalue.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -24,8 +26,10 @@ struct BufferGroup {
   bool plannable = true;
 };
 
-// The program's buffer groups (those holding at least one byte), by first writer.
-std::vector<BufferGroup> buffer_groups(const Program& program);
+// The program's buffer groups (those holding at least one byte), by first writer; `values`
+// are the slots' values (program_state.h).
+std::vector<BufferGroup> buffer_groups(const Program& program,
+                                       const std::vector<c10::IValue>& values);
 
 // Items that each need `bytes` from `first` to `last` (inclusive, on any clock).
 struct Lifetime {
@@ -50,8 +54,9 @@ struct MemoryPlan {
   int storages = 0;                 // storages they now use
 };
 
-// Re-points the buffers' tensors (and the views computed from them) at shared storages;
-// with `share` false, only measures.
-MemoryPlan plan_buffer_memory(Program& program, bool share = true);
+// Re-points the buffers' tensors in `values` (and the views computed from them) at shared
+// storages; with `share` false, only measures.
+MemoryPlan plan_buffer_memory(const Program& program, std::vector<c10::IValue>& values,
+                              bool share = true);
 
 }  // namespace nimble

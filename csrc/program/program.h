@@ -1,5 +1,7 @@
 #pragma once
-// The program IR: a captured op trace over value slots, ready to replay.
+// The program IR: a captured op trace over value slots, ready to replay. A Program is fixed
+// once built; what changes from one replay to the next (slot values, folded weights, bound
+// kernels, scalar arguments) is its ProgramState (program_state.h).
 //
 // A *slot* holds one value of the program. Stable slots hold the same tensor object on
 // every replay (parameters, buffers, inputs, constants, preallocated `.out` buffers and
@@ -13,9 +15,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "csrc/program/folded_batchnorm.h"
-#include "csrc/program/kernel_override.h"
 
 namespace nimble {
 
@@ -40,6 +39,7 @@ struct SlotInfo {
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
   bool is_stable() const { return role != SlotRole::kTransient; }
 };
 
@@ -69,16 +69,13 @@ struct OpNode {
   std::vector<int> release;     // transient slots whose last reader is this op
   std::vector<int> reads;       // slots read (for dependencies and messages)
   std::vector<int> writes;      // slots written in place or produced
-  // The tuned-kernel slot: when set, runs instead of the ATen kernel (see op_call.h).
-  std::shared_ptr<const KernelOverride> kernel;
 };
 
 struct Program {
   std::vector<OpNode> ops;
   std::vector<SlotInfo> slots;
-  std::vector<c10::IValue> values;  // current value of every slot
-  std::vector<int> inputs;          // slots the caller's tensors are copied into
-  std::vector<int> outputs;         // flattened program outputs
+  std::vector<int> inputs;   // slots the caller's tensors are copied into
+  std::vector<int> outputs;  // flattened program outputs
   // Per output: its storage is reused by the next replay (a buffer, a state, a view of
   // them), so a caller who keeps it needs a copy.
   std::vector<bool> output_reuses_storage;
@@ -96,10 +93,15 @@ struct Program {
   // the op behind a traced call, e.g. to update its scalar arguments.
   std::vector<int> op_of_traced;
 
-  // Weights derived from parameters at prepare (refreshed when their sources change).
-  std::vector<FoldedBatchNorm> folds;
-
   size_t num_ops() const { return ops.size(); }
 };
+
+// The device a program runs on: the first accelerator among its tensor slots (CPU scalars
+// may sit beside CUDA tensors), else the CPU.
+inline c10::Device program_device(const Program& program) {
+  for (const SlotInfo& slot : program.slots)
+    if (slot.dtype != c10::ScalarType::Undefined && !slot.device.is_cpu()) return slot.device;
+  return c10::Device(c10::DeviceType::CPU);
+}
 
 }  // namespace nimble

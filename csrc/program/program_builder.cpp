@@ -148,6 +148,7 @@ int ProgramBuilder::new_slot(const at::Tensor& tensor, SlotRole role) {
     info.sizes = tensor.sizes().vec();
     info.strides = tensor.strides().vec();
     info.dtype = tensor.scalar_type();
+    info.device = tensor.device();
   }
   slots_.push_back(info);
   capture_values_.emplace_back(tensor);
@@ -269,16 +270,16 @@ std::vector<FoldedBatchNorm> ProgramBuilder::fold_batchnorms() {
   return folds;
 }
 
-Program ProgramBuilder::start_program() const {
-  Program program;
-  program.inputs = inputs_;
-  program.outputs = outputs_;
-  program.slots = slots_;
-  program.values.resize(slots_.size());
+BuiltProgram ProgramBuilder::start_program() const {
+  BuiltProgram built;
+  built.program.inputs = inputs_;
+  built.program.outputs = outputs_;
+  built.program.slots = slots_;
+  built.state.values.resize(slots_.size());
   for (size_t s = 0; s < slots_.size(); ++s) {
-    if (slots_[s].role != SlotRole::kTransient) program.values[s] = capture_values_[s];
+    if (slots_[s].role != SlotRole::kTransient) built.state.values[s] = capture_values_[s];
   }
-  return program;
+  return built;
 }
 
 std::set<const void*> ProgramBuilder::output_storages() const {
@@ -391,7 +392,7 @@ OpAccess access_of(const RecordedOp& raw, int index, const Program& program,
 // The op's arguments for the replay: stable tensors baked in as constants (lists of them
 // too), transient ones as slots filled in at replay.
 std::vector<Arg> lower_args(const RecordedOp& raw, const Program& program,
-                            const SlotMap& slot_by_impl) {
+                            const std::vector<c10::IValue>& values, const SlotMap& slot_by_impl) {
   const c10::FunctionSchema& schema = raw.handle.schema();
   std::vector<Arg> args;
   for (size_t a = 0; a < raw.args.size(); ++a) {
@@ -400,7 +401,7 @@ std::vector<Arg> lower_args(const RecordedOp& raw, const Program& program,
     if (value.isTensor() && value.toTensor().defined()) {
       const int slot = slot_in(slot_by_impl, value.toTensor());
       if (program.slots[slot].is_stable()) {
-        arg.constant = program.values[slot];
+        arg.constant = values[slot];
       } else {
         arg.kind = Arg::Kind::kSlot;
         arg.slot = slot;
@@ -416,8 +417,8 @@ std::vector<Arg> lower_args(const RecordedOp& raw, const Program& program,
         const bool present = item.isTensor() && item.toTensor().defined();
         const int slot = present ? slot_in(slot_by_impl, item.toTensor()) : -1;
         arg.slots.push_back(slot);
-        arg.list_constants.push_back(
-            slot >= 0 && program.slots[slot].is_stable() ? program.values[slot] : c10::IValue());
+        arg.list_constants.push_back(slot >= 0 && program.slots[slot].is_stable() ? values[slot]
+                                                                                  : c10::IValue());
         all_stable = all_stable && (slot < 0 || program.slots[slot].is_stable());
       }
       if (all_stable) {
@@ -482,10 +483,12 @@ std::optional<c10::OperatorHandle> usable_out_variant(
 
 }  // namespace
 
-void ProgramBuilder::lower_ops(Program& program, const std::vector<bool>& dropped,
+void ProgramBuilder::lower_ops(BuiltProgram& built, const std::vector<bool>& dropped,
                                const std::unordered_set<int>& metadata_changed,
                                const std::set<const void*>& output_storages,
                                const BuildOptions& options) const {
+  Program& program = built.program;
+  std::vector<c10::IValue>& values = built.state.values;
   std::vector<c10::IValue> stack;
   program.op_of_traced.assign(raw_ops_.size(), -1);
   for (size_t index = 0; index < raw_ops_.size(); ++index) {
@@ -498,10 +501,11 @@ void ProgramBuilder::lower_ops(Program& program, const std::vector<bool>& droppe
     if (options.precompute_views && access.returns_view && !access.writes_args &&
         access.inputs_stable && !access.returns_changed && access.returns_only_new_tensors) {
       stack.clear();
-      for (const Arg& arg : lower_args(raw, program, slot_by_impl_)) stack.push_back(arg.constant);
+      for (const Arg& arg : lower_args(raw, program, values, slot_by_impl_))
+        stack.push_back(arg.constant);
       raw.handle.redispatchBoxed(access.keys, &stack);
       for (const auto& out : access.produced) {
-        program.values[out.slot] = stack[out.ret];
+        values[out.slot] = stack[out.ret];
         program.slots[out.slot].role = SlotRole::kView;
       }
       continue;
@@ -510,7 +514,7 @@ void ProgramBuilder::lower_ops(Program& program, const std::vector<bool>& droppe
     if (is_allocation(op_name(raw.handle)) && !access.returns_changed &&
         access.produced.size() == 1) {
       const int slot = access.produced[0].slot;
-      program.values[slot] = empty_like_exactly(capture_values_[slot].toTensor());
+      values[slot] = empty_like_exactly(capture_values_[slot].toTensor());
       program.slots[slot].role = SlotRole::kBuffer;
       continue;
     }
@@ -520,14 +524,14 @@ void ProgramBuilder::lower_ops(Program& program, const std::vector<bool>& droppe
     node.keys = access.keys;
     node.reads = access.reads;
     node.writes = access.writes;
-    node.args = lower_args(raw, program, slot_by_impl_);
+    node.args = lower_args(raw, program, values, slot_by_impl_);
     // Functional ops with a native `.out` kernel write into preallocated buffers.
     if (const auto out_variant =
             usable_out_variant(raw, access, program, capture_values_, output_storages, options)) {
       node.handle = *out_variant;
       for (const auto& out : access.produced) {
         at::Tensor buffer = empty_like_exactly(capture_values_[out.slot].toTensor());
-        program.values[out.slot] = buffer;
+        values[out.slot] = buffer;
         program.slots[out.slot].role = SlotRole::kBuffer;
         Arg arg;
         arg.constant = buffer;
@@ -621,19 +625,20 @@ void classify_inputs_and_outputs(Program& program) {
 
 // `.out` buffers whose lifetimes cannot overlap in any schedule the dependencies allow
 // share storage (passes/memory_plan.h); with `share` false, only measured.
-void plan_memory(Program& program, bool share) {
-  const MemoryPlan plan = plan_buffer_memory(program, share);
+void plan_memory(Program& program, std::vector<c10::IValue>& values, bool share) {
+  const MemoryPlan plan = plan_buffer_memory(program, values, share);
   program.buffer_bytes_unplanned = plan.buffer_bytes_before;
   program.buffer_bytes = plan.buffer_bytes_after;
 }
 
 }  // namespace
 
-Program ProgramBuilder::finish(const BuildOptions& options) {
+BuiltProgram ProgramBuilder::finish(const BuildOptions& options) {
   std::vector<FoldedBatchNorm> folds;
   if (options.fold_batchnorm) folds = fold_batchnorms();
-  Program program = start_program();
-  program.folds = std::move(folds);
+  BuiltProgram built = start_program();
+  built.state.folds = std::move(folds);
+  Program& program = built.program;
   const std::set<const void*> outputs = output_storages();
   const std::vector<bool> dropped = options.drop_noop_ops
                                         ? drop_noops(outputs, program)
@@ -644,12 +649,13 @@ Program ProgramBuilder::finish(const BuildOptions& options) {
   // ops do: below autograd, outside any Python mode.
   c10::impl::ExcludeDispatchKeyGuard no_python(c10::DispatchKey::Python);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  lower_ops(program, dropped, metadata_changed, outputs, options);
+  lower_ops(built, dropped, metadata_changed, outputs, options);
   assign_releases(program);
   program.dependencies = compute_dependencies(program);
   classify_inputs_and_outputs(program);
-  plan_memory(program, options.plan_memory);
-  return program;
+  plan_memory(program, built.state.values, options.plan_memory);
+  built.state.ops.resize(program.ops.size());
+  return built;
 }
 
 }  // namespace nimble

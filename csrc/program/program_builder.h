@@ -16,6 +16,7 @@
 
 #include "csrc/program/folded_batchnorm.h"
 #include "csrc/program/program.h"
+#include "csrc/program/program_state.h"
 #include "csrc/program/recorded_op.h"
 
 namespace nimble {
@@ -49,7 +50,7 @@ class ProgramBuilder {
   void add_op(const std::string& qualified_name, const std::string& overload,
               std::vector<c10::IValue> args, std::vector<c10::IValue> returns);
   void set_outputs(const std::vector<at::Tensor>& outputs);
-  Program finish(const BuildOptions& options);
+  BuiltProgram finish(const BuildOptions& options);
 
  private:
   // Known slot, the slot of an identical alias (same storage, offset, sizes, strides and
@@ -63,7 +64,7 @@ class ProgramBuilder {
   std::vector<FoldedBatchNorm> fold_batchnorms();
   // The program's slots, inputs and outputs as recorded; every stable slot holds its
   // capture-time tensor; no ops yet.
-  Program start_program() const;
+  BuiltProgram start_program() const;
   // The storages program outputs live on.
   std::set<const void*> output_storages() const;
   // Per recorded op, whether it is dropped as a no-op (passes/noop_elimination.h); readers
@@ -77,7 +78,7 @@ class ProgramBuilder {
   // set), a buffer made now (a kBuffer slot), or an op of the program (into `.out`
   // buffers where that is allowed); `op_of_traced` maps recorded ops to program ops and
   // slots written in place are marked `mutated`.
-  void lower_ops(Program& program, const std::vector<bool>& dropped,
+  void lower_ops(BuiltProgram& built, const std::vector<bool>& dropped,
                  const std::unordered_set<int>& metadata_changed,
                  const std::set<const void*>& output_storages, const BuildOptions& options) const;
 

@@ -18,12 +18,6 @@ namespace py = pybind11;
 namespace nimble::python {
 namespace {
 
-c10::DeviceType replay_device(const Replay& replay) {
-  for (const c10::IValue& v : replay.program().values)
-    if (v.isTensor() && v.toTensor().defined()) return v.toTensor().device().type();
-  return c10::DeviceType::CPU;
-}
-
 kernels::MeasureOptions measure_options(double min_repeat_seconds, double timeout_seconds,
                                         uint64_t seed) {
   kernels::MeasureOptions o;
@@ -92,7 +86,7 @@ void bind_kernels(py::module_& m) {
         o.search.cold_filter.enabled = cold_filter;
         o.search.batch_size = batch_size;
         o.peak_gflops = peak_gflops;
-        o.device = slot::device_key(replay_device(replay));
+        o.device = slot::device_key(program_device(replay.program()).type());
         o.run = run;
         o.resume = resume;
         o.seed = seed;
@@ -136,7 +130,7 @@ void bind_kernels(py::module_& m) {
          double min_repeat_seconds, double min_speedup) {
         const tuning::TuningDatabase db(database);
         slot::BindOptions o;
-        o.device = slot::device_key(replay_device(replay));
+        o.device = slot::device_key(program_device(replay.program()).type());
         o.any_device = any_device;
         o.rounds = rounds;
         o.measure.min_repeat_seconds = min_repeat_seconds;
@@ -175,7 +169,7 @@ void bind_kernels(py::module_& m) {
       "bound_kernels",
       [](const Replay& replay) {
         std::vector<std::pair<int, std::string>> out;
-        const auto& ops = replay.program().ops;
+        const auto& ops = replay.state().ops;
         for (size_t i = 0; i < ops.size(); ++i)
           if (ops[i].kernel) out.emplace_back(static_cast<int>(i), ops[i].kernel->describe());
         return out;

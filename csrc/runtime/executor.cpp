@@ -14,23 +14,13 @@
 
 namespace nimble {
 
-namespace {
-
-bool uses_cuda(const Program& program) {
-  for (const c10::IValue& value : program.values) {
-    if (value.isTensor() && value.toTensor().defined() && value.toTensor().is_cuda()) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
-std::unique_ptr<Executor> make_executor(Program& program, const ExecutorOptions& options) {
+std::unique_ptr<Executor> make_executor(const Program& program, ProgramState& state,
+                                        const ExecutorOptions& options) {
   if (!options.stress_delays_us.empty() && options.stress_delays_us.size() != program.ops.size()) {
     throw BadInput("expected one stress delay per op (" + std::to_string(program.ops.size()) +
                    "), got " + std::to_string(options.stress_delays_us.size()));
   }
-  if (uses_cuda(program)) {
+  if (program_device(program).is_cuda()) {
 #ifdef NIMBLE_WITH_CUDA
     // Streams beyond the DAG's width would have nothing to run side by side.
     StreamPlan plan = plan_streams(
@@ -39,7 +29,8 @@ std::unique_ptr<Executor> make_executor(Program& program, const ExecutorOptions&
           return std::min({scheduling::widest_level(dag), assignment.num_logical_streams,
                            kMaxDefaultCudaStreams});
         });
-    return std::make_unique<CudaGraphExecutor>(program, std::move(plan), options.stress_delays_us);
+    return std::make_unique<CudaGraphExecutor>(program, state, std::move(plan),
+                                               options.stress_delays_us);
 #else
     throw std::invalid_argument(
         "the program uses CUDA tensors but nimble was built without its CUDA backend "
@@ -54,7 +45,7 @@ std::unique_ptr<Executor> make_executor(Program& program, const ExecutorOptions&
                    [cores](const scheduling::Dag&, const scheduling::StreamAssignment& assignment) {
                      return scheduling::default_physical_streams(assignment, cores);
                    });
-  return std::make_unique<CpuExecutor>(program, std::move(plan), cores, options.memory_pool,
+  return std::make_unique<CpuExecutor>(program, state, std::move(plan), cores, options.memory_pool,
                                        options.stress_delays_us);
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// The runtime interface: an Executor runs every op of a Program once. Backends (CPU
-// threads-as-streams, CUDA graphs) differ in how; the Replay around them owns inputs,
-// outputs and locking.
+// The runtime interface: an Executor runs every op of a Program once, on the program's
+// state (its slot values, bound kernels, replaced arguments). Backends (CPU
+// threads-as-streams, CUDA graphs) differ in how; the Replay around them owns the program,
+// the state, inputs, outputs and locking, and outlives its executor.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "csrc/program/program.h"
+#include "csrc/program/program_state.h"
 
 namespace nimble {
 
@@ -46,15 +48,15 @@ struct PoolStats {
 class Executor {
  public:
   virtual ~Executor() = default;
-  virtual void run(Program& program) = 0;
+  virtual void run() = 0;
   // Same as run, recording when each op started and ended.
-  virtual std::vector<OpTiming> run_timed(Program& program) = 0;
+  virtual std::vector<OpTiming> run_timed() = 0;
   virtual std::string backend() const = 0;
   virtual int num_streams() const = 0;
   virtual const ScheduleInfo& schedule() const = 0;
   // Whether every output lives in memory the next replay overwrites (true for a graph
   // with a private pool), so that callers who keep outputs need copies. Such an executor
-  // also keeps the program's output values in place from one replay to the next.
+  // also keeps the state's output values in place from one replay to the next.
   virtual bool reuses_outputs() const { return false; }
   // The replay's private memory pool, if the backend keeps one.
   virtual std::optional<PoolStats> pool_stats() const { return std::nullopt; }
@@ -81,7 +83,8 @@ struct ExecutorOptions {
 inline constexpr int kMaxDefaultCudaStreams = 8;
 
 // The backend for the program's device: CUDA graphs for CUDA programs (when built with
-// CUDA), threads-as-streams on the CPU.
-std::unique_ptr<Executor> make_executor(Program& program, const ExecutorOptions& options);
+// CUDA), threads-as-streams on the CPU. It runs `program` on `state`; both must outlive it.
+std::unique_ptr<Executor> make_executor(const Program& program, ProgramState& state,
+                                        const ExecutorOptions& options);
 
 }  // namespace nimble

@@ -110,9 +110,10 @@ InputAliasing::InputAliasing(const Program& program) : uses_(program.inputs.size
   }
 }
 
-void InputAliasing::check(const Program& program, const std::vector<at::Tensor>& inputs) const {
+void InputAliasing::check(const Program& program, const ProgramState& state,
+                          const std::vector<at::Tensor>& inputs) const {
   for (int i : layout_bound_) {
-    const at::Tensor& prepared = program.values[program.inputs[i]].toTensor();
+    const at::Tensor& prepared = state.values[program.inputs[i]].toTensor();
     if (!same_layout(inputs[i], prepared)) {
       std::ostringstream msg;
       msg << "input " << i << " has strides " << inputs[i].strides() << ", at prepare "
@@ -145,16 +146,16 @@ void InputAliasing::check(const Program& program, const std::vector<at::Tensor>&
       }
     }
     for (int s : states_) {
-      if (mine.overlaps(extent_of(program.values[s].toTensor()))) {
+      if (mine.overlaps(extent_of(state.values[s].toTensor()))) {
         refuse("input " + std::to_string(i) +
                " shares memory with a parameter or buffer, and the model writes the input");
       }
     }
   }
   for (int s : written_states_) {
-    const Extent state = extent_of(program.values[s].toTensor());
+    const Extent written = extent_of(state.values[s].toTensor());
     for (size_t j = 0; j < inputs.size(); ++j) {
-      if (uses_[j].first_write < 0 && state.overlaps(extent_of(inputs[j]))) {
+      if (uses_[j].first_write < 0 && written.overlaps(extent_of(inputs[j]))) {
         refuse("input " + std::to_string(j) +
                " shares memory with a parameter or buffer, and the model writes that "
                "parameter or buffer");

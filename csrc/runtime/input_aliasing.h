@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "csrc/program/program.h"
+#include "csrc/program/program_state.h"
 
 namespace nimble {
 
@@ -32,7 +33,8 @@ class InputAliasing {
 
   // Throws BadInput (errors.h) naming the tensors. Costs a few pointer compares per
   // written input or written state; nothing for programs that write neither.
-  void check(const Program& program, const std::vector<at::Tensor>& inputs) const;
+  void check(const Program& program, const ProgramState& state,
+             const std::vector<at::Tensor>& inputs) const;
 
  private:
   struct InputUse {

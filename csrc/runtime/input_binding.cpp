@@ -12,20 +12,20 @@ bool same_storage(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace
 
-InputBinding::InputBinding(const Program& program, bool enabled)
+InputBinding::InputBinding(const Program& program, const ProgramState& state, bool enabled)
     : eligible_(program.inputs.size(), enabled), views_(program.inputs.size()) {
   for (size_t i = 0; i < program.inputs.size(); ++i) {
-    const at::Tensor& buffer = program.values[program.inputs[i]].toTensor();
+    const at::Tensor& buffer = state.values[program.inputs[i]].toTensor();
     for (size_t s = 0; s < program.slots.size(); ++s) {
       if (program.slots[s].role == SlotRole::kView &&
-          same_storage(program.values[s].toTensor(), buffer)) {
+          same_storage(state.values[s].toTensor(), buffer)) {
         views_[i].push_back(static_cast<int>(s));
       }
     }
     // An output on the input's storage would be handed out pointing at the caller's
     // memory, then swapped back under the caller's feet.
     for (int out : program.outputs) {
-      const c10::IValue& value = program.values[out];
+      const c10::IValue& value = state.values[out];
       if (program.slots[out].storage == program.slots[program.inputs[i]].storage ||
           (value.isTensor() && same_storage(value.toTensor(), buffer))) {
         eligible_[i] = false;
@@ -34,7 +34,7 @@ InputBinding::InputBinding(const Program& program, bool enabled)
   }
 }
 
-InputBinding::Scope InputBinding::bind(const Program& program,
+InputBinding::Scope InputBinding::bind(const Program& program, const ProgramState& state,
                                        const std::vector<at::Tensor>& inputs) const {
   Scope scope;
   scope.bound_.assign(inputs.size(), false);
@@ -48,12 +48,12 @@ InputBinding::Scope InputBinding::bind(const Program& program,
   // that views an input) would be read while the other inputs are copied over it.
   auto on_an_input_buffer = [&](const at::Tensor& user) {
     for (int slot : program.inputs) {
-      if (same_storage(user, program.values[slot].toTensor())) return true;
+      if (same_storage(user, state.values[slot].toTensor())) return true;
     }
     return false;
   };
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const at::Tensor& buffer = program.values[program.inputs[i]].toTensor();
+    const at::Tensor& buffer = state.values[program.inputs[i]].toTensor();
     const at::Tensor& user = inputs[i];
     if (!eligible_[i] || !user.is_cpu() || !user.has_storage() || user.is_conj() || user.is_neg() ||
         user.layout() != c10::kStrided || user.dtype() != buffer.dtype() ||
@@ -67,7 +67,7 @@ InputBinding::Scope InputBinding::bind(const Program& program,
       impl->set_storage_keep_dtype(user.storage());
     };
     point(buffer);
-    for (int view : views_[i]) point(program.values[view].toTensor());
+    for (int view : views_[i]) point(state.values[view].toTensor());
     scope.bound_[i] = true;
   }
   return scope;

@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "csrc/program/program.h"
+#include "csrc/program/program_state.h"
 
 namespace nimble {
 
 class InputBinding {
  public:
-  InputBinding(const Program& program, bool enabled);
+  InputBinding(const Program& program, const ProgramState& state, bool enabled);
 
   class Scope {
    public:
@@ -38,7 +39,8 @@ class InputBinding {
     std::vector<bool> bound_;
   };
 
-  Scope bind(const Program& program, const std::vector<at::Tensor>& inputs) const;
+  Scope bind(const Program& program, const ProgramState& state,
+             const std::vector<at::Tensor>& inputs) const;
 
  private:
   std::vector<bool> eligible_;           // per input

@@ -1,19 +1,20 @@
 #pragma once
 // The one way an op of a Program is called, shared by every executor: build the boxed
-// stack from baked constants and current slot values, call below autograd with the keys
-// computed at prepare (or the tuned kernel bound to the op), keep the returned values, drop the
-// values this op read last.
+// stack from baked constants, the op's replaced arguments and current slot values, call
+// below autograd with the keys computed at prepare (or the tuned kernel bound to the op),
+// keep the returned values, drop the values this op read last.
 #include <ATen/core/List.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <vector>
 
 #include "csrc/program/program.h"
+#include "csrc/program/program_state.h"
 
 namespace nimble {
 
-inline void push_args(const OpNode& op, const std::vector<c10::IValue>& values,
-                      std::vector<c10::IValue>& stack) {
+inline void push_args(const OpNode& op, const OpState& state,
+                      const std::vector<c10::IValue>& values, std::vector<c10::IValue>& stack) {
   stack.clear();
   for (const Arg& arg : op.args) {
     switch (arg.kind) {
@@ -45,8 +46,9 @@ inline void push_args(const OpNode& op, const std::vector<c10::IValue>& values,
       }
     }
   }
-  if (op.kernel)
-    for (int slot : op.kernel->extra_slots()) stack.push_back(values[slot]);
+  for (const auto& [index, value] : state.args) stack[index] = value;
+  if (state.kernel)
+    for (int slot : state.kernel->extra_slots()) stack.push_back(values[slot]);
 }
 
 // `release`: the values this op is the last to read (it depends on the schedule).
@@ -64,18 +66,18 @@ inline void keep_results(const OpNode& op, std::vector<c10::IValue>& values,
 
 // The op's kernel on its boxed stack: the tuned kernel bound to its slot, else ATen's
 // below autograd.
-inline void invoke(const OpNode& op, std::vector<c10::IValue>& stack) {
-  if (op.kernel) {
-    op.kernel->call(stack);
+inline void invoke(const OpNode& op, const OpState& state, std::vector<c10::IValue>& stack) {
+  if (state.kernel) {
+    state.kernel->call(stack);
   } else {
     op.handle.redispatchBoxed(op.keys, &stack);
   }
 }
 
-inline void call_op(const OpNode& op, std::vector<c10::IValue>& values,
+inline void call_op(const OpNode& op, const OpState& state, std::vector<c10::IValue>& values,
                     std::vector<c10::IValue>& stack) {
-  push_args(op, values, stack);
-  invoke(op, stack);
+  push_args(op, state, values, stack);
+  invoke(op, state, stack);
   keep_results(op, values, stack, op.release);
 }
 

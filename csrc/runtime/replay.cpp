@@ -45,14 +45,15 @@ at::Tensor copy_of(const at::Tensor& src) {
 
 }  // namespace
 
-Replay::Replay(Program program, const ExecutorOptions& options, ExecutorFactory make)
-    : program_(std::move(program)),
+Replay::Replay(BuiltProgram built, const ExecutorOptions& options, ExecutorFactory make)
+    : program_(std::move(built.program)),
+      state_(std::move(built.state)),
       options_(options),
       make_executor_(std::move(make)),
       aliasing_(program_) {
   for (size_t s = 0; s < program_.slots.size(); ++s) {
     if (program_.slots[s].role != SlotRole::kState) continue;
-    const at::Tensor& t = program_.values[s].toTensor();
+    const at::Tensor& t = state_.values[s].toTensor();
     state_layouts_.push_back({static_cast<int>(s), t.scalar_type(), t.device(), t.sizes().vec()});
   }
   rebuild_executor();
@@ -61,10 +62,11 @@ Replay::Replay(Program program, const ExecutorOptions& options, ExecutorFactory 
 void Replay::rebuild_executor() {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   executor_.reset();  // its worker threads and streams go before the new ones start
-  executor_ = make_executor_(program_, options_);
+  executor_ = make_executor_(program_, state_, options_);
   // An executor that reuses its outputs has its input addresses baked in too (a graph):
   // inputs are copied there instead of bound.
-  binding_ = executor_->reuses_outputs() ? nullptr : std::make_unique<InputBinding>(program_, true);
+  binding_ = executor_->reuses_outputs() ? nullptr
+                                         : std::make_unique<InputBinding>(program_, state_, true);
 }
 
 void Replay::check_inputs(const std::vector<at::Tensor>& inputs) const {
@@ -75,7 +77,7 @@ void Replay::check_inputs(const std::vector<at::Tensor>& inputs) const {
     throw BadInput(msg.str());
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const at::Tensor& expected = program_.values[program_.inputs[i]].toTensor();
+    const at::Tensor& expected = state_.values[program_.inputs[i]].toTensor();
     const at::Tensor& got = inputs[i];
     if (!got.defined()) {
       throw BadInput("input " + std::to_string(i) + ": expected " + describe(expected) +
@@ -87,16 +89,16 @@ void Replay::check_inputs(const std::vector<at::Tensor>& inputs) const {
                      " (as at prepare), got " + describe(got));
     }
   }
-  aliasing_.check(program_, inputs);
+  aliasing_.check(program_, state_, inputs);
 }
 
 InputBinding::Scope Replay::bind_inputs(const std::vector<at::Tensor>& inputs) const {
-  return binding_ ? binding_->bind(program_, inputs) : InputBinding::Scope();
+  return binding_ ? binding_->bind(program_, state_, inputs) : InputBinding::Scope();
 }
 
 void Replay::check_state() const {
   for (const StateLayout& expected : state_layouts_) {
-    const at::Tensor& t = program_.values[expected.slot].toTensor();
+    const at::Tensor& t = state_.values[expected.slot].toTensor();
     if (t.scalar_type() != expected.dtype || t.device() != expected.device ||
         t.sizes() != c10::IntArrayRef(expected.sizes)) {
       std::ostringstream msg;
@@ -118,7 +120,7 @@ void Replay::copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].has_storage()) continue;
     for (size_t k = 0; k < inputs.size(); ++k) {
-      const at::Tensor& buffer = program_.values[program_.inputs[k]].toTensor();
+      const at::Tensor& buffer = state_.values[program_.inputs[k]].toTensor();
       if (!bound.bound(k) && !(k == i && buffer.is_same(inputs[i])) &&
           buffer.storage().is_alias_of(inputs[i].storage())) {
         aside[i] = inputs[i].clone();
@@ -128,7 +130,7 @@ void Replay::copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (bound.bound(i)) continue;
-    at::Tensor& buffer = program_.values[program_.inputs[i]].toTensor();
+    at::Tensor& buffer = state_.values[program_.inputs[i]].toTensor();
     const at::Tensor& source = aside[i].defined() ? aside[i] : inputs[i];
     if (!buffer.is_same(source)) copy_into(buffer, source);
   }
@@ -137,7 +139,7 @@ void Replay::copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::
 void Replay::copy_back(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound) {
   for (int i : program_.mutated_inputs) {
     if (bound.bound(i)) continue;
-    const at::Tensor& buffer = program_.values[program_.inputs[i]].toTensor();
+    const at::Tensor& buffer = state_.values[program_.inputs[i]].toTensor();
     at::Tensor target = inputs[i];
     if (!buffer.is_same(target)) copy_into(target, buffer);
   }
@@ -149,17 +151,17 @@ std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool 
   check_state();
   std::lock_guard<std::mutex> lock(mutex_);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  for (FoldedBatchNorm& fold : program_.folds) fold.refresh_if_stale();
+  for (FoldedBatchNorm& fold : state_.folds) fold.refresh_if_stale();
   {
     const InputBinding::Scope bound = bind_inputs(inputs);
     copy_in(inputs, bound);
-    executor_->run(program_);
+    executor_->run();
     copy_back(inputs, bound);
   }
   std::vector<at::Tensor> outputs;
   outputs.reserve(program_.outputs.size());
   for (size_t i = 0; i < program_.outputs.size(); ++i) {
-    const at::Tensor& value = program_.values[program_.outputs[i]].toTensor();
+    const at::Tensor& value = state_.values[program_.outputs[i]].toTensor();
     const bool reused = program_.output_reuses_storage[i] || executor_->reuses_outputs();
     const bool copy = copy_outputs && (copy_first < 0 || static_cast<int>(i) < copy_first);
     outputs.push_back(copy && reused ? copy_of(value) : value);
@@ -170,7 +172,7 @@ std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool 
   // replay and never makes them again: those stay.
   if (!executor_->reuses_outputs()) {
     for (int slot : program_.outputs) {
-      if (!program_.slots[slot].is_stable()) program_.values[slot] = c10::IValue();
+      if (!program_.slots[slot].is_stable()) state_.values[slot] = c10::IValue();
     }
   }
   return outputs;
@@ -209,6 +211,23 @@ void Replay::register_scalars(const std::vector<ScalarPlace>& places) {
     mapped.push_back({op, place.arg, place.elem});
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  for (OpState& op : state_.ops) op.args.clear();
+  // Each replaced argument starts as a copy of the program's constant (lists and tensors
+  // too: the program's own stay as captured).
+  for (ScalarPlace& place : mapped) {
+    auto& replaced = state_.ops[place.traced_op].args;
+    const auto same_arg = [&](const auto& entry) { return entry.first == place.arg; };
+    auto entry = std::find_if(replaced.begin(), replaced.end(), same_arg);
+    if (entry == replaced.end()) {
+      const c10::IValue& constant = program_.ops[place.traced_op].args[place.arg].constant;
+      c10::IValue copy = constant.isList()     ? c10::IValue(constant.toList().copy())
+                         : constant.isTensor() ? c10::IValue(constant.toTensor().clone())
+                                               : constant;
+      replaced.emplace_back(place.arg, std::move(copy));
+      entry = replaced.end() - 1;
+    }
+    place.arg = static_cast<int>(entry - replaced.begin());
+  }
   scalar_places_ = std::move(mapped);
 }
 
@@ -220,7 +239,7 @@ void Replay::set_scalars(const std::vector<double>& values) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < values.size(); ++i) {
     const ScalarPlace& place = scalar_places_[i];
-    c10::IValue& arg = program_.ops[place.traced_op].args[place.arg].constant;
+    c10::IValue& arg = state_.ops[place.traced_op].args[place.arg].second;
     if (place.elem >= 0) {
       arg.toList().set(place.elem, c10::IValue(values[i]));
     } else if (arg.isTensor()) {
@@ -256,13 +275,13 @@ void Replay::set_kernels(std::vector<std::shared_ptr<const KernelOverride>> kern
   kernels.resize(program_.ops.size());
   std::vector<std::shared_ptr<const KernelOverride>> previous;
   for (size_t i = 0; i < program_.ops.size(); ++i) {
-    previous.push_back(program_.ops[i].kernel);
-    program_.ops[i].kernel = kernels[i];
+    previous.push_back(state_.ops[i].kernel);
+    state_.ops[i].kernel = kernels[i];
   }
   try {
     rebuild_executor();
   } catch (...) {
-    for (size_t i = 0; i < program_.ops.size(); ++i) program_.ops[i].kernel = previous[i];
+    for (size_t i = 0; i < program_.ops.size(); ++i) state_.ops[i].kernel = previous[i];
     rebuild_executor();
     throw;
   }
@@ -276,7 +295,7 @@ Replay::Memory Replay::memory() {
   std::unordered_set<const c10::StorageImpl*> seen;
   for (size_t s = 0; s < program_.slots.size(); ++s) {
     if (program_.slots[s].role != SlotRole::kBuffer) continue;
-    const c10::Storage& storage = program_.values[s].toTensor().storage();
+    const c10::Storage& storage = state_.values[s].toTensor().storage();
     if (!seen.insert(storage.unsafeGetStorageImpl()).second) continue;
     if (executor_->pool_owns(storage.data())) continue;
     m.resident_bytes += static_cast<int64_t>(storage.nbytes());
@@ -291,12 +310,12 @@ Replay::TimedRun Replay::run_timed(const std::vector<at::Tensor>& inputs) {
   std::lock_guard<std::mutex> lock(mutex_);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   const auto start = std::chrono::steady_clock::now();
-  for (FoldedBatchNorm& fold : program_.folds) fold.refresh_if_stale();
+  for (FoldedBatchNorm& fold : state_.folds) fold.refresh_if_stale();
   TimedRun run;
   {
     const InputBinding::Scope bound = bind_inputs(inputs);
     copy_in(inputs, bound);
-    run.ops = executor_->run_timed(program_);
+    run.ops = executor_->run_timed();
     copy_back(inputs, bound);
   }
   run.total_ns =

@@ -1,6 +1,8 @@
 #pragma once
-// A prepared program plus the executor that runs it: what a Python `Nimble` object holds.
-// It owns the static input buffers' contract (copy in, copy back inputs the trace
+// A prepared program, its state and the executor that runs the one on the other: what a
+// Python `Nimble` object holds. The program never changes after prepare; everything a call
+// or a user changes (slot values, folded weights, bound kernels, scalar arguments) is the
+// state's. It owns the static input buffers' contract (copy in, copy back inputs the trace
 // mutates), hands outputs out, and serializes concurrent calls on one object.
 #include <ATen/core/Tensor.h>
 
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "csrc/program/program.h"
+#include "csrc/program/program_state.h"
 #include "csrc/runtime/executor.h"
 #include "csrc/runtime/input_aliasing.h"
 #include "csrc/runtime/input_binding.h"
@@ -19,11 +22,11 @@ namespace nimble {
 
 class Replay {
  public:
-  using ExecutorFactory =
-      std::function<std::unique_ptr<Executor>(Program&, const ExecutorOptions&)>;
+  using ExecutorFactory = std::function<std::unique_ptr<Executor>(const Program&, ProgramState&,
+                                                                  const ExecutorOptions&)>;
   // `make` builds the executor, now and whenever the options change (the backend for the
   // program's device unless a test brings its own).
-  Replay(Program program, const ExecutorOptions& options, ExecutorFactory make = make_executor);
+  Replay(BuiltProgram built, const ExecutorOptions& options, ExecutorFactory make = make_executor);
 
   // Throws BadInput (errors.h) when the inputs differ from the prepared ones in number,
   // shape, dtype or device, or alias each other or the model's state where the trace
@@ -37,7 +40,8 @@ class Replay {
   // Scalar arguments that change between replays (an optimizer's learning rate and bias
   // corrections). A place is (traced op index, argument index, list element or -1); the
   // argument is a Python number (double), a list of them, or a 0-dim tensor holding one.
-  // `set_scalars` writes one value per registered place, in order.
+  // `set_scalars` writes one value per registered place, in order, into the state (the
+  // program keeps its captured constants); registering again starts from those.
   struct ScalarPlace {
     int traced_op = 0;
     int arg = 0;
@@ -69,6 +73,7 @@ class Replay {
   Memory memory();
 
   const Program& program() const { return program_; }
+  const ProgramState& state() const { return state_; }
   const Executor& executor() const { return *executor_; }
 
  private:
@@ -81,7 +86,8 @@ class Replay {
   InputBinding::Scope bind_inputs(const std::vector<at::Tensor>& inputs) const;
   void rebuild_executor();
 
-  Program program_;
+  const Program program_;
+  ProgramState state_;
   ExecutorOptions options_;
   ExecutorFactory make_executor_;
   std::unique_ptr<Executor> executor_;
@@ -94,7 +100,9 @@ class Replay {
     std::vector<int64_t> sizes;
   };
   std::vector<StateLayout> state_layouts_;
-  std::vector<ScalarPlace> scalar_places_;  // traced_op already mapped to an index into ops
+  // Per registered place: its op (`traced_op`), the index of its entry in that op's
+  // OpState::args (`arg`), and the list element or -1.
+  std::vector<ScalarPlace> scalar_places_;
   std::mutex mutex_;
 };
 

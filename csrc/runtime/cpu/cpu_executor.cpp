@@ -23,9 +23,11 @@ int64_t now_ns() {
 
 }  // namespace
 
-CpuExecutor::CpuExecutor(Program& program, StreamPlan plan, int cores, bool memory_pool,
-                         std::vector<int> stress_delays_us)
-    : plan_(std::move(plan)),
+CpuExecutor::CpuExecutor(const Program& program, ProgramState& state, StreamPlan plan, int cores,
+                         bool memory_pool, std::vector<int> stress_delays_us)
+    : program_(program),
+      state_(state),
+      plan_(std::move(plan)),
       stress_delays_us_(std::move(stress_delays_us)),
       cores_(std::max(1, cores)) {
   check_plan_covers(plan_, program);
@@ -34,7 +36,7 @@ CpuExecutor::CpuExecutor(Program& program, StreamPlan plan, int cores, bool memo
   events_.resize(plan_.issue.num_events);
   // Several streams allocate concurrently, in an order that changes between replays:
   // the pool's plan needs one order.
-  if (memory_pool && streams == 1) arena_ = std::make_unique<ReplayArena>(program);
+  if (memory_pool && streams == 1) arena_ = std::make_unique<ReplayArena>(program, state);
   stream_done_.resize(streams);
   errors_.resize(streams);
   for (int s = 1; s < streams; ++s) workers_.emplace_back([this, s] { worker(s); });
@@ -51,7 +53,7 @@ CpuExecutor::~CpuExecutor() {
   for (std::thread& t : workers_) t.join();
 }
 
-void CpuExecutor::run_stream(int stream, Program& program, uint64_t epoch) {
+void CpuExecutor::run_stream(int stream, uint64_t epoch) {
   Stream& s = streams_[stream];
   for (const scheduling::IssueStep& step : plan_.issue.streams[stream]) {
     const std::vector<int>& release = plan_.release[step.op];
@@ -60,20 +62,21 @@ void CpuExecutor::run_stream(int stream, Program& program, uint64_t epoch) {
       std::this_thread::sleep_for(std::chrono::microseconds(stress_delays_us_[step.op]));
     if (!errors_[stream]) {
       try {
-        const OpNode& op = program.ops[step.op];
+        const OpNode& op = program_.ops[step.op];
+        const OpState& op_state = state_.ops[step.op];
         if (arena_) arena_->op_begins(step.op);
-        push_args(op, program.values, s.stack);
+        push_args(op, op_state, state_.values, s.stack);
         if (!timed_) {
-          invoke(op, s.stack);
-          keep_results(op, program.values, s.stack, release);
+          invoke(op, op_state, s.stack);
+          keep_results(op, state_.values, s.stack, release);
         } else {
           const int64_t start = now_ns();
-          invoke(op, s.stack);
+          invoke(op, op_state, s.stack);
           const int64_t end = now_ns();
-          keep_results(op, program.values, s.stack, {});
+          keep_results(op, state_.values, s.stack, {});
           // Dropping the values this op read last frees tensors: timed on its own, so
           // that reports can tell memory release from dispatch overhead.
-          for (int slot : release) program.values[slot] = c10::IValue();
+          for (int slot : release) state_.values[slot] = c10::IValue();
           const int64_t released = now_ns();
           s.timings->push_back(
               {step.op, stream, start - origin_ns_, end - origin_ns_, released - end});
@@ -104,12 +107,12 @@ void CpuExecutor::worker(int stream) {
   for (uint64_t seen = 0;;) {
     start_.wait(++seen, queue_);
     if (stopping_) return;
-    run_stream(stream, *program_, seen);
+    run_stream(stream, seen);
     stream_done_[stream].signal(seen, queue_);
   }
 }
 
-void CpuExecutor::replay(Program& program, bool timed, std::vector<OpTiming>* timings) {
+void CpuExecutor::replay(bool timed, std::vector<OpTiming>* timings) {
   std::vector<std::vector<OpTiming>> per_stream(streams_.size());
   timed_ = timed;
   origin_ns_ = now_ns();
@@ -119,7 +122,6 @@ void CpuExecutor::replay(Program& program, bool timed, std::vector<OpTiming>* ti
     streams_[s].timings = &per_stream[s];
     errors_[s] = nullptr;
   }
-  program_ = &program;
   const uint64_t epoch = ++epoch_;
   if (!workers_.empty()) start_.signal(epoch, queue_);
   {
@@ -127,30 +129,30 @@ void CpuExecutor::replay(Program& program, bool timed, std::vector<OpTiming>* ti
     if (arena_) pool.emplace(*arena_);
     KeepIntraOpThreads keep;
     if (!workers_.empty()) keep.set(threads_per_stream());
-    run_stream(0, program, epoch);
+    run_stream(0, epoch);
   }
   for (size_t s = 1; s < streams_.size(); ++s) stream_done_[s].wait(epoch, queue_);
-  for (int slot : plan_.end_release) program.values[slot] = c10::IValue();
+  for (int slot : plan_.end_release) state_.values[slot] = c10::IValue();
   for (const std::exception_ptr& error : errors_) {
     if (!error) continue;
     // Values of the failed replay would otherwise live on into the next one.
-    for (int slot : plan_.transients) program.values[slot] = c10::IValue();
+    for (int slot : plan_.transients) state_.values[slot] = c10::IValue();
     for (Stream& s : streams_) s.stack.clear();
     if (arena_ && arena_->recording()) arena_->discard_recording();
     std::rethrow_exception(error);
   }
   if (arena_ && arena_->recording()) arena_->plan();
   if (timings) {
-    timings->reserve(program.ops.size());
+    timings->reserve(program_.ops.size());
     for (auto& list : per_stream) timings->insert(timings->end(), list.begin(), list.end());
   }
 }
 
-void CpuExecutor::run(Program& program) { replay(program, false, nullptr); }
+void CpuExecutor::run() { replay(false, nullptr); }
 
-std::vector<OpTiming> CpuExecutor::run_timed(Program& program) {
+std::vector<OpTiming> CpuExecutor::run_timed() {
   std::vector<OpTiming> timings;
-  replay(program, true, &timings);
+  replay(true, &timings);
   return timings;
 }
 

@@ -21,14 +21,14 @@ class CpuExecutor final : public Executor {
   // `plan` must cover the program's ops; `cores` is what the streams' kernels share.
   // With one stream and `memory_pool`, replays allocate from a ReplayArena.
   // `stress_delays_us`: empty, or per op a sleep before it (see ExecutorOptions).
-  CpuExecutor(Program& program, StreamPlan plan, int cores, bool memory_pool,
-              std::vector<int> stress_delays_us = {});
+  CpuExecutor(const Program& program, ProgramState& state, StreamPlan plan, int cores,
+              bool memory_pool, std::vector<int> stress_delays_us = {});
   ~CpuExecutor() override;
   CpuExecutor(const CpuExecutor&) = delete;
   CpuExecutor& operator=(const CpuExecutor&) = delete;
 
-  void run(Program& program) override;
-  std::vector<OpTiming> run_timed(Program& program) override;
+  void run() override;
+  std::vector<OpTiming> run_timed() override;
   std::string backend() const override { return "cpu"; }
   int num_streams() const override { return plan_.num_streams(); }
   const ScheduleInfo& schedule() const override { return plan_.info; }
@@ -41,10 +41,12 @@ class CpuExecutor final : public Executor {
     std::vector<OpTiming>* timings = nullptr;
   };
 
-  void run_stream(int stream, Program& program, uint64_t epoch);
+  void run_stream(int stream, uint64_t epoch);
   void worker(int stream);
-  void replay(Program& program, bool timed, std::vector<OpTiming>* timings);
+  void replay(bool timed, std::vector<OpTiming>* timings);
 
+  const Program& program_;
+  ProgramState& state_;
   StreamPlan plan_;
   std::vector<int> stress_delays_us_;
   // Measured on googlenet and inception_v3 (2 cores): a fixed equal share per stream beats
@@ -61,7 +63,6 @@ class CpuExecutor final : public Executor {
   uint64_t epoch_ = 0;
   bool stopping_ = false;
   std::vector<std::exception_ptr> errors_;
-  Program* program_ = nullptr;  // the program of the replay in flight
   bool timed_ = false;
   int64_t origin_ns_ = 0;
   std::vector<std::thread> workers_;

@@ -192,8 +192,8 @@ bool ArenaPool::free(void* ptr) {
   return true;
 }
 
-ReplayArena::ReplayArena(Program& program)
-    : program_(program), pool_(std::make_shared<ArenaPool>()) {
+ReplayArena::ReplayArena(const Program& program, ProgramState& state)
+    : program_(program), state_(state), pool_(std::make_shared<ArenaPool>()) {
   install_router();
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -277,7 +277,7 @@ void ReplayArena::plan() {
       items.push_back({request.bytes, request.first, request.last});
       item_request.push_back(static_cast<int>(i));
     }
-    for (BufferGroup& g : buffer_groups(program_)) {
+    for (BufferGroup& g : buffer_groups(program_, state_.values)) {
       if (!g.plannable || g.device != c10::kCPU || g.producer < 0) continue;
       int64_t first = INT64_MAX;
       int64_t last = -1;
@@ -329,7 +329,7 @@ void ReplayArena::plan() {
     const c10::Storage storage(c10::Storage::use_byte_size_t(), g.bytes, std::move(window),
                                /*allocator=*/nullptr, /*resizable=*/false);
     for (int slot : g.slots) {
-      program_.values[slot].toTensor().unsafeGetTensorImpl()->set_storage_keep_dtype(storage);
+      state_.values[slot].toTensor().unsafeGetTensorImpl()->set_storage_keep_dtype(storage);
       moved_slots_.push_back(slot);
     }
   }
@@ -341,7 +341,7 @@ void ReplayArena::restore_buffers() {
   // sharing (valid for any schedule) again.
   std::unordered_map<const c10::StorageImpl*, c10::Storage> fresh;
   for (int slot : moved_slots_) {
-    c10::TensorImpl* impl = program_.values[slot].toTensor().unsafeGetTensorImpl();
+    c10::TensorImpl* impl = state_.values[slot].toTensor().unsafeGetTensorImpl();
     const c10::Storage& old = impl->storage();
     auto it = fresh.find(old.unsafeGetStorageImpl());
     if (it == fresh.end()) {
@@ -354,7 +354,7 @@ void ReplayArena::restore_buffers() {
     impl->set_storage_keep_dtype(it->second);
   }
   moved_slots_.clear();
-  plan_buffer_memory(program_, true);
+  plan_buffer_memory(program_, state_.values, true);
 }
 
 bool ReplayArena::owns(const void* ptr) const {
@@ -374,7 +374,7 @@ ReplayArena::Stats ReplayArena::stats() const {
   s.fallbacks_last = pool.fallbacks;
   std::unordered_map<const c10::StorageImpl*, int> seen;
   for (int slot : moved_slots_) {
-    seen.emplace(program_.values[slot].toTensor().storage().unsafeGetStorageImpl(), 0);
+    seen.emplace(state_.values[slot].toTensor().storage().unsafeGetStorageImpl(), 0);
   }
   s.buffers_moved = static_cast<int>(seen.size());
   return s;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "csrc/program/program.h"
+#include "csrc/program/program_state.h"
 #include "csrc/runtime/executor.h"
 
 namespace nimble {
@@ -33,9 +34,10 @@ class ArenaPool;  // the pool's state, shared with the memory it has handed out
 
 class ReplayArena {
  public:
-  // `program` must outlive the arena; its buffers are moved into the block by `plan` and
-  // back into storages of their own (shared as at build) when the arena goes.
-  explicit ReplayArena(Program& program);
+  // `program` and `state` must outlive the arena; the state's buffers are moved into the
+  // block by `plan` and back into storages of their own (shared as at build) when the arena
+  // goes.
+  ReplayArena(const Program& program, ProgramState& state);
   ~ReplayArena();
   ReplayArena(const ReplayArena&) = delete;
   ReplayArena& operator=(const ReplayArena&) = delete;
@@ -69,7 +71,8 @@ class ReplayArena {
  private:
   void restore_buffers();
 
-  Program& program_;
+  const Program& program_;
+  ProgramState& state_;
   std::shared_ptr<ArenaPool> pool_;
   std::vector<int> moved_slots_;  // buffer and view slots whose storage is in the block
 };

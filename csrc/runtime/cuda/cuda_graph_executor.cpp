@@ -14,12 +14,11 @@ namespace nimble {
 
 namespace {
 
-c10::Device program_device(const Program& program) {
-  for (const c10::IValue& value : program.values) {
-    if (value.isTensor() && value.toTensor().defined() && value.toTensor().is_cuda())
-      return value.toTensor().device();
-  }
-  throw std::invalid_argument("the CUDA graph backend needs a program with CUDA tensors");
+c10::Device cuda_device_of(const Program& program) {
+  const c10::Device device = program_device(program);
+  if (!device.is_cuda())
+    throw std::invalid_argument("the CUDA graph backend needs a program with CUDA tensors");
+  return device;
 }
 
 void for_each_tensor_of(const c10::IValue& value, const std::function<void(const at::Tensor&)>& f) {
@@ -32,9 +31,9 @@ void for_each_tensor_of(const c10::IValue& value, const std::function<void(const
 
 }  // namespace
 
-CudaGraphExecutor::CudaGraphExecutor(Program& program, StreamPlan plan,
+CudaGraphExecutor::CudaGraphExecutor(const Program& program, ProgramState& state, StreamPlan plan,
                                      std::vector<int> stress_delays_us)
-    : device_(program_device(program)), plan_(std::move(plan)) {
+    : program_(program), state_(state), device_(cuda_device_of(program)), plan_(std::move(plan)) {
   check_plan_covers(plan_, program);
   const c10::cuda::CUDAGuard device_guard(device_);
   if (!stress_delays_us.empty()) {
@@ -56,9 +55,9 @@ CudaGraphExecutor::CudaGraphExecutor(Program& program, StreamPlan plan,
   // Warm-up on the caller's stream's timeline, on the streams the capture will use.
   const cudaStream_t caller = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
   try {
-    issue(program, caller, nullptr);
+    issue(caller, nullptr);
   } catch (...) {
-    drop_transients(program);
+    drop_transients();
     throw;
   }
   C10_CUDA_CHECK(cudaStreamSynchronize(caller));
@@ -69,7 +68,7 @@ CudaGraphExecutor::CudaGraphExecutor(Program& program, StreamPlan plan,
     const c10::cuda::CUDAStreamGuard on_capture(streams_[0].torch_stream());
     graph_->capture_begin();
     try {
-      issue(program, streams_[0].get(), nullptr);
+      issue(streams_[0].get(), nullptr);
     } catch (...) {
       // End the capture so that the device is usable after the error; the half-captured
       // graph is dropped.
@@ -78,7 +77,7 @@ CudaGraphExecutor::CudaGraphExecutor(Program& program, StreamPlan plan,
       } catch (...) {
       }
       graph_.reset();
-      drop_transients(program);
+      drop_transients();
       throw;
     }
     graph_->capture_end();
@@ -92,8 +91,7 @@ CudaGraphExecutor::~CudaGraphExecutor() {
   C10_CUDA_IGNORE_ERROR(cudaDeviceSynchronize());
 }
 
-void CudaGraphExecutor::issue(Program& program, cudaStream_t origin,
-                              std::vector<OpEvents>* timing) {
+void CudaGraphExecutor::issue(cudaStream_t origin, std::vector<OpEvents>* timing) {
   const int num_streams = plan_.num_streams();
   fork_.record(origin);
   for (int s = 0; s < num_streams; ++s) {
@@ -101,7 +99,7 @@ void CudaGraphExecutor::issue(Program& program, cudaStream_t origin,
   }
   // One host thread issues the ops in op order: each stream gets its ops in its plan
   // order, and every event is recorded before a stream waits for it (syncs point back).
-  for (size_t i = 0; i < program.ops.size(); ++i) {
+  for (size_t i = 0; i < program_.ops.size(); ++i) {
     const int s = plan_.issue.stream[i];
     const scheduling::IssueStep& step = plan_.issue.streams[s][plan_.issue.position[i]];
     const cuda::OwnedStream& stream = streams_[s];
@@ -110,22 +108,23 @@ void CudaGraphExecutor::issue(Program& program, cudaStream_t origin,
     if (!stress_delay_cycles_.empty() && stress_delay_cycles_[i] > 0)
       at::cuda::sleep(stress_delay_cycles_[i]);
     if (timing) (*timing)[i].start.record(stream.get());
-    const OpNode& op = program.ops[i];
+    const OpNode& op = program_.ops[i];
+    const OpState& op_state = state_.ops[i];
     if (!transient_reads_.empty()) {
       // The caching allocator hands a freed block to the next request of the stream that
       // allocated it; a read on another stream must hold the block until it has run
       // (inside a capture: until the capture ends). Reads on the allocating stream are
       // ignored by the allocator, and are ordered by that stream anyway.
       for (int slot : transient_reads_[i]) {
-        for_each_tensor_of(program.values[slot], [&](const at::Tensor& t) {
+        for_each_tensor_of(state_.values[slot], [&](const at::Tensor& t) {
           c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(),
                                                         stream.torch_stream());
         });
       }
     }
-    push_args(op, program.values, stack_);
-    invoke(op, stack_);
-    keep_results(op, program.values, stack_, plan_.release[i]);
+    push_args(op, op_state, state_.values, stack_);
+    invoke(op, op_state, stack_);
+    keep_results(op, state_.values, stack_, plan_.release[i]);
     stack_.clear();  // returned values the program does not keep go now, on this stream
     if (timing) (*timing)[i].end.record(stream.get());
     if (step.signal >= 0) events_[step.signal].record(stream.get());
@@ -135,43 +134,43 @@ void CudaGraphExecutor::issue(Program& program, cudaStream_t origin,
     joins_[s].record(streams_[s].get());
     joins_[s].block(origin);
   }
-  for (int slot : plan_.end_release) program.values[slot] = c10::IValue();
+  for (int slot : plan_.end_release) state_.values[slot] = c10::IValue();
 }
 
-void CudaGraphExecutor::drop_transients(Program& program) {
-  for (int slot : plan_.transients) program.values[slot] = c10::IValue();
+void CudaGraphExecutor::drop_transients() {
+  for (int slot : plan_.transients) state_.values[slot] = c10::IValue();
   stack_.clear();
 }
 
-void CudaGraphExecutor::run(Program& /*program*/) {
+void CudaGraphExecutor::run() {
   const c10::cuda::CUDAGuard device_guard(device_);
   graph_->replay();
 }
 
-std::vector<OpTiming> CudaGraphExecutor::run_timed(Program& program) {
+std::vector<OpTiming> CudaGraphExecutor::run_timed() {
   const c10::cuda::CUDAGuard device_guard(device_);
-  // The graph's outputs stay the program's values: the ops issued here make new ones.
+  // The graph's outputs stay the state's values: the ops issued here make new ones.
   std::vector<c10::IValue> graph_outputs;
-  for (int slot : program.outputs) graph_outputs.push_back(program.values[slot]);
+  for (int slot : program_.outputs) graph_outputs.push_back(state_.values[slot]);
   const cudaStream_t caller = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
-  std::vector<OpEvents> timing(program.ops.size());
+  std::vector<OpEvents> timing(program_.ops.size());
   const cuda::OwnedEvent origin(true);
   origin.record(caller);
   try {
-    issue(program, caller, &timing);
+    issue(caller, &timing);
   } catch (...) {
-    drop_transients(program);
+    drop_transients();
     for (size_t i = 0; i < graph_outputs.size(); ++i)
-      program.values[program.outputs[i]] = graph_outputs[i];
+      state_.values[program_.outputs[i]] = graph_outputs[i];
     throw;
   }
   C10_CUDA_CHECK(cudaStreamSynchronize(caller));
   for (size_t i = 0; i < graph_outputs.size(); ++i)
-    program.values[program.outputs[i]] = graph_outputs[i];
+    state_.values[program_.outputs[i]] = graph_outputs[i];
   std::vector<OpTiming> timings;
-  timings.reserve(program.ops.size());
+  timings.reserve(program_.ops.size());
   auto ns = [&](const cuda::OwnedEvent& e) { return static_cast<int64_t>(e.since(origin) * 1e6); };
-  for (size_t i = 0; i < program.ops.size(); ++i) {
+  for (size_t i = 0; i < program_.ops.size(); ++i) {
     timings.push_back(
         {static_cast<int>(i), plan_.issue.stream[i], ns(timing[i].start), ns(timing[i].end), 0});
   }

@@ -23,15 +23,16 @@ class CudaGraphExecutor final : public Executor {
   // Transient values then live in the graph's private pool at fixed addresses, which is
   // why every output of this backend is reused by the next replay.
   // `stress_delays_us`: empty, or per op a spinning kernel before it (see ExecutorOptions).
-  CudaGraphExecutor(Program& program, StreamPlan plan, std::vector<int> stress_delays_us = {});
+  CudaGraphExecutor(const Program& program, ProgramState& state, StreamPlan plan,
+                    std::vector<int> stress_delays_us = {});
   ~CudaGraphExecutor() override;
   CudaGraphExecutor(const CudaGraphExecutor&) = delete;
   CudaGraphExecutor& operator=(const CudaGraphExecutor&) = delete;
 
-  void run(Program& program) override;
+  void run() override;
   // Issues the ops outside the graph on the same streams, each between two timing
   // events; times are device times since the replay's start, one row per stream.
-  std::vector<OpTiming> run_timed(Program& program) override;
+  std::vector<OpTiming> run_timed() override;
   std::string backend() const override { return "cuda-graph"; }
   int num_streams() const override { return plan_.num_streams(); }
   const ScheduleInfo& schedule() const override { return plan_.info; }
@@ -44,10 +45,12 @@ class CudaGraphExecutor final : public Executor {
   };
   // Issues every op once on the executor's streams, ordered after the work already on
   // `origin` and joined back into it. With `timing`, records each op's events there.
-  void issue(Program& program, cudaStream_t origin, std::vector<OpEvents>* timing);
+  void issue(cudaStream_t origin, std::vector<OpEvents>* timing);
   // After a failed issue: values of the half-run replay must not live on.
-  void drop_transients(Program& program);
+  void drop_transients();
 
+  const Program& program_;
+  ProgramState& state_;
   c10::Device device_;
   StreamPlan plan_;
   std::vector<int64_t> stress_delay_cycles_;  // per op, or empty

@@ -47,7 +47,7 @@ TEST(ProgramBuilder, DependenciesFollowDataFlowAndMutation) {
   at::Tensor z = record(b, "aten::add", "Tensor", {y, x, 1}).toTensor();  // op 2: reads x
   record(b, "aten::add_", "Tensor", {x, w, 1});                           // op 3: writes x
   b.set_outputs({z});
-  const Program p = b.finish({});
+  const Program p = b.finish({}).program;
 
   ASSERT_EQ(p.num_ops(), 4u);
   const std::set<std::pair<int, int>> deps(p.dependencies.begin(), p.dependencies.end());
@@ -71,7 +71,7 @@ TEST(ProgramBuilder, ViewsOfStableTensorsAreComputedOnce) {
   at::Tensor y = record(b, "aten::mul", "Tensor", {x, wt}).toTensor();
   at::Tensor z = record(b, "aten::mul", "Tensor", {y, x}).toTensor();
   b.set_outputs({z});
-  const Program p = b.finish({});
+  const Program p = b.finish({}).program;
   ASSERT_EQ(p.num_ops(), 2u);
   EXPECT_EQ(p.ops[0].name, "aten::mul.out");
   // The output is made fresh by its op each replay, so it is handed out without a copy.

@@ -35,7 +35,8 @@ at::Tensor replay(ReplayArena& arena, int64_t n0 = 1000) {
 
 TEST(ReplayArena, RecordsPlansAndServes) {
   Program program;
-  ReplayArena arena(program);
+  ProgramState state;
+  ReplayArena arena(program, state);
   EXPECT_TRUE(arena.recording());
   const at::Tensor first = replay(arena);
   arena.plan();
@@ -59,7 +60,8 @@ TEST(ReplayArena, RecordsPlansAndServes) {
 
 TEST(ReplayArena, OtherRequestsGoElsewhere) {
   Program program;
-  ReplayArena arena(program);
+  ProgramState state;
+  ReplayArena arena(program, state);
   replay(arena);
   arena.plan();
   // The first request is larger now: served by the ordinary allocator, the rest still
@@ -74,7 +76,8 @@ TEST(ReplayArena, OtherRequestsGoElsewhere) {
 
 TEST(ReplayArena, HeldMemoryIsNeverHandedOutAgain) {
   Program program;
-  ReplayArena arena(program);
+  ProgramState state;
+  ReplayArena arena(program, state);
   replay(arena);
   arena.plan();
   // Keep a planned tensor past its recorded lifetime, then replay again: its bytes must
@@ -105,7 +108,8 @@ void raw_scratch(ReplayArena& arena, size_t bytes) {
 
 TEST(ReplayArena, RawAllocations) {
   Program program;
-  ReplayArena arena(program);
+  ProgramState state;
+  ReplayArena arena(program, state);
   raw_scratch(arena, 256);
   arena.plan();
   raw_scratch(arena, 256);
@@ -117,7 +121,8 @@ TEST(ReplayArena, RawAllocations) {
 
 TEST(ReplayArena, MemoryOutlivesTheArena) {
   Program program;
-  auto arena = std::make_unique<ReplayArena>(program);
+  ProgramState state;
+  auto arena = std::make_unique<ReplayArena>(program, state);
   replay(*arena);
   arena->plan();
   at::Tensor kept;
@@ -139,7 +144,8 @@ TEST(ReplayArena, MemoryOutlivesTheArena) {
 
 TEST(ReplayArena, DiscardedRecordingStartsOver) {
   Program program;
-  ReplayArena arena(program);
+  ProgramState state;
+  ReplayArena arena(program, state);
   replay(arena, 4000);
   arena.discard_recording();
   EXPECT_TRUE(arena.recording());

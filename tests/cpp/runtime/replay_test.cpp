@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "csrc/errors.h"
 #include "csrc/program/program_builder.h"
 #include "csrc/runtime/op_call.h"
 #include "tests/cpp/program/record_op.h"
@@ -15,26 +16,29 @@ namespace {
 using testing::record;
 
 // Like a CUDA graph: the ops ran once when it was made, and every replay writes its
-// results into the tensors of that first run, never touching the program's values.
+// results into the tensors of that first run, never touching the state's values.
 class OutputReusingExecutor final : public Executor {
  public:
-  explicit OutputReusingExecutor(Program& program) {
+  OutputReusingExecutor(const Program& program, ProgramState& state)
+      : program_(program), state_(state) {
     info_.logical_stream.assign(program.ops.size(), 0);
     info_.physical_stream.assign(program.ops.size(), 0);
     std::vector<c10::IValue> stack;
-    for (const OpNode& op : program.ops) call_op(op, program.values, stack);
+    for (size_t i = 0; i < program.ops.size(); ++i)
+      call_op(program.ops[i], state.ops[i], state.values, stack);
   }
-  void run(Program& program) override {
-    std::vector<c10::IValue> scratch = program.values;
+  void run() override {
+    std::vector<c10::IValue> scratch = state_.values;
     std::vector<c10::IValue> stack;
-    for (const OpNode& op : program.ops) call_op(op, scratch, stack);
-    for (int slot : program.outputs) {
-      if (!program.slots[slot].is_stable())
-        program.values[slot].toTensor().copy_(scratch[slot].toTensor());
+    for (size_t i = 0; i < program_.ops.size(); ++i)
+      call_op(program_.ops[i], state_.ops[i], scratch, stack);
+    for (int slot : program_.outputs) {
+      if (!program_.slots[slot].is_stable())
+        state_.values[slot].toTensor().copy_(scratch[slot].toTensor());
     }
   }
-  std::vector<OpTiming> run_timed(Program& program) override {
-    run(program);
+  std::vector<OpTiming> run_timed() override {
+    run();
     return {};
   }
   std::string backend() const override { return "test-graph"; }
@@ -43,10 +47,12 @@ class OutputReusingExecutor final : public Executor {
   bool reuses_outputs() const override { return true; }
 
  private:
+  const Program& program_;
+  ProgramState& state_;
   ScheduleInfo info_;
 };
 
-Program two_output_program(const at::Tensor& x, const at::Tensor& w) {
+BuiltProgram two_output_program(const at::Tensor& x, const at::Tensor& w) {
   ProgramBuilder b;
   b.add_input(x);
   b.add_state(w);
@@ -61,8 +67,8 @@ TEST(Replay, ExecutorThatReusesItsOutputsHandsOutCorrectOutputsOnEveryCall) {
   at::NoGradGuard no_grad;
   const at::Tensor w = at::randn({8});
   Replay replay(two_output_program(at::randn({8}), w), ExecutorOptions{},
-                [](Program& p, const ExecutorOptions&) {
-                  return std::make_unique<OutputReusingExecutor>(p);
+                [](const Program& p, ProgramState& s, const ExecutorOptions&) {
+                  return std::make_unique<OutputReusingExecutor>(p, s);
                 });
   std::vector<std::vector<at::Tensor>> kept;
   std::vector<at::Tensor> inputs;
@@ -102,10 +108,11 @@ TEST(Replay, FailedExecutorRebuildKeepsTheReplayWorking) {
   const at::Tensor w = at::randn({8});
   int builds = 0;
   Replay replay(two_output_program(at::randn({8}), w), ExecutorOptions{},
-                [&builds](Program& p, const ExecutorOptions& options) -> std::unique_ptr<Executor> {
+                [&builds](const Program& p, ProgramState& s,
+                          const ExecutorOptions& options) -> std::unique_ptr<Executor> {
                   ++builds;
                   if (options.streams == 3) throw std::runtime_error("refused");
-                  return make_executor(p, options);
+                  return make_executor(p, s, options);
                 });
   ExecutorOptions three;
   three.streams = 3;
@@ -114,6 +121,28 @@ TEST(Replay, FailedExecutorRebuildKeepsTheReplayWorking) {
   const at::Tensor x = at::randn({8});
   EXPECT_TRUE(at::equal(replay.run({x}, true)[1], at::relu(x * w) + w));
   EXPECT_EQ(builds, 3);
+}
+
+// Scalars set between calls (an optimizer's learning rate) are the replay's state: the
+// program keeps its captured constants, so registering again starts from those.
+TEST(Replay, ScalarsChangeTheStateNotTheProgram) {
+  at::NoGradGuard no_grad;
+  const at::Tensor x = at::randn({8});
+  ProgramBuilder b;
+  b.add_input(x);
+  const at::Tensor y = record(b, "aten::mul", "Scalar", {x, 2.5}).toTensor();
+  b.set_outputs({y});
+  Replay replay(b.finish({}), ExecutorOptions{});
+  replay.register_scalars({{0, 1, -1}});
+  replay.set_scalars({4.0});
+  const at::Tensor x2 = at::randn({8});
+  EXPECT_TRUE(at::allclose(replay.run({x2}, true)[0], x2 * 4.0));
+  EXPECT_EQ(replay.program().ops[0].args[1].constant.toDouble(), 2.5);
+  replay.set_scalars({-1.0});
+  EXPECT_TRUE(at::allclose(replay.run({x2}, true)[0], -x2));
+  replay.register_scalars({{0, 1, -1}});
+  EXPECT_TRUE(at::allclose(replay.run({x2}, true)[0], x2 * 2.5));
+  EXPECT_THROW(replay.set_scalars({1.0, 2.0}), BadInput);
 }
 
 }  // namespace
