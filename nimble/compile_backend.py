@@ -1,9 +1,9 @@
 """`torch.compile(model, backend="nimble")`: dynamo splits the model into graphs and guards
 them; nimble prepares and replays each graph.
 
-Every graph dynamo hands over goes through AOTAutograd, which turns it into functional
-ATen graphs: one for inference, or a forward and a backward when something requires grad.
-Each of those becomes a `GraphReplay`, prepared by nimble on its first call (the example
+A graph dynamo hands over under `torch.no_grad()` is prepared as it is. With grad enabled
+it goes through AOTAutograd, which turns it into functional ATen graphs: one for inference,
+or a forward and a backward when something requires grad. Each becomes a `GraphReplay`, prepared by nimble on its first call (the example
 inputs a compiler is given are fake tensors, a capture needs real ones) and replayed on
 every later call. Parameters and buffers come into these graphs as arguments; nimble uses
 them in place, as a prepared module does. What dynamo leaves to Python (graph breaks) runs
@@ -218,6 +218,22 @@ def _check_options(options: dict | None) -> tuple[dict, bool]:
     return options, strict
 
 
+def _static_graph(graph: torch.fx.GraphModule) -> bool:
+    """Whether every input of dynamo's graph is a tensor of fixed shape and no node reads a
+    number out of a tensor. Dynamic graphs (symbolic sizes, floats passed as tensors and
+    read with `.item()`) go through AOTAutograd, which turns those into graph inputs."""
+    for node in graph.graph.nodes:
+        if node.op == "placeholder":
+            value = node.meta.get("example_value")
+            if not isinstance(value, torch.Tensor) or any(
+                not isinstance(d, int) for d in value.shape
+            ):
+                return False
+        elif node.op == "call_method" and node.target in ("item", "tolist"):
+            return False
+    return True
+
+
 def nimble_backend(
     graph: torch.fx.GraphModule, example_inputs: list, options: dict | None = None
 ) -> Callable:
@@ -227,6 +243,15 @@ def nimble_backend(
     from torch._dynamo.backends.common import aot_autograd
 
     prepare_options, strict = _check_options(options)
+    if not torch.is_grad_enabled() and _static_graph(graph):
+        # Dynamo guards on grad mode, so this graph only ever runs without grad: there is
+        # nothing to differentiate, and nimble's capture records the ATen ops under dynamo's
+        # graph itself. AOTAutograd's functional tracing would only add compile time.
+        from torch._dynamo.utils import counters
+
+        counters["nimble"]["graphs_without_aot_autograd"] += 1
+        replay = GraphReplay(graph, prepare_options, strict, "inference")
+        return lambda *args: replay(list(args))
 
     def compiler(kind: str) -> Callable:
         def compile_graph(aten_graph: torch.fx.GraphModule, _fake_inputs: list) -> GraphReplay:

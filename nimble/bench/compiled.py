@@ -4,7 +4,9 @@ and nimble's own `prepare`, where the model allows it (it refuses models whose o
 tensor values, such as BERT with an attention mask).
 
 Compile seconds are those of the first call, which traces, compiles and runs once (for
-`prepare`: prepare itself). Inductor's caches are off, so each compile is a user's first;
+`prepare`: prepare itself). `dynamo_floor_s` is the first call with dynamo's "eager"
+backend: dynamo's own tracing and guards, the floor of every backend's compile time
+(`floor_vs_inductor` says how much of inductor's it already is). Inductor's caches are off, so each compile is a user's first;
 a tiny function is compiled with every backend before, so that one-time imports and
 set-up (of dynamo, AOTAutograd, inductor's C++ toolchain) count for no model.
 Every variant's outputs are compared with eager's on the example call; then the variants
@@ -68,6 +70,9 @@ def measure_compile_backend(spec: str, batch: int, image_size: int, sequence: in
                 row["graph_breaks"] = sum(counters["graph_break"].values())
                 row["graphs_run_eagerly"] = counters["nimble"]["graphs_run_eagerly"]
                 row["ops_replayed"] = counters["nimble"]["ops_replayed"]
+        torch._dynamo.reset()
+        floor = torch.compile(model, backend="eager")
+        _, row["dynamo_floor_s"] = _first_call(lambda: floor(*args, **kwargs))
         try:
             fast, seconds = _first_call(lambda: Nimble(model).prepare(args, kwargs))
         except NimbleError as error:
@@ -84,6 +89,8 @@ def measure_compile_backend(spec: str, batch: int, image_size: int, sequence: in
             row[f"{name}_speedup"] = round(row["eager_ms"] / row[f"{name}_ms"], 3)
     row["compile_vs_inductor"] = round(
         row["nimble_backend_compile_s"] / row["inductor_compile_s"], 4)
+    row["dynamo_floor_s"] = round(row["dynamo_floor_s"], 3)
+    row["floor_vs_inductor"] = round(row["dynamo_floor_s"] / row["inductor_compile_s"], 4)
     row["threads"] = torch.get_num_threads()
     return row
 
@@ -94,6 +101,7 @@ COLUMNS = [
     ("reduce_overhead_ms", "{:.3f}"), ("reduce_overhead_compile_s", "{:.1f}"),
     ("nimble_backend_ms", "{:.3f}"), ("nimble_backend_speedup", "{:.2f}x"),
     ("nimble_backend_compile_s", "{:.2f}"), ("compile_vs_inductor", "{:.3f}"),
+    ("dynamo_floor_s", "{:.2f}"), ("floor_vs_inductor", "{:.3f}"),
     ("nimble_backend_max_diff", "{:.1e}"), ("graphs", "{}"), ("graph_breaks", "{}"),
     ("prepare_ms", "{:.3f}"), ("prepare_s", "{:.2f}"), ("prepare_refused", "{}"),
 ]

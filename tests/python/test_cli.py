@@ -328,6 +328,7 @@ def test_bench_compile_backend_json():
         assert row[f"{variant}_compile_s"] > 0 and row[f"{variant}_max_diff"] < 1e-4
     assert (row["graphs"], row["graph_breaks"], row["graphs_run_eagerly"]) == (1, 0, 0)
     assert row["prepare_s"] > 0 and "prepare_refused" not in row
+    assert 0 < row["dynamo_floor_s"] and row["floor_vs_inductor"] > 0
     # hf: models need --compile-backend; the compile bench is CPU inference.
     assert run("bench", "--model", "hf:bert").returncode == 2
     assert run("bench", "--compile-backend", "--train").returncode == 2

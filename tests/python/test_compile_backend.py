@@ -228,6 +228,21 @@ def test_shapes_marked_dynamic_get_one_program_per_shape():
             x = torch.randn(rows, 8)
             torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
     assert graphs() == 1 and counters["nimble"]["programs_prepared"] == 2
+    # Its sizes are symbols and LayerNorm's eps a tensor read with .item(): AOTAutograd
+    # makes those graph inputs.
+    assert counters["nimble"]["graphs_without_aot_autograd"] == 0
+
+
+def test_graphs_without_grad_skip_aot_autograd():
+    model = mlp()
+    compiled = torch.compile(model, backend="nimble", options=STRICT)
+    with torch.no_grad():
+        x = torch.randn(3, 8)
+        torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
+    assert counters["nimble"]["graphs_without_aot_autograd"] == 1
+    x = torch.randn(3, 8)  # with grad: another graph (dynamo guards on grad mode), through AOT
+    torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
+    assert graphs() == 2 and counters["nimble"]["graphs_without_aot_autograd"] == 1
 
 
 def test_inference_mode_and_gradients_of_inputs_only():

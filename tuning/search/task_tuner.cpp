@@ -48,6 +48,13 @@ std::vector<Config> TaskTuner::propose(int count) {
   const std::vector<ScoredConfig> pool =
       anneal(task_.space, model_, excluded, count * options_.pool_factor, starts,
              options_.annealing, rng_);
+  if (options_.finish_when_all_cold && options_.cold_filter.enabled && !pool.empty() &&
+      std::all_of(pool.begin(), pool.end(), [&](const ScoredConfig& c) {
+        return filter_.is_cold(task_.space.features(c.config), c.score);
+      })) {
+    all_cold_ = true;
+    return {};
+  }
   const std::vector<size_t> order = select_diverse(pool, count, options_.diversity_weight);
   std::vector<bool> used(pool.size(), false);
   for (const size_t i : order) used[i] = true;

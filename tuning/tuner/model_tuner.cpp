@@ -208,11 +208,13 @@ class TuningRun {
     return results;
   }
 
-  // A task is done when its space is used up or it stopped improving for long enough.
+  // A task is done when its space is used up, everything left is cold, or it stopped
+  // improving for long enough.
   bool is_done(size_t i) const {
     const TaskTuner& t = *tuners_[i];
-    return t.exhausted() || (options_.early_stop_trials > 0 &&
-                             t.trials_since_improvement() >= options_.early_stop_trials);
+    return t.exhausted() || t.all_cold() ||
+           (options_.early_stop_trials > 0 &&
+            t.trials_since_improvement() >= options_.early_stop_trials);
   }
 
   // Estimated model latency: every task's best (or baseline) times its occurrences.

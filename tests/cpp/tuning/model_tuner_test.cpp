@@ -69,15 +69,15 @@ TEST(ModelTuner, SpendsTheBudgetAndWritesEveryMeasurement) {
 
 TEST(ModelTuner, ResumesFromTheDatabaseWithoutMeasuringAConfigTwice) {
   const std::string path = temp_db("resume");
+  TunerOptions o = small_options();
   double first_final = 0;
   {
     TuningDatabase db(path);
-    ModelTuner tuner(three_tasks(), small_options(), &db);
+    ModelTuner tuner(three_tasks(), o, &db);
     const auto s = make_scheduler("round-robin", {});
     first_final = tuner.run(*s).final_model_seconds;
   }
   TuningDatabase db(path);
-  TunerOptions o = small_options();
   o.seed = 99;
   ModelTuner tuner(three_tasks(), o, &db);
   const auto s = make_scheduler("round-robin", {});
@@ -89,6 +89,33 @@ TEST(ModelTuner, ResumesFromTheDatabaseWithoutMeasuringAConfigTwice) {
     for (const auto& rec : db.records(sig, "cpu"))
       EXPECT_TRUE(configs.insert(rec.config).second) << sig << " measured a config twice";
   }
+}
+
+// One good region (8 of 64 configs 5x faster than the rest): once the model has found it,
+// everything left is cold, and the task finishes instead of measuring the cold rest.
+TEST(ModelTuner, FinishesATaskWhenEverythingLeftIsCold) {
+  auto run = [](bool finish_when_all_cold) {
+    Task t = testing::bowl_task("a", 1e9, 1, 1);
+    t.space = KnobSpace({Knob::integer_range("a", 0, 63)});
+    t.measurer = std::make_shared<testing::FormulaMeasurer>(
+        [](const Config& c) { return 1e-3 * (c[0] < 8 ? 1 : 5); }, nullptr, 0.01, 4);
+    TunerOptions o = small_options();
+    o.budget_trials = 0;
+    o.early_stop_trials = 1000;
+    o.search.min_records_for_model = 16;
+    o.search.random_fraction = 0;
+    o.search.finish_when_all_cold = finish_when_all_cold;
+    ModelTuner tuner({t}, o);
+    const auto s = make_scheduler("round-robin", {});
+    return tuner.run(*s);
+  };
+  const TuningReport on = run(true);
+  const TuningReport off = run(false);
+  EXPECT_EQ(off.tasks[0].trials, 64);  // the whole space
+  EXPECT_LT(on.tasks[0].trials, 48);
+  EXPECT_TRUE(on.tasks[0].finished);
+  EXPECT_NEAR(on.final_model_seconds, 1e-3, 1e-4);
+  EXPECT_LT(on.cold_time_share, off.cold_time_share);
 }
 
 TEST(ModelTuner, StopsWhenEveryTaskIsFinished) {
