@@ -96,7 +96,8 @@ def tune(
         raise ValueError("give a positive budget_seconds or budget_trials")
     replay = _inference_replay(fast)
     if not kernels.tasks(replay):
-        raise ValueError("the model has no op a kernel family can replace (2-D float convolutions)")
+        raise ValueError("the model has no op a kernel family can replace (2-D float "
+                         "convolutions, linear layers with a bias)")
     shown = _Progress(budget_seconds) if progress else None
     try:
         return kernels.tune(

@@ -16,13 +16,16 @@ struct TensorLayout {
   c10::DeviceType device = c10::DeviceType::CPU;
 };
 
-// The layout an argument has on every replay: a slot's capture-time layout, or a constant's.
+// The layout a slot has on every replay: its capture-time layout.
+std::optional<TensorLayout> layout_of_slot(const Program& program, int index) {
+  const SlotInfo& slot = program.slots.at(index);
+  if (slot.dtype == c10::ScalarType::Undefined) return std::nullopt;
+  return TensorLayout{slot.sizes, slot.strides, slot.dtype, slot.device.type()};
+}
+
+// The layout an argument has on every replay: a slot's, or a constant's.
 std::optional<TensorLayout> layout_of(const Program& program, const Arg& arg) {
-  if (arg.kind == Arg::Kind::kSlot) {
-    const SlotInfo& slot = program.slots.at(arg.slot);
-    if (slot.dtype == c10::ScalarType::Undefined) return std::nullopt;
-    return TensorLayout{slot.sizes, slot.strides, slot.dtype, slot.device.type()};
-  }
+  if (arg.kind == Arg::Kind::kSlot) return layout_of_slot(program, arg.slot);
   if (arg.kind == Arg::Kind::kConstant && arg.constant.isTensor()) {
     const at::Tensor& t = arg.constant.toTensor();
     if (!t.defined()) return std::nullopt;
@@ -107,6 +110,7 @@ bool in_place_on(const OpNode& node, int slot) {
 
 void absorb_epilogue(const Program& program, TunableSite& site) {
   const OpNode& conv = program.ops[site.index];
+  if (conv.outputs.size() != 1) return;  // an out variant's result is a buffer, read later
   const int out = conv.outputs[0].slot;
   const void* storage = program.slots[out].storage;
   if (storage == nullptr || program.slots[out].role != SlotRole::kTransient) return;
@@ -171,12 +175,15 @@ double TunableOp::flops() const {
 
 std::string TunableOp::signature() const {
   std::ostringstream out;
-  out << "conv2d " << c10::toString(dtype) << " " << c10::DeviceTypeName(device, true)
-      << " in=" << n << "x" << c << "x" << h << "x" << w << "/" << join(input_strides)
-      << " weight=" << k << "x" << c / groups << "x" << r << "x" << s << "/" << join(weight_strides)
-      << " stride=" << stride[0] << "," << stride[1] << " pad=" << padding[0] << "," << padding[1]
-      << " dil=" << dilation[0] << "," << dilation[1] << " groups=" << groups
-      << (bias ? " bias" : "") << " out=" << join(out_strides);
+  out << (kind == Kind::kConv2d ? "conv2d "
+          : out_variant         ? "linear.out "
+                                : "linear ")
+      << c10::toString(dtype) << " " << c10::DeviceTypeName(device, true) << " in=" << n << "x" << c
+      << "x" << h << "x" << w << "/" << join(input_strides) << " weight=" << k << "x" << c / groups
+      << "x" << r << "x" << s << "/" << join(weight_strides) << " stride=" << stride[0] << ","
+      << stride[1] << " pad=" << padding[0] << "," << padding[1] << " dil=" << dilation[0] << ","
+      << dilation[1] << " groups=" << groups << (bias ? " bias" : "")
+      << " out=" << join(out_strides);
   if (epilogue.residual) out << " +residual";
   if (epilogue.activation == Epilogue::Activation::kRelu) out << " +relu";
   if (epilogue.activation == Epilogue::Activation::kHardtanh)
@@ -200,9 +207,19 @@ std::vector<at::Tensor> TunableOp::random_operands(uint64_t seed) const {
 }
 
 at::Tensor TunableOp::aten(at::TensorList operands) const {
-  const std::optional<at::Tensor> b = bias ? std::optional<at::Tensor>(operands[2]) : std::nullopt;
-  at::Tensor y = at::convolution(operands[0], operands[1], b, stride, padding, dilation, false,
-                                 {0, 0}, groups);
+  at::Tensor y;
+  if (kind == Kind::kLinear) {
+    const at::Tensor x = operands[0].as_strided({n, c}, {input_strides[0], input_strides[1]},
+                                                operands[0].storage_offset());
+    const at::Tensor weight = operands[1].as_strided({k, c}, {weight_strides[0], weight_strides[1]},
+                                                     operands[1].storage_offset());
+    y = at::addmm(operands[2], x, weight.t()).view({n, k, 1, 1});
+  } else {
+    const std::optional<at::Tensor> b =
+        bias ? std::optional<at::Tensor>(operands[2]) : std::nullopt;
+    y = at::convolution(operands[0], operands[1], b, stride, padding, dilation, false, {0, 0},
+                        groups);
+  }
   epilogue.apply(y, epilogue.residual ? &operands.back() : nullptr);
   return y;
 }
@@ -211,8 +228,58 @@ at::Tensor TunableOp::empty_output() const {
   return at::empty_strided(out_sizes, out_strides, at::TensorOptions().dtype(dtype).device(device));
 }
 
+namespace {
+
+// aten::addmm(bias [k], input [n, c], weight.t()) with beta = alpha = 1, functional or out.
+std::optional<TunableSite> linear_site(const Program& program, int index, bool fuse) {
+  const OpNode& node = program.ops.at(index);
+  const bool out_variant = node.name == "aten::addmm.out";
+  if (!(node.name == "aten::addmm" && node.args.size() == 5 && node.outputs.size() == 1) &&
+      !(out_variant && node.args.size() == 6 && node.outputs.empty()))
+    return std::nullopt;
+  const auto& a = node.args;
+  if (!constant_equals(a[3], 1) || !constant_equals(a[4], 1)) return std::nullopt;
+  const auto bias = layout_of(program, a[0]);
+  const auto input = layout_of(program, a[1]);
+  const auto weight_t = layout_of(program, a[2]);
+  const auto out =
+      out_variant ? layout_of(program, a[5]) : layout_of_slot(program, node.outputs[0].slot);
+  if (!bias || !input || !weight_t || !out) return std::nullopt;
+  for (const TensorLayout* l : {&*bias, &*input, &*weight_t, &*out})
+    if (l->dtype != c10::ScalarType::Float || l->device != input->device) return std::nullopt;
+  if (input->sizes.size() != 2 || weight_t->sizes.size() != 2 || bias->sizes.size() != 1 ||
+      out->sizes.size() != 2)
+    return std::nullopt;
+  TunableOp op;
+  op.kind = TunableOp::Kind::kLinear;
+  op.out_variant = out_variant;
+  op.dtype = input->dtype;
+  op.device = input->device;
+  op.n = input->sizes[0];
+  op.c = input->sizes[1];
+  op.k = weight_t->sizes[1];
+  op.h = op.w = op.r = op.s = 1;
+  if (weight_t->sizes[0] != op.c || bias->sizes[0] != op.k ||
+      out->sizes != std::vector<int64_t>{op.n, op.k})
+    return std::nullopt;
+  op.bias = true;
+  op.input_strides = {input->strides[0], input->strides[1], 1, 1};
+  op.weight_strides = {weight_t->strides[1], weight_t->strides[0], 1, 1};
+  op.out_sizes = {op.n, op.k, 1, 1};
+  op.out_strides = {out->strides[0], out->strides[1], 1, 1};
+  TunableSite site;
+  site.op = std::move(op);
+  site.index = index;
+  if (fuse) absorb_epilogue(program, site);
+  return site;
+}
+
+}  // namespace
+
 std::optional<TunableSite> tunable_site(const Program& program, int index, bool fuse) {
   const OpNode& node = program.ops.at(index);
+  if (node.name == "aten::addmm" || node.name == "aten::addmm.out")
+    return linear_site(program, index, fuse);
   if (node.name != "aten::convolution" || node.args.size() != 9 || node.outputs.size() != 1)
     return std::nullopt;
   const auto& a = node.args;
@@ -262,10 +329,39 @@ std::optional<TunableSite> tunable_site(const Program& program, int index, bool 
 
 std::vector<at::Tensor> operands_from_stack(const TunableOp& op,
                                             const std::vector<c10::IValue>& stack) {
+  if (op.kind == TunableOp::Kind::kLinear) {
+    const at::Tensor& x = stack.at(1).toTensor();
+    const at::Tensor& weight_t = stack.at(2).toTensor();
+    std::vector<at::Tensor> out{
+        x.as_strided(at::IntArrayRef{op.n, op.c, 1, 1}, op.input_strides, x.storage_offset()),
+        weight_t.as_strided(at::IntArrayRef{op.k, op.c, 1, 1}, op.weight_strides,
+                            weight_t.storage_offset()),
+        stack.at(0).toTensor()};
+    if (op.epilogue.residual) {
+      const at::Tensor& residual = stack.at(5).toTensor();
+      out.push_back(residual.as_strided(op.out_sizes, op.out_strides, residual.storage_offset()));
+    }
+    return out;
+  }
   std::vector<at::Tensor> out{stack.at(0).toTensor(), stack.at(1).toTensor()};
   if (op.bias) out.push_back(stack.at(2).toTensor());
   if (op.epilogue.residual) out.push_back(stack.at(9).toTensor());
   return out;
+}
+
+void return_on_stack(const TunableOp& op, at::Tensor result, std::vector<c10::IValue>& stack) {
+  if (op.kind == TunableOp::Kind::kLinear) {
+    result = result.as_strided(at::IntArrayRef{op.n, op.k},
+                               at::IntArrayRef{op.out_strides[0], op.out_strides[1]},
+                               result.storage_offset());
+    if (op.out_variant) {
+      at::Tensor out = stack.at(5).toTensor();
+      out.copy_(result);
+      result = std::move(out);
+    }
+  }
+  stack.clear();
+  stack.emplace_back(std::move(result));
 }
 
 }  // namespace nimble::kernels

@@ -37,8 +37,14 @@ struct Epilogue {
 };
 
 // A 2-D convolution (aten::convolution, not transposed): input [n, c, h, w], weight
-// [k, c / groups, r, s], optional bias [k], and its epilogue.
+// [k, c / groups, r, s], optional bias [k], and its epilogue. A linear layer (aten::addmm of
+// a bias [k], an input [n, c] and a transposed weight [k, c]) is the 1x1 convolution of the
+// input seen as [n, c, 1, 1]: kernel families see that convolution (every field below holds
+// its 4-D form), while the reference, the signature and the op's stack keep the 2-D form.
 struct TunableOp {
+  enum class Kind { kConv2d, kLinear };
+  Kind kind = Kind::kConv2d;
+  bool out_variant = false;  // kLinear: aten::addmm.out, the result goes into its `out` argument
   c10::ScalarType dtype = c10::ScalarType::Float;
   c10::DeviceType device = c10::DeviceType::CPU;
   int64_t n = 0, c = 0, h = 0, w = 0, k = 0, r = 0, s = 0;
@@ -69,7 +75,8 @@ struct TunableOp {
   // Operands (input, weight, the bias when there is one, the residual when the epilogue adds
   // one), random, laid out as in the program.
   std::vector<at::Tensor> random_operands(uint64_t seed) const;
-  // ATen's result on `operands`: the reference every candidate is checked against.
+  // ATen's result on `operands` (the kernel the program would run: convolution, or addmm):
+  // the reference every candidate is checked against, in the 4-D form.
   at::Tensor aten(at::TensorList operands) const;
   // A tensor of the output's sizes and strides, uninitialised.
   at::Tensor empty_output() const;
@@ -88,13 +95,18 @@ struct TunableSite {
 // The op at `index` of `program` as a tunable op; nullopt when no kernel family could
 // replace it (another op, a transposed or 1-D/3-D convolution, a dtype other than float).
 // With `fuse`, in-place residual adds and activations that follow it (or a functional
-// activation that is its result's only reader) are absorbed where no other op can tell (nothing reads the result before them, the residual is ready before the
-// convolution in every schedule the dependencies allow and unchanged until the add).
+// activation that is its result's only reader) are absorbed where no other op can tell (nothing
+// reads the result before them, the residual is ready before the convolution in every schedule the
+// dependencies allow and unchanged until the add).
 std::optional<TunableSite> tunable_site(const Program& program, int index, bool fuse = true);
 
 // The operands of `op` on the boxed stack its program op is called with (aten::convolution's
-// schema order, then the residual when the slot pushes one), in `random_operands`' order.
+// or aten::addmm's schema order, then the residual when the slot pushes one), in
+// `random_operands`' order and 4-D form.
 std::vector<at::Tensor> operands_from_stack(const TunableOp& op,
                                             const std::vector<c10::IValue>& stack);
+// Leaves a kernel's (4-D) result on `stack` as the program op's return: in the op's own form,
+// written into its `out` argument for an out variant.
+void return_on_stack(const TunableOp& op, at::Tensor result, std::vector<c10::IValue>& stack);
 
 }  // namespace nimble::kernels

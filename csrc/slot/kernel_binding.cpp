@@ -24,9 +24,7 @@ class SlotKernel : public KernelOverride {
         kernel_(std::move(kernel)),
         description_(std::move(description)) {}
   void call(std::vector<c10::IValue>& stack) const override {
-    at::Tensor result = kernel_->run(kernels::operands_from_stack(op_, stack));
-    stack.clear();
-    stack.emplace_back(std::move(result));
+    kernels::return_on_stack(op_, kernel_->run(kernels::operands_from_stack(op_, stack)), stack);
   }
   std::string describe() const override { return description_; }
 

@@ -11,11 +11,15 @@ namespace {
 
 std::string short_name(const kernels::TunableOp& op) {
   std::ostringstream out;
-  out << (op.depthwise()  ? "dw"
-          : op.groups > 1 ? "gconv"
-                          : "conv")
-      << op.r << "x" << op.s << "/" << op.stride[0] << " " << op.c << ">" << op.k << " " << op.h
-      << "x" << op.w;
+  if (op.kind == kernels::TunableOp::Kind::kLinear) {
+    out << "linear " << op.c << ">" << op.k;
+  } else {
+    out << (op.depthwise()  ? "dw"
+            : op.groups > 1 ? "gconv"
+                            : "conv")
+        << op.r << "x" << op.s << "/" << op.stride[0] << " " << op.c << ">" << op.k << " " << op.h
+        << "x" << op.w;
+  }
   if (op.n > 1) out << " n" << op.n;
   if (op.epilogue.residual) out << " +res";
   if (op.epilogue.activation == kernels::Epilogue::Activation::kRelu) out << " +relu";

@@ -47,13 +47,40 @@ def test_tasks_group_equal_convolutions_and_list_the_families_that_fit():
     tasks = kernels.tasks(fast.replay)
     ops = [op for t in tasks for op in t["ops"]]
     names = [o["name"] for o in fast.replay.ops()]
-    assert sorted(ops) == [i for i, n in enumerate(names) if n == "aten::convolution"]
+    tunable = ("aten::convolution", "aten::addmm", "aten::addmm.out")
+    assert sorted(ops) == [i for i, n in enumerate(names) if n in tunable]
     assert len(tasks) < len(ops)  # repeated blocks share a task
+    assert [t["name"] for t in tasks if t["name"].startswith("linear")] == ["linear 1280>1000"]
     for t in tasks:
         assert t["families"][0] == "aten"
         assert ("depthwise" in t["families"]) == t["name"].startswith("dw")
-        assert ("im2col_gemm" in t["families"]) == t["name"].startswith("conv")
+        assert ("im2col_gemm" in t["families"]) == t["name"].startswith(("conv", "linear"))
         assert len({t["signature"]}) == 1 and t["space_size"] > 1
+
+
+def test_linear_layers_are_tuned_and_bound_with_eager_results(tmp_path):
+    """Linear layers reach the tuner as 1x1 convolutions: an inner one (addmm.out into a
+    buffer) and the last one (addmm returning the model's output)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(40, 96), torch.nn.ReLU(),
+                                torch.nn.Linear(96, 24)).eval()
+    x = torch.randn(5, 40)
+    with torch.no_grad():
+        fast = nimble.Nimble(model).prepare((x,))
+    assert [o["name"] for o in fast.replay.ops()] == ["aten::addmm.out", "aten::relu",
+                                                      "aten::addmm"]
+    tasks = kernels.tasks(fast.replay)
+    assert sorted(t["name"] for t in tasks) == ["linear 40>96 n5", "linear 96>24 n5"]
+    assert all(t["families"] == ["aten", "im2col_gemm", "direct"] for t in tasks)
+    db = str(tmp_path / "tune.db")
+    nimble.tune(fast, scheduler="round-robin", budget_seconds=1e9, budget_trials=24,
+                database=db, slot_seconds=1e-3, **FAST)
+    bound = fast.use_tuned(db, min_speedup=0)
+    assert [r["bound"] for r in bound] == [True, True], bound
+    for seed in (1, 2):
+        x = torch.randn(5, 40, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
 
 
 def test_tune_records_every_measurement_and_binding_gives_eager_results(tmp_path):
@@ -168,7 +195,7 @@ def test_wrong_use_gets_clear_errors(tmp_path):
         nimble.tune(fast, scheduler="fastest", budget_trials=5)
     with pytest.raises(FileNotFoundError, match="no tuning database"):
         fast.use_tuned(str(tmp_path / "missing.db"))
-    mlp = nimble.Nimble(torch.nn.Linear(4, 4).eval()).prepare(torch.randn(2, 4))
+    mlp = nimble.Nimble(torch.nn.Linear(4, 4, bias=False).eval()).prepare(torch.randn(2, 4))
     with pytest.raises(ValueError, match="no op a kernel family can replace"):
         nimble.tune(mlp, budget_trials=5)
     train = nimble.Nimble(SmallNet().train()).prepare(x, training=True)

@@ -1,7 +1,7 @@
 // Family "aten": the convolution algorithms PyTorch itself has on the CPU, chosen per op
 // (Nimble's per-convolution backend choice, DLAS's per-layer algorithm choice): oneDNN, or
-// the im2col + GEMM path (`_slow_conv2d`); input and
-// weight contiguous or channels_last; the intra-op thread count.
+// the im2col + GEMM path (`_slow_conv2d`), and for a linear layer also its own `addmm`
+// (BLAS); input and weight contiguous or channels_last; the intra-op thread count.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
@@ -17,6 +17,7 @@ bool plain(const TunableOp& op) {
 
 std::vector<std::string> backends(const TunableOp& op) {
   std::vector<std::string> out;
+  if (op.kind == TunableOp::Kind::kLinear) out.push_back("addmm");
   if (at::hasMKLDNN()) out.push_back("onednn");
   if (plain(op)) out.push_back("slow_conv2d");
   // No NNPACK: it runs on its own thread pool, whose threads then fight the OpenMP threads
@@ -45,7 +46,10 @@ class AtenConv : public TunedKernel {
     const std::optional<at::Tensor> bias =
         op_.bias ? std::optional<at::Tensor>(operands[2]) : std::nullopt;
     at::Tensor y;
-    if (backend_ == "onednn") {
+    if (backend_ == "addmm") {
+      y = at::addmm(operands[2], x.reshape({op_.n, op_.c}), w.reshape({op_.k, op_.c}).t())
+              .view({op_.n, op_.k, 1, 1});
+    } else if (backend_ == "onednn") {
       y = at::mkldnn_convolution(x, w, bias, op_.padding, op_.stride, op_.dilation, op_.groups);
     } else if (backend_ == "slow_conv2d") {
       y = at::_slow_conv2d_forward(x, w, {op_.r, op_.s}, bias, op_.stride, op_.padding);

@@ -49,6 +49,47 @@ TEST(KernelFamilies, EveryConfigOfEveryFamilyMatchesAtenOnRandomConvolutions) {
   EXPECT_GT(per_family["winograd"], 10);
 }
 
+// A linear layer (addmm of a bias, an input [n, c] and a transposed weight [k, c]), as the
+// tuner sees it: a 1x1 convolution of [n, c, 1, 1], checked against ATen's addmm.
+TunableOp random_linear(std::mt19937_64& rng, bool relu) {
+  std::uniform_int_distribution<int64_t> batch(1, 9), features(1, 300);
+  TunableOp op;
+  op.kind = TunableOp::Kind::kLinear;
+  op.n = batch(rng);
+  op.c = features(rng);
+  op.k = features(rng);
+  op.h = op.w = op.r = op.s = 1;
+  op.bias = true;
+  op.input_strides = {op.c, 1, 1, 1};
+  op.weight_strides = {op.c, 1, 1, 1};
+  op.out_sizes = {op.n, op.k, 1, 1};
+  op.out_strides = {op.k, 1, 1, 1};
+  if (relu) op.epilogue.activation = Epilogue::Activation::kRelu;
+  return op;
+}
+
+TEST(KernelFamilies, EveryConfigOfEveryFamilyMatchesAddmmOnRandomLinearLayers) {
+  std::mt19937_64 rng(17);
+  std::map<std::string, int> per_family;
+  for (int problem = 0; problem < 40; ++problem) {
+    const TunableOp op = random_linear(rng, problem % 2 == 1);
+    const KernelSpace space(op, cpu_families());
+    const auto operands = op.random_operands(problem);
+    const at::Tensor reference = op.aten(operands);
+    ASSERT_EQ(reference.sizes(), at::IntArrayRef(op.out_sizes));
+    for (int c = 0; c < 6; ++c) {
+      const tuning::Config config = space.knobs().random_config(rng);
+      const std::string wrong = compare_results(space.build(config)->run(operands), reference);
+      ASSERT_EQ(wrong, "") << op.signature() << " with " << space.describe(config);
+      ++per_family[space.family(config).name()];
+    }
+  }
+  EXPECT_GT(per_family["aten"], 20);
+  EXPECT_GT(per_family["im2col_gemm"], 20);
+  EXPECT_GT(per_family["direct"], 20);
+  EXPECT_EQ(per_family.count("winograd") + per_family.count("depthwise"), 0u);
+}
+
 TEST(KernelFamilies, SupportFollowsTheOpsShape) {
   std::mt19937_64 rng(3);
   for (int i = 0; i < 200; ++i) {
