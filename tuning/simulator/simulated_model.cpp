@@ -3,6 +3,7 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <stdexcept>
 
 #include "tuning/simulator/simulated_measurer.h"
 #include "tuning/simulator/synthetic_landscape.h"
@@ -40,6 +41,35 @@ std::vector<Task> make_simulated_model(const SimulatedModelOptions& options) {
     tasks.push_back(std::move(t));
   }
   return tasks;
+}
+
+SimulatedModelMeasurer::SimulatedModelMeasurer(const SimulatedModelOptions& options)
+    : tasks_(make_simulated_model(options)) {
+  for (size_t i = 0; i < tasks_.size(); ++i) by_signature_[tasks_[i].signature] = i;
+}
+
+SimulatedModelMeasurer::SimulatedModelMeasurer(uint64_t seed, int tasks, double peak_gflops)
+    : SimulatedModelMeasurer([&] {
+        SimulatedModelOptions o;
+        o.seed = seed;
+        o.tasks = tasks;
+        o.peak_gflops = peak_gflops;
+        return o;
+      }()) {}
+
+std::vector<std::string> SimulatedModelMeasurer::signatures() const {
+  std::vector<std::string> out;
+  for (const Task& t : tasks_) out.push_back(t.signature);
+  return out;
+}
+
+std::vector<MeasureResult> SimulatedModelMeasurer::measure(const std::string& signature,
+                                                           const std::vector<Config>& configs,
+                                                           const RepeatSettings& repeats) {
+  const auto it = by_signature_.find(signature);
+  if (it == by_signature_.end())
+    throw std::invalid_argument("no simulated task with signature '" + signature + "'");
+  return tasks_[it->second].measurer->measure(configs, *make_repeat_policy(repeats));
 }
 
 }  // namespace nimble::tuning
