@@ -55,7 +55,7 @@ class TuningRun {
         slots_(tasks.size(), 0),
         last_slot_trials_(tasks.size(), 0),
         had_slot_(tasks.size(), false),
-        batch_cost_(tasks.size(), {0, 0.0}),
+        task_in_flight_(tasks.size(), 0),
         survey_(options.survey) {
     for (size_t i = 0; i < tasks.size(); ++i)
       tuners_.push_back(
@@ -99,9 +99,10 @@ class TuningRun {
     if (report_.stop_reason.empty()) report_.stop_reason = std::move(reason);
   }
 
-  // The scheduler's task for the next slot; nothing once it sees no live task to tune.
-  std::optional<size_t> choose(TaskScheduler& scheduler) {
-    const SchedulerView view = refreshed_view();
+  // The scheduler's task for the next slot; nothing once it sees no live task to tune. With
+  // `skip_busy`, tasks with a batch in flight look finished to it.
+  std::optional<size_t> choose(TaskScheduler& scheduler, bool skip_busy) {
+    const SchedulerView view = refreshed_view(skip_busy);
     const auto start = Clock::now();
     const std::optional<size_t> chosen = scheduler.choose(view);
     report_.scheduler_wall_seconds += since(start);
@@ -144,35 +145,44 @@ class TuningRun {
            static_cast<int>(in_flight_.size()) < pool.capacity();
   }
 
-  // One batch of the newest slot that wants more, after opening a slot for the scheduler's
-  // task when none does. Submits nothing when the budget is committed (the run stops), no task
-  // is live, or the chosen task has nothing left to propose (it is finished, or the rest of its
-  // space is in flight: then the run waits for results first).
+  // One batch for an open slot whose task is idle and wants more, or else for a new slot. The
+  // scheduler chooses among the live tasks with no batch in flight, so that with several
+  // workers each task's search still learns from one batch before proposing the next; only
+  // when every live task is being measured does a task get a second batch in flight.
+  // Submits nothing when the budget is committed (the run stops), no task is live, or the
+  // chosen task has nothing left to propose (it is finished, or the rest of its space is in
+  // flight: then the run waits for results first).
   void submit(TaskScheduler& scheduler, MeasurePool& pool) {
-    if (open_slots_.empty() || !wants_more(open_slots_.back())) {
+    Slot* slot = nullptr;
+    for (Slot& s : open_slots_)
+      if (!slot && s.in_flight == 0 && wants_more(s)) slot = &s;
+    if (!slot) {
       if (budget_committed()) {
         stop("budget");
         return;
       }
-      const std::optional<size_t> task = choose(scheduler);
+      std::optional<size_t> task = choose(scheduler, /*skip_busy=*/true);
+      if (!task && !in_flight_.empty()) task = choose(scheduler, /*skip_busy=*/false);
       if (!task) {
         if (in_flight_.empty()) stop("all-tasks-finished");
         waiting_for_results_ = true;
         return;
       }
-      open_slots_.push_back(Slot{*task, next_slot_id_++});
+      for (Slot& s : open_slots_)
+        if (!slot && s.task == *task && wants_more(s)) slot = &s;
+      if (!slot) slot = &open_slots_.emplace_back(Slot{*task, next_slot_id_++});
     }
-    Slot& slot = open_slots_.back();
-    const size_t k = slot.task;
+    const size_t k = slot->task;
     const double before = now_;
     std::vector<Config> batch = propose(k);
-    slot.used += now_ - before;  // search time, when charged
+    slot->used += now_ - before;  // search time, when charged
     if (batch.empty()) {
-      slot.no_more = true;
+      slot->no_more = true;
       if (tuners_[k]->has_pending()) {
         // Wait for results before asking again; a slot that got no batch is not a slot.
         waiting_for_results_ = true;
-        if (slot.trials == 0 && slot.in_flight == 0) open_slots_.pop_back();
+        if (slot->trials == 0 && slot->in_flight == 0)
+          open_slots_.erase(open_slots_.begin() + (slot - open_slots_.data()));
       } else {
         finished_[k] = true;
       }
@@ -184,8 +194,9 @@ class TuningRun {
     request.configs = batch;
     request.repeats = repeat_settings(k);
     in_flight_trials_ += static_cast<long>(batch.size());
-    ++slot.in_flight;
-    in_flight_.emplace(request.ticket, InFlight{k, slot.id, std::move(batch)});
+    ++slot->in_flight;
+    ++task_in_flight_[k];
+    in_flight_.emplace(request.ticket, InFlight{k, slot->id, std::move(batch)});
     pool.submit(std::move(request));
   }
 
@@ -202,6 +213,7 @@ class TuningRun {
     const size_t k = batch.task;
     const auto n = static_cast<long>(batch.configs.size());
     in_flight_trials_ -= n;
+    --task_in_flight_[k];
     const std::vector<MeasureResult> results = account(std::move(done), batch.configs.size());
     tuners_[k]->settle(batch.configs);
     for (const MeasureCallback& callback : callbacks)
@@ -215,8 +227,6 @@ class TuningRun {
       slot.trials += n;
       for (const MeasureResult& r : results) slot.used += r.cost_seconds;
     }
-    batch_cost_[k].first += 1;
-    for (const MeasureResult& r : results) batch_cost_[k].second += r.cost_seconds;
   }
 
   // Shows the scheduler the state after task k's slot (DynaTune refits its belief here).
@@ -324,15 +334,11 @@ class TuningRun {
     return r;
   }
 
-  // A slot submits batches while its task is live, the budget allows, and its measured time
-  // plus what its in-flight batches are expected to cost (the task's mean batch so far) is
-  // below the slot length. With one batch in flight at a time this is "until the slot's
-  // time is used up".
+  // A slot submits batches while its task is live, the budget allows and its time is not
+  // used up.
   bool wants_more(const Slot& slot) const {
-    if (slot.no_more || finished_[slot.task] || budget_committed()) return false;
-    const auto [batches, cost] = batch_cost_[slot.task];
-    const double expected = batches > 0 ? cost / batches : 0.0;
-    return slot.used + slot.in_flight * expected < options_.slot_seconds;
+    return !slot.no_more && !finished_[slot.task] && !budget_committed() &&
+           slot.used < options_.slot_seconds;
   }
 
   // A task is done when its space is used up or it stopped improving for long enough.
@@ -351,7 +357,7 @@ class TuningRun {
   }
 
   // What every scheduler call sees, brought up to date with the searches.
-  SchedulerView refreshed_view() {
+  SchedulerView refreshed_view(bool skip_busy = false) {
     for (size_t i = 0; i < tasks_.size(); ++i) {
       TaskProgress& p = progress_view_[i];
       p.name = tasks_[i].name;
@@ -362,7 +368,7 @@ class TuningRun {
       p.trials = tuners_[i]->trials();
       p.slots = slots_[i];
       p.last_slot_trials = last_slot_trials_[i];
-      p.finished = finished_[i];
+      p.finished = finished_[i] || (skip_busy && task_in_flight_[i] > 0);
       p.best_gflops_history = &tuners_[i]->best_gflops_history();
       p.best_seconds_per_slot = &seconds_per_slot_[i];
     }
@@ -388,8 +394,8 @@ class TuningRun {
   long next_ticket_ = 0;
   long in_flight_trials_ = 0;
   bool waiting_for_results_ = false;
-  ColdStats resumed_;  // what the records resumed from cost, all tasks together
-  std::vector<std::pair<long, double>> batch_cost_;  // per task: batches back, their cost
+  ColdStats resumed_;                // what the records resumed from cost, all tasks together
+  std::vector<int> task_in_flight_;  // batches in flight per task
 };
 
 }  // namespace
