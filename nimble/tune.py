@@ -77,6 +77,9 @@ def tune(
     resume: bool = True,
     seed: int = 0,
     progress: bool = True,
+    workers: int = 1,
+    ray_address: str | None = None,
+    model: dict | None = None,
     **options,
 ) -> dict:
     """Tune the kernels of a prepared (inference) Nimble's tunable ops on this machine.
@@ -87,6 +90,11 @@ def tune(
     from it. Returns the tuner's report (curve of estimated model latency over tuning time,
     per-task bests, the device key). `options`: scheduler and measurement settings of
     `nimble._C.kernels.tune` (c, adaptive, cold_filter, batch_size, min_repeat_seconds, ...).
+
+    With `workers` > 1 (or a `ray_address`), candidates are measured on that many Ray workers
+    (nimble/distributed.py; `pip install nimble[ray]`), each of which rebuilds the model from
+    `model` (`nimble.distributed.zoo_model("torchvision:NAME", batch, image_size, streams)`);
+    the workers must be machines of the kind this one is (records are keyed by its device).
     """
     from ._C import kernels, tuning
 
@@ -97,6 +105,7 @@ def tune(
     replay = _inference_replay(fast)
     if not kernels.tasks(replay):
         raise ValueError("the model has no op a kernel family can replace (2-D float convolutions)")
+    group = _workers(replay, workers, ray_address, model, options)
     shown = _Progress(budget_seconds) if progress else None
     try:
         return kernels.tune(
@@ -104,8 +113,29 @@ def tune(
             budget_trials=budget_trials, slot_seconds=slot_seconds,
             early_stop_trials=early_stop_trials, survey_stop=survey_stop, database=database,
             resume=resume, seed=seed, progress=shown.slot if shown else None,
-            on_baseline=shown.baseline if shown else None, **options,
+            on_baseline=shown.baseline if shown else None,
+            pool=group.pool(model["name"], model, [t["signature"] for t in kernels.tasks(replay)])
+            if group else None, **options,
         )
     finally:
         if shown:
             shown.done()
+        if group:
+            group.close()
+
+
+def _workers(replay, workers: int, ray_address: str | None, model: dict | None, options: dict):
+    """The Ray workers that measure for this run, or None to measure here."""
+    if workers <= 1 and ray_address is None:
+        return None
+    from .distributed import WorkerGroup, require_ray
+
+    require_ray()
+    if model is None or model.get("kind") != "zoo":
+        raise ValueError("tuning on workers needs model=nimble.distributed.zoo_model(...): "
+                         "each worker rebuilds the model from it")
+    for key in ("min_repeat_seconds", "timeout_seconds"):
+        if key in options and options[key] != model[key]:
+            raise ValueError(f"{key}={options[key]} differs from the workers' model[{key!r}]")
+    return WorkerGroup(workers, ray_address,
+                       batch_timeout=60 + 16 * model["timeout_seconds"] * options.get("batch_size", 8))

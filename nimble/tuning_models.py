@@ -23,6 +23,7 @@ def _prepared(args):
 
 
 def _tune(fast, args, scheduler: str, database: str, seed: int, progress: bool) -> dict:
+    from .distributed import zoo_model
     from .tune import tune
 
     return tune(
@@ -31,6 +32,8 @@ def _tune(fast, args, scheduler: str, database: str, seed: int, progress: bool) 
         early_stop_trials=args.early_stop_trials, survey_stop=args.survey_stop,
         resume=not args.no_resume, seed=seed, progress=progress,
         adaptive=not args.no_adaptive, cold_filter=not args.no_cold_filter,
+        workers=args.workers, ray_address=args.ray_address,
+        model=zoo_model(args.model, args.batch, args.image_size, args.streams),
         **({} if args.c is None else {"c": args.c}),
     )
 

@@ -37,14 +37,24 @@ std::vector<Task> make_simulated_model(const SimulatedModelOptions& options) {
     // The untuned kernel is 3-10x slower than the best schedule.
     t.baseline_seconds = landscape->optimum_seconds() * (3 + 7 * u(rng));
     t.measurer = std::make_shared<SimulatedMeasurer>(
-        landscape, options.noise_seed * 1000033ULL + options.seed * 977 + static_cast<uint64_t>(i));
+        landscape, options.noise_seed * 1000033ULL + options.seed * 977 + static_cast<uint64_t>(i),
+        0.05, options.batch_keyed_noise);
     tasks.push_back(std::move(t));
   }
   return tasks;
 }
 
+namespace {
+
+SimulatedModelOptions with_batch_keyed_noise(SimulatedModelOptions options) {
+  options.batch_keyed_noise = true;
+  return options;
+}
+
+}  // namespace
+
 SimulatedModelMeasurer::SimulatedModelMeasurer(const SimulatedModelOptions& options)
-    : tasks_(make_simulated_model(options)) {
+    : tasks_(make_simulated_model(with_batch_keyed_noise(options))) {
   for (size_t i = 0; i < tasks_.size(); ++i) by_signature_[tasks_[i].signature] = i;
 }
 

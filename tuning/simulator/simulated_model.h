@@ -19,12 +19,15 @@ struct SimulatedModelOptions {
   // Measurement noise is seeded apart from the model so that repeated runs of one model can
   // differ only in their noise.
   uint64_t noise_seed = 0;
+  // Noise drawn per batch (see SimulatedMeasurer): what workers measure with.
+  bool batch_keyed_noise = false;
 };
 
 std::vector<Task> make_simulated_model(const SimulatedModelOptions& options);
 
 // A simulated model's measurers where a worker measures: rebuilt from the model's options, so
-// that the same options give the same landscapes on every worker; batches by task signature.
+// that the same options give the same landscapes on every worker, with batch-keyed noise so
+// that a batch's timings do not depend on which worker timed it; batches by task signature.
 class SimulatedModelMeasurer {
  public:
   explicit SimulatedModelMeasurer(const SimulatedModelOptions& options);

@@ -13,6 +13,7 @@
 
 #include "test_tasks.h"
 #include "tuning/scheduler/scheduler_factory.h"
+#include "tuning/simulator/simulated_model.h"
 #include "tuning/tuner/model_tuner.h"
 
 namespace nimble::tuning {
@@ -187,6 +188,24 @@ TEST(MeasurePool, ASmallSpaceInFlightWaitsInsteadOfFinishing) {
   EXPECT_EQ(r.stop_reason, "all-tasks-finished");
   EXPECT_EQ(r.trials, 3);
   expect_each_config_once(db, tuner.tasks(), r);
+}
+
+TEST(SimulatedModelMeasurer, ABatchIsTimedTheSameOnAnyWorkerInAnyOrder) {
+  SimulatedModelMeasurer first(3, 2, 1000), second(3, 2, 1000);
+  const std::string signature = first.signatures()[1];
+  const std::vector<Config> x = {{0, 1, 2, 0, 1, 0}, {1, 1, 1, 1, 1, 1}};
+  const std::vector<Config> y = {{2, 2, 0, 1, 0, 1}, {3, 0, 1, 0, 2, 0}};
+  RepeatSettings fixed;
+  fixed.adaptive = false;
+  fixed.fixed_repeats = 3;
+  first.measure(signature, x, fixed);
+  const auto on_first = first.measure(signature, y, fixed);
+  const auto on_second = second.measure(signature, y, fixed);  // without x before it
+  ASSERT_EQ(on_first.size(), on_second.size());
+  for (size_t i = 0; i < on_first.size(); ++i) {
+    EXPECT_EQ(on_first[i].seconds, on_second[i].seconds);
+    EXPECT_EQ(on_first[i].error, on_second[i].error);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,129 @@
+"""Trimmer's model-level survey tuning: several models tuned at once over the same workers.
+
+Each model's C++ tuner runs in its own thread with its own pool on the shared WorkerGroup.
+After every round (each running model has spent `round_seconds` of tuning time since the last
+one), the models are ranked by their latest relative latency improvement per tuning second;
+the worst one is suspended when it is on a plateau by Trimmer's rate criterion (the survey stop
+of tuning/survey, phi = -0.25, `patience` rounds in a row, fed with every round's latency).
+A suspended model's tuner takes back its batches in flight and ends; its workers go to the
+others (capacities are an even split of the live workers among the running models). The last
+running model is never suspended: it ends on its own budget or stop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class _Progress:
+    seconds: float = 0.0  # tuning time (machine-seconds) of the model's last reported slot
+    model_ms: float | None = None
+    round_seconds: float = 0.0  # at the start of the current round
+    round_ms: float | None = None
+    suspended_round: int | None = None
+    report: dict | None = None
+    error: BaseException | None = None
+    rates: list = field(default_factory=list)  # relative improvement per second, per round
+
+
+def survey_tune(models: dict[str, tuple[dict, list[str]]], group, run_model: Callable,
+                round_seconds: float, phi: float = -0.25, patience: int = 2,
+                log: Callable[[str], None] = print) -> dict:
+    """Tunes every model at once on `group`'s workers. `models`: name -> (description for the
+    workers, task signatures in the tuner's order). `run_model(name, pool, progress)` runs one
+    model's tuner (e.g. nimble._C.tuning.simulate with pool=...) and returns its report.
+    Returns {"rounds": n, "models": {name: summary with its report}}."""
+    from ._C import tuning
+
+    state = {name: _Progress() for name in models}
+    stops = {name: tuning.SurveyStop(phi=phi, patience=patience) for name in models}
+    lock = threading.Lock()
+
+    def progress_of(name: str):
+        def progress(event: dict) -> None:
+            with lock:
+                s = state[name]
+                s.seconds, s.model_ms = event["tuning_seconds"], event["model_ms"]
+                if s.round_ms is None:
+                    s.round_ms = s.model_ms
+        return progress
+
+    def run(name: str, pool) -> None:
+        try:
+            state[name].report = run_model(name, pool, progress_of(name))
+        except BaseException as e:  # shown by the caller; the other models go on
+            state[name].error = e
+
+    threads = {}
+    for name in models:
+        pool = group.pool(name, *models[name])
+        threads[name] = threading.Thread(target=run, args=(name, pool), name=f"tune-{name}")
+    for t in threads.values():
+        t.start()
+    rounds = 0
+    try:
+        while any(t.is_alive() for t in threads.values()):
+            time.sleep(0.02)
+            with lock:
+                running = [m for m in models
+                           if threads[m].is_alive() and state[m].suspended_round is None]
+                due = running and all(
+                    state[m].model_ms is not None
+                    and state[m].seconds - state[m].round_seconds >= round_seconds
+                    for m in running)
+                if not due:
+                    continue
+                rounds += 1
+                for m in running:
+                    s = state[m]
+                    s.rates.append((s.round_ms - s.model_ms) / s.round_ms
+                                   / max(s.seconds - s.round_seconds, 1e-9))
+                plateau = {m: stops[m].after_epoch(state[m].model_ms * 1e-3, state[m].seconds)
+                           is not None for m in running}
+                worst = min(running, key=lambda m: state[m].rates[-1])
+                if len(running) > 1 and plateau[worst]:
+                    state[worst].suspended_round = rounds
+                    group.suspend(worst)
+                    log(f"round {rounds}: suspended {worst} (improvement "
+                        f"{100 * state[worst].rates[-1]:.4f}%/s, the lowest, on a plateau); "
+                        f"its workers go to the {len(running) - 1} other model(s)")
+                for m in running:
+                    state[m].round_seconds, state[m].round_ms = state[m].seconds, state[m].model_ms
+    except KeyboardInterrupt:
+        for m in models:
+            group.suspend(m)  # every tuner takes back what is in flight and ends
+        for t in threads.values():
+            t.join()
+        raise
+    for t in threads.values():
+        t.join()
+    for name in models:
+        if state[name].error is not None:
+            raise RuntimeError(f"tuning {name} failed") from state[name].error
+    summary = {}
+    for name in models:
+        s, r = state[name], state[name].report
+        summary[name] = {
+            "stop_reason": "suspended" if s.suspended_round else r["stop_reason"],
+            "suspended_round": s.suspended_round, "trials": r["trials"],
+            "initial_model_ms": r["initial_model_ms"], "final_model_ms": r["final_model_ms"],
+            "machine_seconds": r["measure_seconds"], "report": r,
+        }
+    return {"rounds": rounds, "models": summary}
+
+
+def format_summary(result: dict) -> str:
+    lines = [f"{'model':<24} {'stop':<20} {'trials':>7} {'initial ms':>11} {'final ms':>10} "
+             f"{'machine-s':>10}"]
+    for name, s in result["models"].items():
+        stop = (f"suspended (round {s['suspended_round']})" if s["suspended_round"]
+                else s["stop_reason"])
+        lines.append(f"{name:<24} {stop:<20} {s['trials']:>7} {s['initial_model_ms']:>11.3f} "
+                     f"{s['final_model_ms']:>10.3f} {s['machine_seconds']:>10.0f}")
+    total = sum(s["machine_seconds"] for s in result["models"].values())
+    lines.append(f"{result['rounds']} rounds; {total:.0f} machine-seconds measuring in all")
+    return "\n".join(lines)
