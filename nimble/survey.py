@@ -3,11 +3,14 @@
 Each model's C++ tuner runs in its own thread with its own pool on the shared WorkerGroup.
 After every round (each running model has spent `round_seconds` of tuning time since the last
 one), the models are ranked by their latest relative latency improvement per tuning second;
-the worst one is suspended when it is on a plateau by Trimmer's rate criterion (the survey stop
-of tuning/survey, phi = -0.25, `patience` rounds in a row, fed with every round's latency).
+the worst one is suspended when it is on a plateau: `patience` rounds in a row of poor
+improvement (Trimmer's "plateau iterations"), a round being poor when its improvement rate fell
+by Trimmer's criterion (the survey stop of tuning/survey, phi = -0.25) and the latency gained
+in it is below `min_gain` (0.5%): a falling rate alone marks most rounds of a converging run.
 A suspended model's tuner takes back its batches in flight and ends; its workers go to the
 others (capacities are an even split of the live workers among the running models). The last
-running model is never suspended: it ends on its own budget or stop.
+model running is suspended the same way when it is on a plateau (Trimmer's survey stop at
+model level), or ends on its own budget or stop.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ class _Progress:
 
 def survey_tune(models: dict[str, tuple[dict, list[str]]], group, run_model: Callable,
                 round_seconds: float, phi: float = -0.25, patience: int = 2,
-                log: Callable[[str], None] = print) -> dict:
+                min_gain: float = 0.005, log: Callable[[str], None] = print) -> dict:
     """Tunes every model at once on `group`'s workers. `models`: name -> (description for the
     workers, task signatures in the tuner's order). `run_model(name, pool, progress)` runs one
     model's tuner (e.g. nimble._C.tuning.simulate with pool=...) and returns its report.
@@ -40,7 +43,10 @@ def survey_tune(models: dict[str, tuple[dict, list[str]]], group, run_model: Cal
     from ._C import tuning
 
     state = {name: _Progress() for name in models}
-    stops = {name: tuning.SurveyStop(phi=phi, patience=patience) for name in models}
+    # Trimmer's rate criterion per model, one round at a time (patience 1: the strikes are
+    # counted here, where the gain is known too).
+    stops = {name: tuning.SurveyStop(phi=phi, patience=1) for name in models}
+    strikes = {name: 0 for name in models}
     lock = threading.Lock()
 
     def progress_of(name: str):
@@ -80,12 +86,12 @@ def survey_tune(models: dict[str, tuple[dict, list[str]]], group, run_model: Cal
                 rounds += 1
                 for m in running:
                     s = state[m]
-                    s.rates.append((s.round_ms - s.model_ms) / s.round_ms
-                                   / max(s.seconds - s.round_seconds, 1e-9))
-                plateau = {m: stops[m].after_epoch(state[m].model_ms * 1e-3, state[m].seconds)
-                           is not None for m in running}
+                    gain = (s.round_ms - s.model_ms) / s.round_ms
+                    s.rates.append(gain / max(s.seconds - s.round_seconds, 1e-9))
+                    falling = stops[m].after_epoch(s.model_ms * 1e-3, s.seconds) is not None
+                    strikes[m] = strikes[m] + 1 if falling and gain < min_gain else 0
                 worst = min(running, key=lambda m: state[m].rates[-1])
-                if len(running) > 1 and plateau[worst]:
+                if strikes[worst] >= patience:
                     state[worst].suspended_round = rounds
                     group.suspend(worst)
                     log(f"round {rounds}: suspended {worst} (improvement "

@@ -34,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: one slot per task)")
     p.add_argument("--plateau", type=int, default=2,
                    help="with --models: rounds on a plateau before the worst model is suspended")
+    p.add_argument("--plateau-gain", type=float, default=0.005,
+                   help="with --models: a round gaining less than this share of the latency "
+                        "(and whose improvement rate fell by Trimmer's criterion) is on a plateau")
 
 
 def uses_workers(args) -> bool:
@@ -96,7 +99,7 @@ def run_survey(args, common: dict) -> int:
     before, started = energy_counters(), time.monotonic()
     with worker_group(args) as group:
         result = survey.survey_tune(described, group, run_model, round_seconds, phi=args.phi,
-                                    patience=args.plateau, log=log)
+                                    patience=args.plateau, min_gain=args.plateau_gain, log=log)
     wall = time.monotonic() - started
     joules = energy_delta(before, energy_counters())
     totals = {k: sum(s["report"][k] for s in result["models"].values())

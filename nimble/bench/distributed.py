@@ -120,8 +120,8 @@ def survey_bench(args, cpus: int) -> None:
             return tuning.simulate(seed=int(name.split(":")[1]), pool=pool, progress=progress,
                                    **kwargs)
 
-        together = survey.survey_tune(models, group, run_model,
-                                      round_seconds=args.round_seconds, log=lambda line: None)
+        together = survey.survey_tune(models, group, run_model, round_seconds=args.round_seconds,
+                                      patience=args.plateau, log=lambda line: None)
     sequential_seconds = sum(r["measure_seconds"] for r in alone.values())
     survey_seconds = sum(s["machine_seconds"] for s in together["models"].values())
     rows = {}
@@ -148,16 +148,24 @@ def main() -> None:
     p.add_argument("bench", choices=["throughput", "faults", "survey"])
     p.add_argument("--workers", default="1,2,4,8")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tasks", type=int, default=12)
-    p.add_argument("--trials-per-task", type=int, default=300)
-    p.add_argument("--early-stop-trials", type=int, default=100)
+    p.add_argument("--tasks", type=int, default=None,
+                   help="tasks per simulated model (default 12; survey: 6)")
+    p.add_argument("--trials-per-task", type=int, default=None,
+                   help="default 300 (survey: 400, the simulator's)")
+    p.add_argument("--early-stop-trials", type=int, default=None,
+                   help="default 100 (survey: 200, the simulator's)")
     p.add_argument("--sleep-scale", type=float, default=0.03,
                    help="workers sleep this fraction of the simulated measurement time")
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--models", default="0,1,2", help="survey: simulated model seeds")
     p.add_argument("--survey-workers", type=int, default=4)
-    p.add_argument("--round-seconds", type=float, default=240.0)
+    p.add_argument("--round-seconds", type=float, default=120.0)
+    p.add_argument("--plateau", type=int, default=2, help="survey: plateau rounds")
     args = p.parse_args()
+    survey_run = args.bench == "survey"
+    args.tasks = args.tasks or (6 if survey_run else 12)
+    args.trials_per_task = args.trials_per_task or (400 if survey_run else 300)
+    args.early_stop_trials = args.early_stop_trials or (200 if survey_run else 100)
     ray = distributed.require_ray()
     cpus = os.cpu_count() or 1
     ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
