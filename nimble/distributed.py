@@ -44,12 +44,17 @@ def simulated_model(seed: int, tasks: int, peak_gflops: float = 1000.0,
 
 
 def zoo_model(name: str, batch: int = 1, image_size: int = 64, streams: int = 1,
-              min_repeat_seconds: float = 2e-3, timeout_seconds: float = 2.0, seed: int = 0) -> dict:
+              min_repeat_seconds: float = 2e-3, timeout_seconds: float = 2.0, seed: int = 0,
+              threads: int | None = None) -> dict:
     """A zoo model's description: a worker builds and prepares the same model and measures its
-    tunable ops' candidates (nimble._C.kernels)."""
+    tunable ops' candidates (nimble._C.kernels) with torch on `threads` threads (default this
+    process's count: the kernel spaces and the records' device key depend on it)."""
+    import torch
+
     return {"kind": "zoo", "name": name, "batch": batch, "image_size": image_size,
             "streams": streams, "min_repeat_seconds": min_repeat_seconds,
-            "timeout_seconds": timeout_seconds, "seed": seed}
+            "timeout_seconds": timeout_seconds, "seed": seed,
+            "threads": threads or torch.get_num_threads()}
 
 
 def _build_measurer(description: dict):
@@ -60,10 +65,13 @@ def _build_measurer(description: dict):
         return tuning.SimulatedModelMeasurer(description["seed"], description["tasks"],
                                              description["peak_gflops"])
     if description["kind"] == "zoo":
+        import torch
+
         from . import zoo
         from ._C import kernels
         from .wrapper import Nimble
 
+        torch.set_num_threads(description["threads"])
         model, example = zoo.build(description["name"], batch=description["batch"],
                                    image_size=description["image_size"])
         fast = Nimble(model).prepare(example, streams=description["streams"])

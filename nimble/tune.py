@@ -12,6 +12,7 @@ shows progress and hands over.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 
@@ -137,5 +138,9 @@ def _workers(replay, workers: int, ray_address: str | None, model: dict | None, 
     for key in ("min_repeat_seconds", "timeout_seconds"):
         if key in options and options[key] != model[key]:
             raise ValueError(f"{key}={options[key]} differs from the workers' model[{key!r}]")
-    return WorkerGroup(workers, ray_address,
+    # A worker runs torch on the driver's thread count (the spaces and the device key depend on
+    # it): that many cores each, or a share of this machine's when it has fewer.
+    cores = model["threads"] if ray_address else min(model["threads"],
+                                                     (os.cpu_count() or 1) / workers)
+    return WorkerGroup(workers, ray_address, cores_per_worker=cores,
                        batch_timeout=60 + 16 * model["timeout_seconds"] * options.get("batch_size", 8))

@@ -36,12 +36,6 @@ def ray_address():
     ray.shutdown()
 
 
-@pytest.fixture(scope="module")
-def group(ray_address):
-    with distributed.WorkerGroup(2, batch_timeout=60, cores_per_worker=SHARE) as g:
-        yield g
-
-
 def _pool(group, seed: int, tasks: int, sleep_scale: float = 0.0):
     signatures = tuning.SimulatedModelMeasurer(seed, tasks).signatures()
     return group.pool(f"sim{seed}", distributed.simulated_model(seed, tasks, sleep_scale=sleep_scale),
@@ -67,11 +61,12 @@ def test_without_ray_workers_name_the_extra(monkeypatch, capsys):
     assert "pip install nimble[ray]" in capsys.readouterr().err
 
 
-def test_two_workers_reach_the_one_worker_latency_for_the_same_trial_budget(ray_address, group):
+def test_two_workers_reach_the_one_worker_latency_for_the_same_trial_budget(ray_address):
     budget = dict(trials_per_task=300, early_stop_trials=100, **SMALL)
     with distributed.WorkerGroup(1, cores_per_worker=SHARE) as one:
         alone = tuning.simulate(seed=2, pool=_pool(one, 2, 3), **budget)
-    shared = tuning.simulate(seed=2, pool=_pool(group, 2, 3), **budget)
+    with distributed.WorkerGroup(2, cores_per_worker=SHARE) as two:
+        shared = tuning.simulate(seed=2, pool=_pool(two, 2, 3), **budget)
     assert shared["stop_reason"] == alone["stop_reason"] == "all-tasks-finished"
     # While a task is live for each worker, no task has two batches in flight, so each search
     # goes as with one worker (and a batch is timed the same on any worker); tuned to their
@@ -171,3 +166,22 @@ def test_survey_tuning_of_three_models_summarizes_each(ray_address):
     assert set(cost["machine_seconds_by_kind"]) == {"hot", "cold", "failed"}
     if not os.path.exists("/sys/class/powercap"):
         assert cost["energy_joules"] is None  # absent, not 0
+
+
+def test_a_zoo_model_is_tuned_on_workers_and_its_records_bind(ray_address, tmp_path):
+    import nimble
+    from nimble import zoo
+    from nimble._C import kernels
+
+    model, x = zoo.build("torchvision:squeezenet1_1", image_size=32)
+    fast = nimble.Nimble(model).prepare(x)
+    path = str(tmp_path / "tune.db")
+    report = nimble.tune(fast, budget_seconds=1e9, budget_trials=16, database=path, workers=2,
+                         model=distributed.zoo_model("torchvision:squeezenet1_1", image_size=32),
+                         scheduler="round-robin", slot_seconds=0.2, progress=False)
+    assert report["trials"] == 16 and report["device"] == kernels.device_key()
+    db = tuning.TuningDatabase(path)
+    records = [r for s in db.signatures(report["device"]) for r in db.records(s, report["device"])]
+    assert len(records) == 16
+    assert all(r["error"] == "none" for r in records), [r["message"] for r in records]
+    assert any(row["bound"] for row in fast.use_tuned(path, min_speedup=0))
