@@ -140,6 +140,7 @@ class _Model:
     signatures: list[str]
     done: queue.Queue = field(default_factory=queue.Queue)
     active: bool = True
+    paused: bool = False
 
 
 class WorkerGroup:
@@ -195,6 +196,11 @@ class WorkerGroup:
         with self._lock:
             return [a.pid for a in self._actors]
 
+    def pause(self, key: str, paused: bool) -> None:
+        """A paused model submits nothing for now; its share goes to the others meanwhile."""
+        with self._lock:
+            self._models[key].paused = paused
+
     def suspend(self, key: str) -> None:
         """No more batches of this model: its tuner takes back what is in flight and stops."""
         with self._lock:
@@ -204,10 +210,11 @@ class WorkerGroup:
         """A model's share of the live actors: all of them for one model, an even split (at
         least one each) among the active ones otherwise; 0 once suspended or none is left."""
         with self._lock:
-            active = [k for k, m in self._models.items() if m.active]
-            alive = len(self._actors)
-            if key not in active or alive == 0:
+            if not self._models[key].active or not self._actors:
                 return 0
+            active = [k for k, m in self._models.items()
+                      if m.active and (not m.paused or k == key)]
+            alive = len(self._actors)
             i = active.index(key)
             return max(1, alive // len(active) + (1 if i < alive % len(active) else 0))
 

@@ -23,10 +23,10 @@ from typing import Callable
 
 @dataclass
 class _Progress:
-    seconds: float = 0.0  # tuning time (machine-seconds) of the model's last reported slot
-    model_ms: float | None = None
-    round_seconds: float = 0.0  # at the start of the current round
-    round_ms: float | None = None
+    # (tuning seconds, model ms) at the first slot of the model and at the first slot past
+    # every multiple of the round length in its own tuning time (machine-seconds): a round is
+    # measured on each model's own clock, not on when the others happen to report.
+    marks: list = field(default_factory=list)
     suspended_round: int | None = None
     report: dict | None = None
     error: BaseException | None = None
@@ -47,15 +47,22 @@ def survey_tune(models: dict[str, tuple[dict, list[str]]], group, run_model: Cal
     # counted here, where the gain is known too).
     stops = {name: tuning.SurveyStop(phi=phi, patience=1) for name in models}
     strikes = {name: 0 for name in models}
-    lock = threading.Lock()
+    lock = threading.Condition()
+    rounds = 0
 
     def progress_of(name: str):
+        # Trimmer synchronizes the models at round boundaries: a model that has spent its
+        # round waits here (its tuner paused, its workers lent to the others) until the round
+        # is compared, so that a quick model does not run to its end before the others.
         def progress(event: dict) -> None:
             with lock:
                 s = state[name]
-                s.seconds, s.model_ms = event["tuning_seconds"], event["model_ms"]
-                if s.round_ms is None:
-                    s.round_ms = s.model_ms
+                if not s.marks or event["tuning_seconds"] >= len(s.marks) * round_seconds:
+                    s.marks.append((event["tuning_seconds"], event["model_ms"]))
+                    group.pause(name, True)
+                    while len(s.marks) > rounds + 1 and s.suspended_round is None:
+                        lock.wait(0.2)
+                    group.pause(name, False)
         return progress
 
     def run(name: str, pool) -> None:
@@ -70,25 +77,22 @@ def survey_tune(models: dict[str, tuple[dict, list[str]]], group, run_model: Cal
         threads[name] = threading.Thread(target=run, args=(name, pool), name=f"tune-{name}")
     for t in threads.values():
         t.start()
-    rounds = 0
     try:
         while any(t.is_alive() for t in threads.values()):
             time.sleep(0.02)
             with lock:
                 running = [m for m in models
                            if threads[m].is_alive() and state[m].suspended_round is None]
-                due = running and all(
-                    state[m].model_ms is not None
-                    and state[m].seconds - state[m].round_seconds >= round_seconds
-                    for m in running)
-                if not due:
+                if not running or any(len(state[m].marks) <= rounds + 1 for m in running):
                     continue
                 rounds += 1
+                lock.notify_all()
                 for m in running:
                     s = state[m]
-                    gain = (s.round_ms - s.model_ms) / s.round_ms
-                    s.rates.append(gain / max(s.seconds - s.round_seconds, 1e-9))
-                    falling = stops[m].after_epoch(s.model_ms * 1e-3, s.seconds) is not None
+                    (t0, ms0), (t1, ms1) = s.marks[rounds - 1], s.marks[rounds]
+                    gain = (ms0 - ms1) / ms0
+                    s.rates.append(gain / max(t1 - t0, 1e-9))
+                    falling = stops[m].after_epoch(ms1 * 1e-3, t1) is not None
                     strikes[m] = strikes[m] + 1 if falling and gain < min_gain else 0
                 worst = min(running, key=lambda m: state[m].rates[-1])
                 if strikes[worst] >= patience:
@@ -97,8 +101,6 @@ def survey_tune(models: dict[str, tuple[dict, list[str]]], group, run_model: Cal
                     log(f"round {rounds}: suspended {worst} (improvement "
                         f"{100 * state[worst].rates[-1]:.4f}%/s, the lowest, on a plateau); "
                         f"its workers go to the {len(running) - 1} other model(s)")
-                for m in running:
-                    state[m].round_seconds, state[m].round_ms = state[m].seconds, state[m].model_ms
     except KeyboardInterrupt:
         for m in models:
             group.suspend(m)  # every tuner takes back what is in flight and ends

@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "torchvision:NAME or simulated:SEED (Trimmer's model-level survey)")
     p.add_argument("--round-seconds", type=float, default=None,
                    help="with --models: tuning seconds per model between two rankings "
-                        "(default: one slot per task)")
+                        "(default: two slots per task)")
     p.add_argument("--plateau", type=int, default=2,
                    help="with --models: rounds on a plateau before the worst model is suspended")
     p.add_argument("--plateau-gain", type=float, default=0.005,
@@ -94,7 +94,7 @@ def run_survey(args, common: dict) -> int:
                                progress=progress, database=args.db, resume=not args.no_resume,
                                **common)
 
-    round_seconds = args.round_seconds or args.slot_seconds * args.tasks
+    round_seconds = args.round_seconds or 2 * args.slot_seconds * args.tasks
     log = (lambda line: None) if args.json else (lambda line: print(line, file=sys.stderr))
     before, started = energy_counters(), time.monotonic()
     with worker_group(args) as group:

@@ -159,7 +159,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--models", default="0,1,2", help="survey: simulated model seeds")
     p.add_argument("--survey-workers", type=int, default=4)
-    p.add_argument("--round-seconds", type=float, default=120.0)
+    p.add_argument("--round-seconds", type=float, default=240.0)
     p.add_argument("--plateau", type=int, default=2, help="survey: plateau rounds")
     args = p.parse_args()
     survey_run = args.bench == "survey"
