@@ -12,6 +12,7 @@ shows progress and hands over.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 
@@ -77,6 +78,9 @@ def tune(
     resume: bool = True,
     seed: int = 0,
     progress: bool = True,
+    workers: int = 1,
+    ray_address: str | None = None,
+    model: dict | None = None,
     **options,
 ) -> dict:
     """Tune the kernels of a prepared (inference) Nimble's tunable ops on this machine.
@@ -87,6 +91,11 @@ def tune(
     from it. Returns the tuner's report (curve of estimated model latency over tuning time,
     per-task bests, the device key). `options`: scheduler and measurement settings of
     `nimble._C.kernels.tune` (c, adaptive, cold_filter, batch_size, min_repeat_seconds, ...).
+
+    With `workers` > 1 (or a `ray_address`), candidates are measured on that many Ray workers
+    (nimble/distributed.py; `pip install nimble[ray]`), each of which rebuilds the model from
+    `model` (`nimble.distributed.zoo_model("torchvision:NAME", batch, image_size, streams)`);
+    the workers must be machines of the kind this one is (records are keyed by its device).
     """
     from ._C import kernels, tuning
 
@@ -98,6 +107,7 @@ def tune(
     if not kernels.tasks(replay):
         raise ValueError("the model has no op a kernel family can replace (2-D float "
                          "convolutions, linear layers with a bias)")
+    group = _workers(replay, workers, ray_address, model, options)
     shown = _Progress(budget_seconds) if progress else None
     try:
         return kernels.tune(
@@ -105,8 +115,33 @@ def tune(
             budget_trials=budget_trials, slot_seconds=slot_seconds,
             early_stop_trials=early_stop_trials, survey_stop=survey_stop, database=database,
             resume=resume, seed=seed, progress=shown.slot if shown else None,
-            on_baseline=shown.baseline if shown else None, **options,
+            on_baseline=shown.baseline if shown else None,
+            pool=group.pool(model["name"], model, [t["signature"] for t in kernels.tasks(replay)])
+            if group else None, **options,
         )
     finally:
         if shown:
             shown.done()
+        if group:
+            group.close()
+
+
+def _workers(replay, workers: int, ray_address: str | None, model: dict | None, options: dict):
+    """The Ray workers that measure for this run, or None to measure here."""
+    if workers <= 1 and ray_address is None:
+        return None
+    from .distributed import WorkerGroup, require_ray
+
+    require_ray()
+    if model is None or model.get("kind") != "zoo":
+        raise ValueError("tuning on workers needs model=nimble.distributed.zoo_model(...): "
+                         "each worker rebuilds the model from it")
+    for key in ("min_repeat_seconds", "timeout_seconds"):
+        if key in options and options[key] != model[key]:
+            raise ValueError(f"{key}={options[key]} differs from the workers' model[{key!r}]")
+    # A worker runs torch on the driver's thread count (the spaces and the device key depend on
+    # it): that many cores each, or a share of this machine's when it has fewer.
+    cores = model["threads"] if ray_address else min(model["threads"],
+                                                     (os.cpu_count() or 1) / workers)
+    return WorkerGroup(workers, ray_address, cores_per_worker=cores,
+                       batch_timeout=60 + 16 * model["timeout_seconds"] * options.get("batch_size", 8))

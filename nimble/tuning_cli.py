@@ -19,6 +19,8 @@ import sys
 import time
 import zlib
 
+from . import tuning_workers
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -68,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--curve", default=None, help="write the latency-over-time curve as CSV")
     p.add_argument("--plot", default=None, help="plot the latency-over-time curve(s) to a PNG file")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    tuning_workers.add_arguments(p)
     return p
 
 
@@ -106,10 +109,15 @@ def _run_one(args) -> int:
                       f"  total {e['trials']:5d}  t={e['tuning_seconds']:7.0f} s"
                       f"  model {e['model_ms']:.3f} ms", file=sys.stderr, flush=True)
 
-    report = tuning.simulate(
-        scheduler=args.scheduler, seed=args.seed, survey_stop=args.survey_stop, phi=args.phi,
-        goal_ms=args.goal_ms, database=args.db, resume=not args.no_resume, progress=progress,
-        **_common_kwargs(args))
+    from .tuning_cost import cost_summary, energy_counters, energy_delta, format_cost
+
+    before, started = energy_counters(), time.monotonic()
+    with tuning_workers.worker_group(args) as group:
+        report = tuning.simulate(
+            scheduler=args.scheduler, seed=args.seed, survey_stop=args.survey_stop, phi=args.phi,
+            goal_ms=args.goal_ms, database=args.db, resume=not args.no_resume, progress=progress,
+            pool=tuning_workers.simulated_pool(group, args), **_common_kwargs(args))
+    cost = cost_summary(report, time.monotonic() - started, energy_delta(before, energy_counters()))
     curve = report["curve"]
     final = report["final_model_ms"]
     t95 = time_to_reach(curve, final / 0.95)
@@ -129,13 +137,14 @@ def _run_one(args) -> int:
             "trials": report["trials"], "slots": report["slots"],
             "scheduler_overhead_share": overhead, "cold_time_share": report["cold_time_share"],
             "failed_time_share": report["failed_time_share"], "cut_short": report["cut_short"],
-            "curve": curve, "tasks": report["tasks"],
+            "curve": curve, "tasks": report["tasks"], "cost": cost,
         }
         print(json.dumps(out))
         return 0
     print(f"scheduler {report['scheduler']}, simulated model seed {args.seed}: "
           f"{report['trials']} trials in {report['slots']} slots, stopped by {report['stop_reason']}")
     print_curve(report)
+    print(format_cost(cost))
     return 0
 
 
@@ -383,6 +392,18 @@ def main(argv: list[str]) -> int:
         if name not in names and name != "ansor":
             print(f"unknown scheduler '{name}' (known: {', '.join(names)})", file=sys.stderr)
             return 2
+    if args.compare and tuning_workers.uses_workers(args):
+        print("python -m nimble tune: --compare runs in this process; drop --workers",
+              file=sys.stderr)
+        return 2
+    try:
+        return _dispatch(args)
+    except ImportError as e:  # workers without the ray extra
+        print(f"python -m nimble tune: {e}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args) -> int:
     if args.model:
         from .tuning_models import compare_on_model, tune_model
 
@@ -391,6 +412,8 @@ def main(argv: list[str]) -> int:
         return compare_on_model(args) if args.compare else tune_model(args)
     args.slot_seconds = 20.0 if args.slot_seconds is None else args.slot_seconds
     args.seeds = 5 if args.seeds is None else args.seeds
+    if args.models:
+        return tuning_workers.run_survey(args, _common_kwargs(args))
     return _run_compare(args) if args.compare else _run_one(args)
 
 

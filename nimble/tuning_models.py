@@ -10,6 +10,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 
 import torch
 
@@ -23,6 +24,7 @@ def _prepared(args):
 
 
 def _tune(fast, args, scheduler: str, database: str, seed: int, progress: bool) -> dict:
+    from .distributed import zoo_model
     from .tune import tune
 
     return tune(
@@ -31,6 +33,8 @@ def _tune(fast, args, scheduler: str, database: str, seed: int, progress: bool) 
         early_stop_trials=args.early_stop_trials, survey_stop=args.survey_stop,
         resume=not args.no_resume, seed=seed, progress=progress,
         adaptive=not args.no_adaptive, cold_filter=not args.no_cold_filter,
+        workers=args.workers, ray_address=args.ray_address,
+        model=zoo_model(args.model, args.batch, args.image_size, args.streams),
         **({} if args.c is None else {"c": args.c}),
     )
 
@@ -53,9 +57,13 @@ def tune_model(args) -> int:
     from .tuning_cli import print_curve, time_to_reach, write_plot
     from .wrapper import Nimble
 
+    from .tuning_cost import cost_summary, energy_counters, energy_delta, format_cost
+
     database = args.db or "tune.db"
     model, example, fast = _prepared(args)
+    before, started = energy_counters(), time.monotonic()
     report = _tune(fast, args, args.scheduler, database, args.seed, not (args.quiet or args.json))
+    cost = cost_summary(report, time.monotonic() - started, energy_delta(before, energy_counters()))
     bound = fast.use_tuned(database)
     untuned = Nimble(model).prepare(example, streams=args.streams)
     speed = side_by_side(model, example, untuned, fast)
@@ -72,7 +80,8 @@ def tune_model(args) -> int:
             "time_to_99_s": time_to_reach(report["curve"], final / 0.99),
             "cold_time_share": report["cold_time_share"],
             "failed_time_share": report["failed_time_share"],
-            "curve": report["curve"], "tasks": report["tasks"], "bound": bound, **speed,
+            "curve": report["curve"], "tasks": report["tasks"], "bound": bound, "cost": cost,
+            **speed,
         }))
         return 0
     print(f"{args.model} on {report['device']}: {report['trials']} candidates in "
@@ -80,6 +89,7 @@ def tune_model(args) -> int:
           f"stopped by {report['stop_reason']}; database {database}")
     print("estimated latency of the tunable ops (sum of weight x best time per task):")
     print_curve(report)
+    print(format_cost(cost))
     n_bound = sum(r["bound"] for r in bound)
     print(f"\nbound {n_bound} of {len(bound)} tunable ops (each checked against ATen and timed "
           f"side by side with it now):")

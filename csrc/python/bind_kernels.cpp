@@ -5,7 +5,9 @@
 #include <pybind11/stl.h>
 
 #include <limits>
+#include <map>
 #include <optional>
+#include <stdexcept>
 
 #include "csrc/kernels/kernel_family.h"
 #include "csrc/python/bindings.h"
@@ -26,6 +28,29 @@ kernels::MeasureOptions measure_options(double min_repeat_seconds, double timeou
   o.seed = seed;
   return o;
 }
+
+// A replay's tunable ops' measurers by signature, where a worker measures for a tuner elsewhere
+// (nimble/distributed.py): the worker prepared the same model, so it has the same tasks.
+class ReplayMeasurer {
+ public:
+  ReplayMeasurer(const Replay& replay, const kernels::MeasureOptions& options) {
+    for (const slot::ProgramTask& t :
+         slot::program_tasks(replay.program(), kernels::all_families()))
+      measurers_.emplace(t.space->op().signature(),
+                         std::make_shared<kernels::KernelMeasurer>(t.space, options));
+  }
+  std::vector<tuning::MeasureResult> measure(const std::string& signature,
+                                             const std::vector<tuning::Config>& configs,
+                                             const tuning::RepeatSettings& repeats) {
+    const auto it = measurers_.find(signature);
+    if (it == measurers_.end())
+      throw std::invalid_argument("this replay has no tunable op with signature " + signature);
+    return it->second->measure(configs, *tuning::make_repeat_policy(repeats));
+  }
+
+ private:
+  std::map<std::string, std::shared_ptr<kernels::KernelMeasurer>> measurers_;
+};
 
 }  // namespace
 
@@ -74,7 +99,7 @@ void bind_kernels(py::module_& m) {
          bool adaptive, bool cold_filter, int batch_size, double peak_gflops,
          std::optional<std::string> database, const std::string& run, bool resume,
          double min_repeat_seconds, double timeout_seconds, uint64_t seed,
-         const py::object& progress, const py::object& on_baseline) {
+         const py::object& progress, const py::object& on_baseline, const py::object& pool) {
         tuning::TunerOptions o;
         tuning::SchedulerOptions s;
         o.budget_seconds = budget_seconds;
@@ -98,6 +123,7 @@ void bind_kernels(py::module_& m) {
         const auto tasks = slot::program_tasks(replay.program(), kernels::all_families());
         const auto measure = measure_options(min_repeat_seconds, timeout_seconds, seed);
         const tuning::ProgressCallback callback = python_progress(progress);
+        const std::unique_ptr<tuning::MeasurePool> measure_pool = python_measure_pool(pool);
         tuning::TuningReport report;
         {
           py::gil_scoped_release release;
@@ -107,7 +133,7 @@ void bind_kernels(py::module_& m) {
             if (!on_baseline.is_none()) on_baseline(i, tasks.size());
           });
           tuning::ModelTuner tuner(std::move(tuning_tasks), o, db ? &*db : nullptr);
-          report = tuner.run(*sched, callback);
+          report = tuner.run(*sched, callback, measure_pool.get());
         }
         py::dict d = tuning_report_to_dict(report);
         d["device"] = o.device;
@@ -121,8 +147,32 @@ void bind_kernels(py::module_& m) {
       py::arg("peak_gflops") = 100.0, py::arg("database") = py::none(), py::arg("run") = "run",
       py::arg("resume") = true, py::arg("min_repeat_seconds") = 2e-3,
       py::arg("timeout_seconds") = 2.0, py::arg("seed") = 0, py::arg("progress") = py::none(),
-      py::arg("on_baseline") = py::none(),
-      "Tune the replay's tunable ops on this machine; every measurement goes to `database`.");
+      py::arg("on_baseline") = py::none(), py::arg("pool") = py::none(),
+      "Tune the replay's tunable ops on this machine (or on the workers of `pool`, see "
+      "nimble/distributed.py); every measurement goes to `database`.");
+
+  py::class_<ReplayMeasurer>(k, "ReplayMeasurer",
+                             "A replay's tunable ops' measurers by signature, for a worker.")
+      .def(py::init([](const Replay& replay, double min_repeat_seconds, double timeout_seconds,
+                       uint64_t seed) {
+             return ReplayMeasurer(replay,
+                                   measure_options(min_repeat_seconds, timeout_seconds, seed));
+           }),
+           py::arg("replay"), py::arg("min_repeat_seconds") = 2e-3,
+           py::arg("timeout_seconds") = 2.0, py::arg("seed") = 0)
+      .def(
+          "measure",
+          [](ReplayMeasurer& m, const std::string& signature,
+             const std::vector<tuning::Config>& configs, const py::dict& repeats) {
+            const tuning::RepeatSettings settings = repeat_settings_from_python(repeats);
+            std::vector<tuning::MeasureResult> results;
+            {
+              py::gil_scoped_release release;
+              results = m.measure(signature, configs, settings);
+            }
+            return measured_batch_to_python(results);
+          },
+          py::arg("signature"), py::arg("configs"), py::arg("repeats"));
 
   k.def(
       "bind",

@@ -36,6 +36,94 @@ py::list curve_to_list(const std::vector<CurvePoint>& curve) {
 
 }  // namespace
 
+py::list measured_batch_to_python(const std::vector<MeasureResult>& results) {
+  py::list out;
+  for (const MeasureResult& r : results)
+    out.append(
+        py::make_tuple(r.seconds, to_string(r.error), r.message, r.cost_seconds, r.cut_short));
+  return out;
+}
+
+RepeatSettings repeat_settings_from_python(const py::dict& d) {
+  RepeatSettings r;
+  r.adaptive = d["adaptive"].cast<bool>();
+  r.best_seconds = d["best_seconds"].cast<double>();
+  r.fixed_repeats = d["fixed_repeats"].cast<int>();
+  r.evaluator.min_repeats = d["min_repeats"].cast<int>();
+  r.evaluator.max_repeats = d["max_repeats"].cast<int>();
+  r.evaluator.target_relative_error = d["target_relative_error"].cast<double>();
+  r.evaluator.slower_than_best_factor = d["slower_than_best_factor"].cast<double>();
+  r.evaluator.confidence_z = d["confidence_z"].cast<double>();
+  return r;
+}
+
+namespace {
+
+py::dict repeat_settings_to_python(const RepeatSettings& r) {
+  py::dict d;
+  d["adaptive"] = r.adaptive;
+  d["best_seconds"] = r.best_seconds;
+  d["fixed_repeats"] = r.fixed_repeats;
+  d["min_repeats"] = r.evaluator.min_repeats;
+  d["max_repeats"] = r.evaluator.max_repeats;
+  d["target_relative_error"] = r.evaluator.target_relative_error;
+  d["slower_than_best_factor"] = r.evaluator.slower_than_best_factor;
+  d["confidence_z"] = r.evaluator.confidence_z;
+  return d;
+}
+
+MeasureResult measure_result_from_python(const py::handle& item) {
+  const auto t = item.cast<py::tuple>();
+  MeasureResult r;
+  r.seconds = t[0].cast<std::vector<double>>();
+  r.error = measure_error_from_string(t[1].cast<std::string>());
+  r.message = t[2].cast<std::string>();
+  r.cost_seconds = t[3].cast<double>();
+  r.cut_short = t[4].cast<bool>();
+  return r;
+}
+
+// The tuner's side of a pool written in Python; every call takes the GIL, which the run
+// released.
+class PythonMeasurePool : public MeasurePool {
+ public:
+  explicit PythonMeasurePool(py::object pool) : pool_(std::move(pool)) {}
+  ~PythonMeasurePool() override {
+    py::gil_scoped_acquire gil;
+    pool_ = py::object();
+  }
+  int capacity() override {
+    py::gil_scoped_acquire gil;
+    return pool_.attr("capacity")().cast<int>();
+  }
+  void submit(MeasureRequest request) override {
+    py::gil_scoped_acquire gil;
+    pool_.attr("submit")(request.ticket, request.task, request.configs,
+                         repeat_settings_to_python(request.repeats));
+  }
+  MeasuredRequest take() override {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    const auto t = pool_.attr("take")().cast<py::tuple>();
+    MeasuredRequest out;
+    out.ticket = t[0].cast<long>();
+    if (!t[1].is_none())
+      for (const auto& item : t[1]) out.results.push_back(measure_result_from_python(item));
+    out.wall_seconds = t[2].cast<double>();
+    return out;
+  }
+
+ private:
+  py::object pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<MeasurePool> python_measure_pool(const py::object& pool) {
+  if (pool.is_none()) return nullptr;
+  return std::make_unique<PythonMeasurePool>(pool);
+}
+
 py::dict tuning_report_to_dict(const TuningReport& r) {
   py::dict d;
   d["scheduler"] = r.scheduler;
@@ -54,6 +142,9 @@ py::dict tuning_report_to_dict(const TuningReport& r) {
   d["failed_time_share"] = r.failed_time_share;
   d["cut_short"] = r.cut_short;
   d["repeats"] = r.repeats;
+  d["measure_seconds"] = r.measure_seconds;
+  d["cold_seconds"] = r.cold_seconds;
+  d["failed_seconds"] = r.failed_seconds;
   py::list tasks;
   for (const auto& t : r.tasks) {
     py::dict task;
@@ -284,7 +375,8 @@ void bind_tuning(py::module_& m) {
                     long early_stop_trials, std::optional<double> c, bool survey_stop, double phi,
                     double goal_ms, bool adaptive, bool cold_filter, int batch_size,
                     int mcmc_walkers, int mcmc_steps, int mcmc_samples,
-                    std::optional<std::string> database, bool resume, const py::object& progress) {
+                    std::optional<std::string> database, bool resume, const py::object& progress,
+                    const py::object& pool) {
         const RunOptions run = run_options(
             slot_seconds, budget_trials, budget_seconds, early_stop_trials, c, survey_stop, phi,
             goal_ms, adaptive, cold_filter, batch_size, mcmc_walkers, mcmc_steps, mcmc_samples);
@@ -294,10 +386,11 @@ void bind_tuning(py::module_& m) {
         std::optional<TuningDatabase> db;
         if (database) db.emplace(*database);
         const ProgressCallback callback = python_progress(progress);
+        const std::unique_ptr<MeasurePool> measure_pool = python_measure_pool(pool);
         TuningReport report;
         {
           py::gil_scoped_release release;
-          report = run_simulation(o, db ? &*db : nullptr, callback);
+          report = run_simulation(o, db ? &*db : nullptr, callback, measure_pool.get());
         }
         return tuning_report_to_dict(report);
       },
@@ -308,8 +401,30 @@ void bind_tuning(py::module_& m) {
       py::arg("phi") = -0.25, py::arg("goal_ms") = 0.0, py::arg("adaptive") = true,
       py::arg("cold_filter") = true, py::arg("batch_size") = 8, py::arg("mcmc_walkers") = 10,
       py::arg("mcmc_steps") = 500, py::arg("mcmc_samples") = 200, py::arg("database") = py::none(),
-      py::arg("resume") = true, py::arg("progress") = py::none(),
-      "Tune a simulated model (see tuning/README.md); returns the report as a dict.");
+      py::arg("resume") = true, py::arg("progress") = py::none(), py::arg("pool") = py::none(),
+      "Tune a simulated model (see tuning/README.md); returns the report as a dict. `pool`: "
+      "measure on workers (nimble.distributed) instead of in this process.");
+
+  py::class_<SimulatedModelMeasurer>(
+      t, "SimulatedModelMeasurer",
+      "A simulated model's measurers, rebuilt from its seed where a worker measures: "
+      "measure(signature, configs, repeats) -> results as the tuner's pool takes them back.")
+      .def(py::init<uint64_t, int, double>(), py::arg("seed"), py::arg("tasks"),
+           py::arg("peak_gflops") = 1000.0)
+      .def("signatures", &SimulatedModelMeasurer::signatures)
+      .def(
+          "measure",
+          [](SimulatedModelMeasurer& m, const std::string& signature,
+             const std::vector<Config>& configs, const py::dict& repeats) {
+            const RepeatSettings settings = repeat_settings_from_python(repeats);
+            std::vector<MeasureResult> results;
+            {
+              py::gil_scoped_release release;
+              results = m.measure(signature, configs, settings);
+            }
+            return measured_batch_to_python(results);
+          },
+          py::arg("signature"), py::arg("configs"), py::arg("repeats"));
 
   t.def(
       "compare",
@@ -409,6 +524,20 @@ void bind_tuning(py::module_& m) {
       "(name, 'int', lo, hi[, step]) / (name, 'pow2', lo, hi) / (name, 'choice', [labels])), "
       "measure(config) -> seconds of one run (raise to fail), optional signature, weight, "
       "baseline_seconds, group, constraints (callables on the knob values).");
+
+  py::class_<SurveyStop>(t, "SurveyStop",
+                         "Trimmer's survey stop: goal, or the improvement rate's plateau")
+      .def(py::init([](double phi, int patience, double goal_ms) {
+             SurveyStopOptions o;
+             o.phi = phi;
+             o.patience = patience;
+             o.goal_seconds = goal_ms * 1e-3;
+             return SurveyStop(o);
+           }),
+           py::arg("phi") = -0.25, py::arg("patience") = 2, py::arg("goal_ms") = 0.0)
+      .def("after_epoch", &SurveyStop::after_epoch, py::arg("model_seconds"),
+           py::arg("tuning_seconds"),
+           "After an epoch (or a round): why tuning should stop, or None.");
 
   py::class_<TuningDatabase>(t, "TuningDatabase", "SQLite store of every measurement")
       .def(py::init<const std::string&>(), py::arg("path"))

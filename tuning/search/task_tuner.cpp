@@ -24,7 +24,7 @@ std::vector<Config> TaskTuner::random_unvisited(int count,
   // for practical purposes.
   for (int attempt = 0; attempt < 200 * count && static_cast<int>(out.size()) < count; ++attempt) {
     Config c = task_.space.random_config(rng_);
-    if (visited_.count(c) || taken.count(c)) continue;
+    if (visited_.count(c) || pending_.count(c) || taken.count(c)) continue;
     taken.insert(c);
     out.push_back(std::move(c));
   }
@@ -32,19 +32,27 @@ std::vector<Config> TaskTuner::random_unvisited(int count,
 }
 
 std::vector<Config> TaskTuner::propose(int count) {
+  std::vector<Config> out = search(count);
+  // Only a space used up with nothing left in flight is exhausted; otherwise an empty proposal
+  // means the rest of the space is being measured.
+  if (out.empty() && pending_.empty() && !all_cold_) exhausted_ = true;
+  pending_.insert(out.begin(), out.end());
+  return out;
+}
+
+void TaskTuner::settle(const std::vector<Config>& configs) {
+  for (const Config& c : configs) pending_.erase(c);
+}
+
+std::vector<Config> TaskTuner::search(int count) {
   std::unordered_set<Config, ConfigHash> taken;
-  if (static_cast<double>(visited_.size()) >= task_.space.size()) {
-    exhausted_ = true;
-    return {};
-  }
-  if (!model_.trained()) {
-    auto out = random_unvisited(count, taken);
-    if (out.empty()) exhausted_ = true;
-    return out;
-  }
+  if (static_cast<double>(visited_.size() + pending_.size()) >= task_.space.size()) return {};
+  if (!model_.trained()) return random_unvisited(count, taken);
   std::vector<Config> starts;
   if (has_best()) starts.push_back(best_config_);
-  const auto excluded = [this](const Config& c) { return visited_.count(c) > 0; };
+  const auto excluded = [this](const Config& c) {
+    return visited_.count(c) > 0 || pending_.count(c) > 0;
+  };
   const std::vector<ScoredConfig> pool =
       anneal(task_.space, model_, excluded, count * options_.pool_factor, starts,
              options_.annealing, rng_);
@@ -101,7 +109,6 @@ std::vector<Config> TaskTuner::propose(int count) {
     auto more = random_unvisited(count - static_cast<int>(out.size()), taken);
     for (auto& c : more) out.push_back(std::move(c));
   }
-  if (out.empty()) exhausted_ = true;
   return out;
 }
 
@@ -110,6 +117,7 @@ void TaskTuner::record(const std::vector<Config>& configs,
   for (size_t i = 0; i < configs.size() && i < results.size(); ++i) {
     const Config& config = configs[i];
     const MeasureResult& r = results[i];
+    pending_.erase(config);
     if (!visited_.insert(config).second) continue;  // a restored duplicate adds nothing
     const double seconds = r.mean_seconds();
     const double gflops = r.ok() && seconds > 0 ? task_.flops / seconds / 1e9 : 0.0;

@@ -1,7 +1,8 @@
 #pragma once
 // The search for one task (AutoTVM-style): random configs until the cost model has data, then
 // simulated annealing on the model, a diverse batch, an epsilon share of random configs, cold
-// candidates filtered (Trimmer). A config is never proposed twice.
+// candidates filtered (Trimmer). A config is never proposed twice, nor while it is still being
+// measured (several batches of one task may be in flight on different workers).
 #include <limits>
 #include <random>
 #include <unordered_set>
@@ -44,8 +45,14 @@ class TaskTuner {
  public:
   TaskTuner(const Task& task, SearchOptions options, uint64_t seed);
 
-  // Up to `count` never-measured configs; fewer only when the space is exhausted.
+  // Up to `count` configs neither measured nor in flight; fewer only when the space is
+  // exhausted or the rest of it is in flight. The configs are in flight until recorded or
+  // settled.
   std::vector<Config> propose(int count);
+  // The measurement of `configs` came back, whether it is recorded or not (the tuner settles
+  // every batch; a tuner whose callbacks do not record lets the search propose them again).
+  void settle(const std::vector<Config>& configs);
+  bool has_pending() const { return !pending_.empty(); }
   // Feed back a measured batch (also used to restore records from a database).
   void record(const std::vector<Config>& configs, const std::vector<MeasureResult>& results);
 
@@ -66,6 +73,7 @@ class TaskTuner {
   const XGBoostCostModel& cost_model() const { return model_; }
 
  private:
+  std::vector<Config> search(int count);  // the proposal, before it is marked in flight
   std::vector<Config> random_unvisited(int count, std::unordered_set<Config, ConfigHash>& taken);
   void retrain();
 
@@ -75,6 +83,7 @@ class TaskTuner {
   XGBoostCostModel model_;
   ColdCandidateFilter filter_;
   std::unordered_set<Config, ConfigHash> visited_;
+  std::unordered_set<Config, ConfigHash> pending_;  // proposed, not yet settled
   std::vector<Config> configs_;
   std::vector<double> throughput_;  // GFLOPS per record, 0 for failures
   std::vector<double> history_;

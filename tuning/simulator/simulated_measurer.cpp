@@ -7,6 +7,11 @@ namespace nimble::tuning {
 
 std::vector<MeasureResult> SimulatedMeasurer::measure(const std::vector<Config>& batch,
                                                       const RepeatPolicy& repeats) {
+  if (batch_keyed_noise_) {
+    uint64_t key = seed_;
+    for (const Config& c : batch) key = key * 1000003ULL ^ ConfigHash {}(c);
+    rng_.seed(key);
+  }
   const LandscapeSpec& spec = landscape_->spec();
   std::normal_distribution<double> normal(0, spec.noise);
   std::uniform_real_distribution<double> uniform(0, 1);

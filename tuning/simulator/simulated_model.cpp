@@ -3,6 +3,7 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <stdexcept>
 
 #include "tuning/simulator/simulated_measurer.h"
 #include "tuning/simulator/synthetic_landscape.h"
@@ -36,10 +37,49 @@ std::vector<Task> make_simulated_model(const SimulatedModelOptions& options) {
     // The untuned kernel is 3-10x slower than the best schedule.
     t.baseline_seconds = landscape->optimum_seconds() * (3 + 7 * u(rng));
     t.measurer = std::make_shared<SimulatedMeasurer>(
-        landscape, options.noise_seed * 1000033ULL + options.seed * 977 + static_cast<uint64_t>(i));
+        landscape, options.noise_seed * 1000033ULL + options.seed * 977 + static_cast<uint64_t>(i),
+        0.05, options.batch_keyed_noise);
     tasks.push_back(std::move(t));
   }
   return tasks;
+}
+
+namespace {
+
+SimulatedModelOptions with_batch_keyed_noise(SimulatedModelOptions options) {
+  options.batch_keyed_noise = true;
+  return options;
+}
+
+}  // namespace
+
+SimulatedModelMeasurer::SimulatedModelMeasurer(const SimulatedModelOptions& options)
+    : tasks_(make_simulated_model(with_batch_keyed_noise(options))) {
+  for (size_t i = 0; i < tasks_.size(); ++i) by_signature_[tasks_[i].signature] = i;
+}
+
+SimulatedModelMeasurer::SimulatedModelMeasurer(uint64_t seed, int tasks, double peak_gflops)
+    : SimulatedModelMeasurer([&] {
+        SimulatedModelOptions o;
+        o.seed = seed;
+        o.tasks = tasks;
+        o.peak_gflops = peak_gflops;
+        return o;
+      }()) {}
+
+std::vector<std::string> SimulatedModelMeasurer::signatures() const {
+  std::vector<std::string> out;
+  for (const Task& t : tasks_) out.push_back(t.signature);
+  return out;
+}
+
+std::vector<MeasureResult> SimulatedModelMeasurer::measure(const std::string& signature,
+                                                           const std::vector<Config>& configs,
+                                                           const RepeatSettings& repeats) {
+  const auto it = by_signature_.find(signature);
+  if (it == by_signature_.end())
+    throw std::invalid_argument("no simulated task with signature '" + signature + "'");
+  return tasks_[it->second].measurer->measure(configs, *make_repeat_policy(repeats));
 }
 
 }  // namespace nimble::tuning

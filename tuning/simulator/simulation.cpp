@@ -35,7 +35,7 @@ SimulationOptions default_simulation_options() {
 }
 
 TuningReport run_simulation(const SimulationOptions& options, TuningDatabase* database,
-                            const ProgressCallback& progress) {
+                            const ProgressCallback& progress, MeasurePool* pool) {
   SimulationOptions o = options;
   o.model.peak_gflops = o.tuner.peak_gflops;
   if (o.tuner.budget_trials == 0 && !std::isfinite(o.tuner.budget_seconds))
@@ -46,7 +46,7 @@ TuningReport run_simulation(const SimulationOptions& options, TuningDatabase* da
   if (o.tuner.seed == 0) o.tuner.seed = o.model.seed + 1;
   auto scheduler = make_scheduler(o.scheduler, o.scheduler_options);
   ModelTuner tuner(make_simulated_model(o.model), o.tuner, database);
-  return tuner.run(*scheduler, progress);
+  return tuner.run(*scheduler, progress, pool);
 }
 
 Comparison compare_schedulers(const std::vector<std::string>& schedulers,

@@ -24,8 +24,10 @@ struct SimulationOptions {
 // Simulations default to what makes runs comparable and reproducible: measurement time only.
 SimulationOptions default_simulation_options();
 
+// `pool`: measure there (e.g. on workers holding a SimulatedModelMeasurer of the same model)
+// instead of in this process.
 TuningReport run_simulation(const SimulationOptions& options, TuningDatabase* database = nullptr,
-                            const ProgressCallback& progress = {});
+                            const ProgressCallback& progress = {}, MeasurePool* pool = nullptr);
 
 struct ComparisonRun {
   std::string scheduler;

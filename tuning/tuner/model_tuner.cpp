@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string>
 
 namespace nimble::tuning {
 namespace {
@@ -22,6 +25,22 @@ double task_seconds(const Task& task, const TaskTuner& tuner) {
                                              : std::numeric_limits<double>::infinity());
 }
 
+// A scheduler's slot: batches of one task up to a slot's worth of tuning time. Several
+// slots are open at once when several batches are in flight.
+struct Slot {
+  size_t task = 0;
+  long id = 0;
+  int in_flight = 0;
+  long trials = 0;
+  double used = 0;       // measurement time of its batches that came back
+  bool no_more = false;  // its task had nothing left to propose
+};
+struct InFlight {
+  size_t task = 0;
+  long slot = 0;
+  std::vector<Config> configs;
+};
+
 // One ModelTuner::run: the tasks' searches, the tuning clock, the per-task bookkeeping the
 // scheduler sees, and the report being filled. Each public method is one step of the run.
 class TuningRun {
@@ -36,6 +55,7 @@ class TuningRun {
         slots_(tasks.size(), 0),
         last_slot_trials_(tasks.size(), 0),
         had_slot_(tasks.size(), false),
+        task_in_flight_(tasks.size(), 0),
         survey_(options.survey) {
     for (size_t i = 0; i < tasks.size(); ++i)
       tuners_.push_back(
@@ -61,51 +81,152 @@ class TuningRun {
 
   // Marks tasks that resumed finished, and puts the starting model latency at time zero.
   void start() {
-    for (size_t i = 0; i < tasks_.size(); ++i) finished_[i] = is_done(i);
+    for (size_t i = 0; i < tasks_.size(); ++i) {
+      finished_[i] = is_done(i);
+      const ColdStats& c = tuners_[i]->cold_stats();
+      resumed_.cold_seconds += c.cold_seconds;
+      resumed_.failed_seconds += c.failed_seconds;
+      resumed_.total_seconds += c.total_seconds;
+    }
     report_.initial_model_seconds = model_seconds();
     report_.curve.push_back({0, 0, report_.initial_model_seconds});
   }
 
   bool stopped() const { return !report_.stop_reason.empty(); }
-  void stop(std::string reason) { report_.stop_reason = std::move(reason); }
-
-  bool budget_spent() const {
-    return now_ >= options_.budget_seconds ||
-           (options_.budget_trials > 0 && report_.trials >= options_.budget_trials);
+  // The first reason stays: batches still in flight when a run stops come back and close
+  // their slots (and maybe an epoch) afterwards.
+  void stop(std::string reason) {
+    if (report_.stop_reason.empty()) report_.stop_reason = std::move(reason);
   }
 
-  // The scheduler's task for the next slot; nothing once it sees no live task to tune.
-  std::optional<size_t> choose(TaskScheduler& scheduler) {
-    const SchedulerView view = refreshed_view();
+  // The scheduler's task for the next slot; nothing once it sees no live task to tune. With
+  // `skip_busy`, tasks with a batch in flight look finished to it.
+  std::optional<size_t> choose(TaskScheduler& scheduler, bool skip_busy) {
+    const SchedulerView view = refreshed_view(skip_busy);
     const auto start = Clock::now();
     const std::optional<size_t> chosen = scheduler.choose(view);
     report_.scheduler_wall_seconds += since(start);
     return chosen;
   }
 
-  // Task k's slot: measured batches until the slot's time is used up, the task finishes or
-  // the budget is spent. Every batch reaches every callback once, in measurement order.
-  void tune_slot(size_t k, const std::vector<MeasureCallback>& callbacks) {
-    const double slot_start = now_;
-    long slot_trials = 0;
-    while (now_ - slot_start < options_.slot_seconds && !finished_[k] && !budget_spent()) {
-      const std::vector<Config> batch = propose(k);
-      if (batch.empty()) {
-        finished_[k] = true;
-        break;
-      }
-      const std::vector<MeasureResult> results = measure(k, batch);
-      for (const MeasureCallback& callback : callbacks)
-        callback({tasks_[k], *tuners_[k], batch, results});
-      report_.trials += static_cast<long>(batch.size());
-      slot_trials += static_cast<long>(batch.size());
-      report_.curve.push_back({now_, report_.trials, model_seconds()});
-      if (is_done(k)) finished_[k] = true;
-    }
+  // Whether no more batches may be submitted: the tuning time is spent, or the trial budget
+  // is taken up by measured and in-flight trials.
+  bool budget_committed() const {
+    return now_ >= options_.budget_seconds ||
+           (options_.budget_trials > 0 &&
+            report_.trials + in_flight_trials_ >= options_.budget_trials);
+  }
+
+  bool in_flight() const { return !in_flight_.empty(); }
+
+  // The first open slot whose batches have all come back and that will submit no more; the
+  // run closes slots in the order they were opened.
+  std::optional<size_t> closable_slot() const {
+    for (size_t s = 0; s < open_slots_.size(); ++s)
+      if (open_slots_[s].in_flight == 0 && !wants_more(open_slots_[s])) return s;
+    return std::nullopt;
+  }
+
+  // Closes an open slot: its task's bookkeeping for the scheduler. Returns the task.
+  size_t close_slot(size_t s) {
+    const size_t k = open_slots_[s].task;
     ++report_.slots;
     ++slots_[k];
-    last_slot_trials_[k] = slot_trials;
+    last_slot_trials_[k] = open_slots_[s].trials;
     seconds_per_slot_[k].push_back(task_seconds(tasks_[k], *tuners_[k]));
+    open_slots_.erase(open_slots_.begin() + static_cast<std::ptrdiff_t>(s));
+    return k;
+  }
+
+  // Whether a batch could be submitted now: the pool has room, the run goes on, and the last
+  // submission did not find every live task's candidates in flight.
+  bool may_submit(MeasurePool& pool) {
+    return !stopped() && !waiting_for_results_ &&
+           static_cast<int>(in_flight_.size()) < pool.capacity();
+  }
+
+  // One batch for an open slot whose task is idle and wants more, or else for a new slot. The
+  // scheduler chooses among the live tasks with no batch in flight, so that with several
+  // workers each task's search still learns from one batch before proposing the next; only
+  // when every live task is being measured does a task get a second batch in flight.
+  // Submits nothing when the budget is committed (the run stops), no task is live, or the
+  // chosen task has nothing left to propose (it is finished, or the rest of its space is in
+  // flight: then the run waits for results first).
+  void submit(TaskScheduler& scheduler, MeasurePool& pool) {
+    Slot* slot = nullptr;
+    for (Slot& s : open_slots_)
+      if (!slot && s.in_flight == 0 && wants_more(s)) slot = &s;
+    if (!slot) {
+      if (budget_committed()) {
+        stop("budget");
+        return;
+      }
+      std::optional<size_t> task = choose(scheduler, /*skip_busy=*/true);
+      if (!task && !in_flight_.empty()) task = choose(scheduler, /*skip_busy=*/false);
+      if (!task) {
+        if (in_flight_.empty()) stop("all-tasks-finished");
+        waiting_for_results_ = true;
+        return;
+      }
+      for (Slot& s : open_slots_)
+        if (!slot && s.task == *task && wants_more(s)) slot = &s;
+      if (!slot) slot = &open_slots_.emplace_back(Slot{*task, next_slot_id_++});
+    }
+    const size_t k = slot->task;
+    const double before = now_;
+    std::vector<Config> batch = propose(k);
+    slot->used += now_ - before;  // search time, when charged
+    if (batch.empty()) {
+      slot->no_more = true;
+      if (tuners_[k]->has_pending()) {
+        // Wait for results before asking again; a slot that got no batch is not a slot.
+        waiting_for_results_ = true;
+        if (slot->trials == 0 && slot->in_flight == 0)
+          open_slots_.erase(open_slots_.begin() + (slot - open_slots_.data()));
+      } else {
+        finished_[k] = true;
+      }
+      return;
+    }
+    MeasureRequest request;
+    request.ticket = next_ticket_++;
+    request.task = k;
+    request.configs = batch;
+    request.repeats = repeat_settings(k);
+    in_flight_trials_ += static_cast<long>(batch.size());
+    ++slot->in_flight;
+    ++task_in_flight_[k];
+    in_flight_.emplace(request.ticket, InFlight{k, slot->id, std::move(batch)});
+    pool.submit(std::move(request));
+  }
+
+  // The next completed batch: settled with its search, handed to every callback, counted.
+  void take(MeasurePool& pool, const std::vector<MeasureCallback>& callbacks) {
+    MeasuredRequest done = pool.take();
+    const auto it = in_flight_.find(done.ticket);
+    if (it == in_flight_.end())
+      throw std::logic_error("measure pool returned an unknown ticket " +
+                             std::to_string(done.ticket));
+    const InFlight batch = std::move(it->second);
+    in_flight_.erase(it);
+    waiting_for_results_ = false;
+    const size_t k = batch.task;
+    const auto n = static_cast<long>(batch.configs.size());
+    in_flight_trials_ -= n;
+    --task_in_flight_[k];
+    const std::vector<MeasureResult> results = account(std::move(done), batch.configs.size());
+    tuners_[k]->settle(batch.configs);
+    for (const MeasureCallback& callback : callbacks)
+      callback({tasks_[k], *tuners_[k], batch.configs, results});
+    report_.trials += n;
+    report_.curve.push_back({now_, report_.trials, model_seconds()});
+    if (is_done(k)) finished_[k] = true;
+    for (Slot& slot : open_slots_) {
+      if (slot.id != batch.slot) continue;
+      --slot.in_flight;
+      slot.trials += n;
+      for (const MeasureResult& r : results) slot.used += r.cost_seconds;
+    }
   }
 
   // Shows the scheduler the state after task k's slot (DynaTune refits its belief here).
@@ -157,6 +278,10 @@ class TuningRun {
       total += s.cold.total_seconds;
       report_.tasks.push_back(std::move(s));
     }
+    // This run's cost, without the records it resumed from.
+    report_.measure_seconds = total - resumed_.total_seconds;
+    report_.cold_seconds = cold - resumed_.cold_seconds;
+    report_.failed_seconds = failed - resumed_.failed_seconds;
     report_.cold_time_share = total > 0 ? cold / total : 0;
     report_.failed_time_share = total > 0 ? failed / total : 0;
     return std::move(report_);
@@ -168,7 +293,8 @@ class TuningRun {
   std::vector<Config> propose(size_t k) {
     int count = options_.search.batch_size;
     if (options_.budget_trials > 0)
-      count = static_cast<int>(std::min<long>(count, options_.budget_trials - report_.trials));
+      count = static_cast<int>(
+          std::min<long>(count, options_.budget_trials - report_.trials - in_flight_trials_));
     const auto start = Clock::now();
     std::vector<Config> batch = tuners_[k]->propose(count);
     const double seconds = since(start);
@@ -177,27 +303,17 @@ class TuningRun {
     return batch;
   }
 
-  // One result per config of the batch, and the tuning clock advanced by what they cost. A
-  // measurer that throws is broken, but the tuner keeps going: the whole batch failed.
-  std::vector<MeasureResult> measure(size_t k, const std::vector<Config>& batch) {
-    std::vector<MeasureResult> results;
-    const auto start = Clock::now();
-    try {
-      if (options_.adaptive_evaluator)
-        results = tasks_[k].measurer->measure(
-            batch, AdaptiveEvaluator(options_.evaluator, tuners_[k]->best_seconds()));
-      else
-        results = tasks_[k].measurer->measure(batch, FixedRepeats(options_.fixed_repeats));
-    } catch (const std::exception&) {
-      results.clear();
-    }
-    if (results.size() != batch.size()) {
-      const double wall = since(start);
-      results.assign(batch.size(), MeasureResult{});
+  // What a finished request's results cost: the tuning clock advances by each candidate's
+  // cost. A request without one result per config (a measurer that threw, a worker lost twice)
+  // failed as a whole; its wall time is shared among its configs.
+  std::vector<MeasureResult> account(MeasuredRequest done, size_t configs) {
+    std::vector<MeasureResult> results = std::move(done.results);
+    if (results.size() != configs) {
+      results.assign(configs, MeasureResult{});
       for (auto& r : results) {
         r.error = MeasureError::kRuntime;
         r.message = "measurer failed for the whole batch";
-        r.cost_seconds = wall / static_cast<double>(batch.size());
+        r.cost_seconds = done.wall_seconds / static_cast<double>(configs);
       }
     }
     for (const auto& r : results) {
@@ -206,6 +322,23 @@ class TuningRun {
       report_.cut_short += r.cut_short ? 1 : 0;
     }
     return results;
+  }
+
+  // How task k's next batch is repeated: against its best so far, as the tuner is set.
+  RepeatSettings repeat_settings(size_t k) const {
+    RepeatSettings r;
+    r.adaptive = options_.adaptive_evaluator;
+    r.evaluator = options_.evaluator;
+    r.best_seconds = tuners_[k]->best_seconds();
+    r.fixed_repeats = options_.fixed_repeats;
+    return r;
+  }
+
+  // A slot submits batches while its task is live, the budget allows and its time is not
+  // used up.
+  bool wants_more(const Slot& slot) const {
+    return !slot.no_more && !finished_[slot.task] && !budget_committed() &&
+           slot.used < options_.slot_seconds;
   }
 
   // A task is done when its space is used up, everything left is cold, or it stopped
@@ -226,7 +359,7 @@ class TuningRun {
   }
 
   // What every scheduler call sees, brought up to date with the searches.
-  SchedulerView refreshed_view() {
+  SchedulerView refreshed_view(bool skip_busy = false) {
     for (size_t i = 0; i < tasks_.size(); ++i) {
       TaskProgress& p = progress_view_[i];
       p.name = tasks_[i].name;
@@ -237,7 +370,7 @@ class TuningRun {
       p.trials = tuners_[i]->trials();
       p.slots = slots_[i];
       p.last_slot_trials = last_slot_trials_[i];
-      p.finished = finished_[i];
+      p.finished = finished_[i] || (skip_busy && task_in_flight_[i] > 0);
       p.best_gflops_history = &tuners_[i]->best_gflops_history();
       p.best_seconds_per_slot = &seconds_per_slot_[i];
     }
@@ -257,6 +390,14 @@ class TuningRun {
   SurveyStop survey_;
   double now_ = 0;  // tuning time: measurement cost, plus search time when charged
   TuningReport report_;
+  std::vector<Slot> open_slots_;  // in the order they were opened
+  long next_slot_id_ = 0;
+  std::map<long, InFlight> in_flight_;  // by ticket
+  long next_ticket_ = 0;
+  long in_flight_trials_ = 0;
+  bool waiting_for_results_ = false;
+  ColdStats resumed_;                // what the records resumed from cost, all tasks together
+  std::vector<int> task_in_flight_;  // batches in flight per task
 };
 
 }  // namespace
@@ -272,24 +413,27 @@ ModelTuner::ModelTuner(std::vector<Task> tasks, TunerOptions options, TuningData
       database_(database),
       measure_callbacks_(std::move(callbacks)) {}
 
-TuningReport ModelTuner::run(TaskScheduler& scheduler, const ProgressCallback& progress) {
+TuningReport ModelTuner::run(TaskScheduler& scheduler, const ProgressCallback& progress,
+                             MeasurePool* pool) {
+  InlineMeasurePool in_process(tasks_);
+  MeasurePool& measure = pool ? *pool : in_process;
   TuningRun run(tasks_, options_, scheduler.name());
   if (database_ && options_.resume) run.resume_from(*database_);
   run.start();
-  while (!run.stopped()) {
-    if (run.budget_spent()) {
-      run.stop("budget");
+  for (;;) {
+    if (const std::optional<size_t> slot = run.closable_slot()) {
+      const size_t task = run.close_slot(*slot);
+      run.observe(scheduler, task);
+      if (progress) progress(run.progress_event(task));
+      run.end_epoch_if_complete(task);
+    } else if (run.may_submit(measure)) {
+      run.submit(scheduler, measure);
+    } else if (run.in_flight()) {
+      run.take(measure, measure_callbacks_);
+    } else {
+      run.stop("no-workers");  // kept only when nothing else stopped it: the pool has no worker
       break;
     }
-    const std::optional<size_t> task = run.choose(scheduler);
-    if (!task) {
-      run.stop("all-tasks-finished");
-      break;
-    }
-    run.tune_slot(*task, measure_callbacks_);
-    run.observe(scheduler, *task);
-    if (progress) progress(run.progress_event(*task));
-    run.end_epoch_if_complete(*task);
   }
   return run.finish();
 }

@@ -10,6 +10,7 @@
 
 #include "tuning/database/tuning_database.h"
 #include "tuning/measure/adaptive_evaluator.h"
+#include "tuning/measure/measure_pool.h"
 #include "tuning/scheduler/task_scheduler.h"
 #include "tuning/search/task_tuner.h"
 #include "tuning/survey/survey_stop.h"
@@ -58,7 +59,11 @@ class ModelTuner {
   ModelTuner(std::vector<Task> tasks, TunerOptions options, TuningDatabase* database,
              std::vector<MeasureCallback> callbacks);
   const std::vector<Task>& tasks() const { return tasks_; }
-  TuningReport run(TaskScheduler& scheduler, const ProgressCallback& progress = {});
+  // Measures in this process, one batch at a time, without a pool; with one, keeps up to its
+  // capacity of batches in flight and takes them back in completion order. A run that stops
+  // (budget, goal, improvement rate) still takes back and records every batch in flight.
+  TuningReport run(TaskScheduler& scheduler, const ProgressCallback& progress = {},
+                   MeasurePool* pool = nullptr);
 
  private:
   std::vector<Task> tasks_;

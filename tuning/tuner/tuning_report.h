@@ -43,6 +43,11 @@ struct TuningReport {
   double final_model_seconds = 0;
   double cold_time_share = 0;  // share of measurement time spent on cold candidates
   double failed_time_share = 0;
+  // Machine-seconds of measurement, all workers together, and the parts spent on cold and on
+  // failing candidates (the rest went to hot ones).
+  double measure_seconds = 0;
+  double cold_seconds = 0;
+  double failed_seconds = 0;
   long cut_short = 0;  // candidates the adaptive evaluator stopped early
   long repeats = 0;    // timed repeats, all candidates together
 };

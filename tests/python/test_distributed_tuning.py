@@ -1,0 +1,187 @@
+"""Tuning with measurements on Ray workers (nimble/distributed.py): a local Ray instance with
+2 CPUs on loopback, started once for the module. Simulated models, so that runs are
+reproducible: the tuner's results with workers are checked against the in-process run, and
+faults (a killed worker, a hanging one, a killed driver) against the database."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from nimble._C import tuning
+
+ray = pytest.importorskip("ray")
+
+from nimble import distributed  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SMALL = dict(tasks=3, mcmc_steps=50, slot_seconds=20.0)
+# Up to 6 workers at once on the 2 CPUs of the test cluster: a fraction of a CPU each (their
+# timings would disturb each other; simulated ones do not care).
+SHARE = 0.25
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1")
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+def _pool(group, seed: int, tasks: int, sleep_scale: float = 0.0):
+    signatures = tuning.SimulatedModelMeasurer(seed, tasks).signatures()
+    return group.pool(f"sim{seed}", distributed.simulated_model(seed, tasks, sleep_scale=sleep_scale),
+                      signatures)
+
+
+def _each_config_once(db: tuning.TuningDatabase) -> int:
+    records = 0
+    for signature in db.signatures("simulated"):
+        configs = [tuple(r["config"]) for r in db.records(signature, "simulated")]
+        assert len(configs) == len(set(configs)), f"{signature}: a config was measured twice"
+        records += len(configs)
+    return records
+
+
+def test_without_ray_workers_name_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray now fails
+    with pytest.raises(ImportError, match=r"pip install nimble\[ray\]"):
+        distributed.WorkerGroup(2)
+    from nimble.tuning_cli import main
+
+    assert main(["tune", "--simulate", "--workers", "2", "--tasks", "2"]) == 2
+    assert "pip install nimble[ray]" in capsys.readouterr().err
+
+
+def test_two_workers_reach_the_one_worker_latency_for_the_same_trial_budget(ray_address):
+    budget = dict(trials_per_task=300, early_stop_trials=100, **SMALL)
+    with distributed.WorkerGroup(1, cores_per_worker=SHARE) as one:
+        alone = tuning.simulate(seed=2, pool=_pool(one, 2, 3), **budget)
+    with distributed.WorkerGroup(2, cores_per_worker=SHARE) as two:
+        shared = tuning.simulate(seed=2, pool=_pool(two, 2, 3), **budget)
+    assert shared["stop_reason"] == alone["stop_reason"] == "all-tasks-finished"
+    # While a task is live for each worker, no task has two batches in flight, so each search
+    # goes as with one worker (and a batch is timed the same on any worker); tuned to their
+    # early stops, the tasks end at the same bests. Only the last task's tail differs (two of
+    # its batches in flight): within 1%.
+    assert shared["final_model_ms"] == pytest.approx(alone["final_model_ms"], rel=0.01)
+    assert shared["measure_seconds"] > 0
+    assert shared["cold_seconds"] + shared["failed_seconds"] <= shared["measure_seconds"]
+
+
+def _run_in_thread(target):
+    out = {}
+    thread = threading.Thread(target=lambda: out.setdefault("report", target()))
+    thread.start()
+    return thread, out
+
+
+def test_a_killed_worker_has_its_batch_retried_and_the_run_goes_on(ray_address, tmp_path, capfd):
+    path = str(tmp_path / "tune.db")
+    with distributed.WorkerGroup(3, batch_timeout=60, cores_per_worker=SHARE) as three:
+        pool = _pool(three, 4, 3, sleep_scale=0.01)  # a batch of ~8 simulated s: ~80 ms
+        thread, out = _run_in_thread(lambda: tuning.simulate(
+            seed=4, budget_trials=240, database=path, pool=pool, **SMALL))
+        db = tuning.TuningDatabase(path)
+        while db.count() < 40:
+            time.sleep(0.05)
+        os.kill(three.pids()[0], signal.SIGKILL)
+        thread.join()
+        assert three.alive() == 2
+    report = out["report"]
+    assert report["trials"] == 240 and report["stop_reason"] == "budget"
+    assert _each_config_once(db) == 240
+    assert "died; 2 worker(s) left; its batch is retried on another worker" in capfd.readouterr().err
+
+
+def test_a_hanging_worker_is_cut_at_the_timeout_and_replaced(ray_address, tmp_path, capfd):
+    path = str(tmp_path / "tune.db")
+    with distributed.WorkerGroup(2, batch_timeout=1.5, cores_per_worker=SHARE) as two:
+        pool = _pool(two, 5, 3, sleep_scale=0.005)
+        thread, out = _run_in_thread(lambda: tuning.simulate(
+            seed=5, budget_trials=160, database=path, pool=pool, **SMALL))
+        db = tuning.TuningDatabase(path)
+        while db.count() < 24:
+            time.sleep(0.05)
+        hung = two.pids()[0]
+        os.kill(hung, signal.SIGSTOP)
+        thread.join()
+        assert two.alive() == 2 and hung not in two.pids()
+    assert out["report"]["trials"] == 160
+    assert _each_config_once(db) == 160
+    assert "ran past the batch timeout (1.5 s)" in capfd.readouterr().err
+
+
+def test_a_killed_driver_leaves_a_database_that_resume_continues(ray_address, tmp_path):
+    path = str(tmp_path / "tune.db")
+    command = [sys.executable, "-m", "nimble", "tune", "--simulate", "--seed", "6", "--tasks", "3",
+               "--mcmc-steps", "50", "--budget-trials", "400", "--workers", "2",
+               "--ray-address", ray_address, "--cores-per-worker", str(SHARE), "--sleep-scale", "0.01",
+               "--db", path, "--quiet"]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if os.path.exists(path) and tuning.TuningDatabase(path).count() >= 64:
+            break
+        assert driver.poll() is None, driver.stderr.read().decode()
+        time.sleep(0.1)
+    driver.kill()
+    driver.wait()
+    db = tuning.TuningDatabase(path)
+    before = _each_config_once(db)
+    assert 64 <= before < 400
+    resumed = subprocess.run(command[:-3] + ["--json"] + command[-3:-1], env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads(resumed.stdout)
+    after = _each_config_once(tuning.TuningDatabase(path))
+    assert after == before + report["trials"]
+
+
+def test_survey_tuning_of_three_models_summarizes_each(ray_address):
+    command = [sys.executable, "-m", "nimble", "tune", "--simulate", "--models",
+               "simulated:0,simulated:1,simulated:2", "--workers", "2", "--ray-address",
+               ray_address, "--cores-per-worker", str(SHARE), "--tasks", "2", "--trials-per-task",
+               "150", "--mcmc-steps", "50", "--json"]
+    done = subprocess.run(command, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result["models"]) == {"simulated:0", "simulated:1", "simulated:2"}
+    for summary in result["models"].values():
+        assert summary["final_model_ms"] < summary["initial_model_ms"]
+        assert summary["machine_seconds"] > 0
+    cost = result["cost"]
+    assert cost["machine_seconds"] == pytest.approx(
+        sum(s["machine_seconds"] for s in result["models"].values()))
+    assert set(cost["machine_seconds_by_kind"]) == {"hot", "cold", "failed"}
+    if not os.path.exists("/sys/class/powercap"):
+        assert cost["energy_joules"] is None  # absent, not 0
+
+
+def test_a_zoo_model_is_tuned_on_workers_and_its_records_bind(ray_address, tmp_path):
+    import nimble
+    from nimble import zoo
+    from nimble._C import kernels
+
+    model, x = zoo.build("torchvision:squeezenet1_1", image_size=32)
+    fast = nimble.Nimble(model).prepare(x)
+    path = str(tmp_path / "tune.db")
+    report = nimble.tune(fast, budget_seconds=1e9, budget_trials=16, database=path, workers=2,
+                         model=distributed.zoo_model("torchvision:squeezenet1_1", image_size=32),
+                         scheduler="round-robin", slot_seconds=0.2, progress=False)
+    assert report["trials"] == 16 and report["device"] == kernels.device_key()
+    db = tuning.TuningDatabase(path)
+    records = [r for s in db.signatures(report["device"]) for r in db.records(s, report["device"])]
+    assert len(records) == 16
+    assert all(r["error"] == "none" for r in records), [r["message"] for r in records]
+    assert any(row["bound"] for row in fast.use_tuned(path, min_speedup=0))
