@@ -76,9 +76,11 @@ run_python() {
   # libasan first, as an instrumented module needs; libstdc++ too, or ASan's __cxa_throw
   # interceptor finds no real __cxa_throw (python itself does not link libstdc++) and every
   # C++ exception aborts. PYTHONMALLOC=malloc: ASan sees Python's objects too. Python and
-  # libtorch keep memory until exit by design: no leak check here.
+  # libtorch keep memory until exit by design: no leak check here. allocator_may_return_null:
+  # tests that run out of memory on purpose expect malloc's null (torch's OutOfMemoryError),
+  # where ASan would stop the process.
   LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" \
-    PYTHONMALLOC=malloc ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" \
+    PYTHONMALLOC=malloc ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0:allocator_may_return_null=1" \
     PYTHONPATH="$ROOT/build-asan/python" "$PYTHON" -m pytest -q -p no:cacheprovider \
     tests/python/test_replay_models.py tests/python/test_replay_contract.py \
     tests/python/test_streams.py tests/python/test_stream_stress.py \
