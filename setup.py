@@ -1,4 +1,5 @@
-"""Builds nimble._C through CMake (the same build tree the C++ tests use).
+"""Builds nimble._C through CMake (the same build tree the C++ tests use); the package's
+metadata is in pyproject.toml.
 
     pip install --no-build-isolation -e .      # against the torch already installed
 
@@ -10,7 +11,7 @@ import shutil
 import subprocess
 import sys
 
-from setuptools import Extension, find_packages, setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -23,6 +24,11 @@ class CMakeExtension(Extension):
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
+        try:
+            import torch  # noqa: F401
+        except ImportError as e:  # pip's isolated build environment has no torch
+            raise RuntimeError("nimble compiles against the torch already installed: install "
+                               "torch==2.11.0, then pip install --no-build-isolation -e .") from e
         build_dir = os.environ.get("NIMBLE_BUILD_DIR", os.path.join(ROOT, "build"))
         cuda = "OFF" if os.environ.get("NIMBLE_CUDA", "1") == "0" else "ON"
         configure = [
@@ -39,14 +45,6 @@ class CMakeBuild(build_ext):
 
 
 setup(
-    name="nimble",
-    version="0.1.0",
-    description="Capture a static PyTorch model's kernel launches once and replay them fast",
-    packages=find_packages(include=["nimble", "nimble.*"]),
     ext_modules=[CMakeExtension("nimble._C")],
     cmdclass={"build_ext": CMakeBuild},
-    python_requires=">=3.10",
-    install_requires=["torch==2.11.0"],
-    # torch.compile(backend="nimble") without importing nimble first.
-    entry_points={"torch_dynamo_backends": ["nimble = nimble.compile_backend:nimble_backend"]},
 )

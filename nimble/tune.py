@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import time
 
 from .errors import NotPreparedError
 
@@ -33,36 +32,49 @@ def _inference_replay(fast):
     return fast.replay
 
 
-class _Progress:
-    """One status line on stderr, rewritten in place at most every half second."""
+class TuningProgress:
+    """Tuning progress on stderr through tqdm: a bar toward the budget (tuning seconds when
+    finite, else trials) with rate and time left, and after it the slot, the task and the
+    estimated model latency; before it, one for timing ATen's kernels."""
 
-    def __init__(self, budget_seconds: float) -> None:
-        self.budget = budget_seconds
-        self.started = time.monotonic()
-        self.last = 0.0
+    def __init__(self, budget_seconds: float, budget_trials: int = 0) -> None:
+        self.by_seconds = 0 < budget_seconds < math.inf
+        self.total = budget_seconds if self.by_seconds else (budget_trials or None)
+        self.bars = []
         self.first_ms = None
 
+    def _bar(self, **kwargs):
+        from tqdm import tqdm
+
+        self.bars.append(tqdm(file=sys.stderr, mininterval=0.5, dynamic_ncols=True, **kwargs))
+        return self.bars[-1]
+
     def baseline(self, index: int, total: int) -> None:
-        self._write(f"timing ATen's kernels: task {index + 1}/{total}", force=index + 1 == total)
+        if not self.bars:
+            self._bar(total=total, desc="timing ATen's kernels", unit="task")
+        self.bars[0].update(index + 1 - self.bars[0].n)
 
     def slot(self, event: dict) -> None:
         if self.first_ms is None:
             self.first_ms = event["model_ms"]
-        budget = "" if math.isinf(self.budget) else f"/{self.budget:.0f}"
-        self._write(
-            f"tuning: {event['tuning_seconds']:6.0f}{budget} s  trials {event['trials']:5d}  "
-            f"slot {event['slot']:4d} {event['task']:<24}  model {event['model_ms']:.3f} ms "
-            f"(untuned {self.first_ms:.3f} ms)"
-        )
-
-    def _write(self, text: str, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or now - self.last >= 0.5:
-            self.last = now
-            print(f"\r{text[:110]:<110}", end="\n" if force else "", file=sys.stderr, flush=True)
+            if self.bars:
+                self.bars[0].close()
+            # Seconds are floats: the default format would print all their digits.
+            seconds_format = ("{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s "
+                              "[{elapsed}<{remaining}{postfix}]")
+            self._bar(total=self.total, desc="tuning", unit="s" if self.by_seconds else "trial",
+                      bar_format=seconds_format if self.by_seconds else None)
+        bar = self.bars[-1]
+        seconds = event["tuning_seconds"]
+        count = f"trials {event['trials']}" if self.by_seconds else f"t={seconds:.0f} s"
+        bar.set_postfix_str(
+            f"{count}, slot {event['slot']} {event['task']}, model {event['model_ms']:.3f} ms "
+            f"(untuned {self.first_ms:.3f} ms)", refresh=False)
+        bar.update((seconds if self.by_seconds else event["trials"]) - bar.n)
 
     def done(self) -> None:
-        print(file=sys.stderr, flush=True)
+        for bar in self.bars:
+            bar.close()
 
 
 def tune(
@@ -108,7 +120,7 @@ def tune(
         raise ValueError("the model has no op a kernel family can replace (2-D float "
                          "convolutions, linear layers with a bias)")
     group = _workers(replay, workers, ray_address, model, options)
-    shown = _Progress(budget_seconds) if progress else None
+    shown = TuningProgress(budget_seconds, budget_trials) if progress else None
     try:
         return kernels.tune(
             replay, scheduler=scheduler, budget_seconds=budget_seconds,

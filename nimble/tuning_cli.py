@@ -14,10 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import struct
 import sys
 import time
-import zlib
 
 from . import tuning_workers
 
@@ -68,7 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2, help="with --compare: runs in parallel")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--curve", default=None, help="write the latency-over-time curve as CSV")
-    p.add_argument("--plot", default=None, help="plot the latency-over-time curve(s) to a PNG file")
+    p.add_argument("--plot", default=None,
+                   help="plot the latency-over-time curve(s) to a PNG file (needs nimble[plot])")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     tuning_workers.add_arguments(p)
     return p
@@ -97,26 +96,26 @@ def _fmt(v, unit="s") -> str:
 def _run_one(args) -> int:
     from nimble._C import tuning
 
-    progress = None
+    shown = None
     if not args.quiet and not args.json:
-        last = [0.0]
+        from .tune import TuningProgress
 
-        def progress(e):
-            now = time.monotonic()
-            if now - last[0] >= 0.5:
-                last[0] = now
-                print(f"  slot {e['slot']:4d}  task {e['task']:<8} trials {e['task_trials']:4d}"
-                      f"  total {e['trials']:5d}  t={e['tuning_seconds']:7.0f} s"
-                      f"  model {e['model_ms']:.3f} ms", file=sys.stderr, flush=True)
+        trials = args.budget_trials or args.tasks * args.trials_per_task
+        shown = TuningProgress(args.budget_seconds, trials)
 
     from .tuning_cost import cost_summary, energy_counters, energy_delta, format_cost
 
     before, started = energy_counters(), time.monotonic()
-    with tuning_workers.worker_group(args) as group:
-        report = tuning.simulate(
-            scheduler=args.scheduler, seed=args.seed, survey_stop=args.survey_stop, phi=args.phi,
-            goal_ms=args.goal_ms, database=args.db, resume=not args.no_resume, progress=progress,
-            pool=tuning_workers.simulated_pool(group, args), **_common_kwargs(args))
+    try:
+        with tuning_workers.worker_group(args) as group:
+            report = tuning.simulate(
+                scheduler=args.scheduler, seed=args.seed, survey_stop=args.survey_stop,
+                phi=args.phi, goal_ms=args.goal_ms, database=args.db,
+                resume=not args.no_resume, progress=shown.slot if shown else None,
+                pool=tuning_workers.simulated_pool(group, args), **_common_kwargs(args))
+    finally:
+        if shown:
+            shown.done()
     cost = cost_summary(report, time.monotonic() - started, energy_delta(before, energy_counters()))
     curve = report["curve"]
     final = report["final_model_ms"]
@@ -239,137 +238,40 @@ def _write_csv(path: str, curve) -> None:
             f.write(f"{s:.6g},{t},{ms:.9g}\n")
 
 
-# --- a small PNG plotter: no plotting dependency, zlib from the standard library -------------
-
-_FONT = {  # 3x5 glyphs, rows top to bottom
-    "0": "###|#.#|#.#|#.#|###", "1": ".#.|##.|.#.|.#.|###", "2": "###|..#|###|#..|###",
-    "3": "###|..#|.##|..#|###", "4": "#.#|#.#|###|..#|..#", "5": "###|#..|###|..#|###",
-    "6": "###|#..|###|#.#|###", "7": "###|..#|..#|.#.|.#.", "8": "###|#.#|###|#.#|###",
-    "9": "###|#.#|###|..#|###", "a": ".#.|#.#|###|#.#|#.#", "b": "##.|#.#|##.|#.#|##.",
-    "c": ".##|#..|#..|#..|.##", "d": "##.|#.#|#.#|#.#|##.", "e": "###|#..|##.|#..|###",
-    "f": "###|#..|##.|#..|#..", "g": ".##|#..|#.#|#.#|.##", "h": "#.#|#.#|###|#.#|#.#",
-    "i": "###|.#.|.#.|.#.|###", "j": "..#|..#|..#|#.#|.#.", "k": "#.#|#.#|##.|#.#|#.#",
-    "l": "#..|#..|#..|#..|###", "m": "#.#|###|###|#.#|#.#", "n": "##.|#.#|#.#|#.#|#.#",
-    "o": ".#.|#.#|#.#|#.#|.#.", "p": "##.|#.#|##.|#..|#..", "q": ".#.|#.#|#.#|##.|.##",
-    "r": "##.|#.#|##.|#.#|#.#", "s": ".##|#..|.#.|..#|##.", "t": "###|.#.|.#.|.#.|.#.",
-    "u": "#.#|#.#|#.#|#.#|###", "v": "#.#|#.#|#.#|#.#|.#.", "w": "#.#|#.#|###|###|#.#",
-    "x": "#.#|#.#|.#.|#.#|#.#", "y": "#.#|#.#|.#.|.#.|.#.", "z": "###|..#|.#.|#..|###",
-    ".": "...|...|...|...|.#.", "-": "...|...|###|...|...", ":": "...|.#.|...|.#.|...",
-    "%": "#.#|..#|.#.|#..|#.#", "(": "..#|.#.|.#.|.#.|..#", ")": "#..|.#.|.#.|.#.|#..",
-    "/": "..#|..#|.#.|#..|#..", " ": "...|...|...|...|...",
-}
-_COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
-           (140, 86, 75), (227, 119, 194), (127, 127, 127)]
+PLOT_INSTALL_HINT = "plots need matplotlib: pip install nimble[plot]"
 
 
-class _Canvas:
-    def __init__(self, width: int, height: int):
-        self.w, self.h = width, height
-        self.px = bytearray(b"\xff" * (width * height * 3))
-
-    def dot(self, x: int, y: int, color, size: int = 1) -> None:
-        for dx in range(size):
-            for dy in range(size):
-                xx, yy = x + dx, y + dy
-                if 0 <= xx < self.w and 0 <= yy < self.h:
-                    i = (yy * self.w + xx) * 3
-                    self.px[i:i + 3] = bytes(color)
-
-    def line(self, x0, y0, x1, y1, color, width: int = 1) -> None:
-        x0, y0, x1, y1 = int(round(x0)), int(round(y0)), int(round(x1)), int(round(y1))
-        dx, dy = abs(x1 - x0), -abs(y1 - y0)
-        sx, sy = (1 if x0 < x1 else -1), (1 if y0 < y1 else -1)
-        err = dx + dy
-        while True:  # Bresenham
-            self.dot(x0, y0, color, width)
-            if x0 == x1 and y0 == y1:
-                return
-            e2 = 2 * err
-            if e2 >= dy:
-                err += dy
-                x0 += sx
-            if e2 <= dx:
-                err += dx
-                y0 += sy
-
-    def text(self, x: int, y: int, s: str, color=(0, 0, 0), scale: int = 2) -> None:
-        for ch in s.lower():
-            rows = _FONT.get(ch, _FONT[" "]).split("|")
-            for r, row in enumerate(rows):
-                for c, cell in enumerate(row):
-                    if cell == "#":
-                        self.dot(x + c * scale, y + r * scale, color, scale)
-            x += 4 * scale
-
-    def png(self) -> bytes:
-        raw = b"".join(b"\x00" + bytes(self.px[y * self.w * 3:(y + 1) * self.w * 3])
-                       for y in range(self.h))
-
-        def chunk(kind: bytes, data: bytes) -> bytes:
-            return (struct.pack(">I", len(data)) + kind + data
-                    + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
-
-        header = struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0)  # 8-bit RGB
-        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-                + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+def plotting_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
-def _ticks(lo: float, hi: float, n: int = 5):
-    span = (hi - lo) or 1.0
-    raw = span / n
-    mag = 10 ** math.floor(math.log10(raw))
-    step = min((m * mag for m in (1, 2, 5, 10) if m * mag >= raw), default=raw)
-    first = math.ceil(lo / step) * step
-    return [first + i * step for i in range(int((hi - first) / step) + 1)]
-
-
-def write_plot(path: str, curves: dict, title: str = "", width: int = 900, height: int = 540) -> None:
-    """Model latency (ms) over tuning time (s), one step line per curve, to a PNG file."""
-    cv = _Canvas(width, height)
-    left, right, top, bottom = 90, 200, 40, 60
-    pts = [(s, ms) for c in curves.values() for s, _t, ms in c if ms is not None]
-    if not pts:
+def write_plot(path: str, curves: dict, title: str = "") -> None:
+    """Model latency (ms) over tuning time (s), one step line per curve, to a 900x540 PNG file."""
+    try:
+        from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global figure state
+    except ImportError as e:
+        raise ImportError(PLOT_INSTALL_HINT) from e
+    if not any(ms is not None for c in curves.values() for _s, _t, ms in c):
         raise ValueError("nothing to plot")
-    x_max = max(s for s, _ in pts) or 1.0
-    y_min, y_max = min(ms for _, ms in pts), max(ms for _, ms in pts)
-    y_min, y_max = max(0.0, y_min - 0.05 * (y_max - y_min)), y_max + 0.05 * (y_max - y_min or 1)
-
-    def X(s):
-        return left + (width - left - right) * s / x_max
-
-    def Y(ms):
-        return height - bottom - (height - top - bottom) * (ms - y_min) / (y_max - y_min)
-
-    grey, black = (220, 220, 220), (0, 0, 0)
-    for t in _ticks(0, x_max):
-        cv.line(X(t), top, X(t), height - bottom, grey)
-        label = f"{t:g}"
-        cv.text(int(X(t)) - 4 * len(label), height - bottom + 8, label)
-    for t in _ticks(y_min, y_max):
-        cv.line(left, Y(t), width - right, Y(t), grey)
-        label = f"{t:g}"
-        cv.text(left - 8 - 8 * len(label), int(Y(t)) - 5, label)
-    cv.line(left, height - bottom, width - right, height - bottom, black)
-    cv.line(left, top, left, height - bottom, black)
-    cv.text(left + (width - left - right) // 2 - 80, height - 24, "tuning time (s)")
-    cv.text(8, 12, "model latency (ms)")
+    fig = Figure(figsize=(9, 5.4), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    for name, curve in curves.items():
+        points = [(s, ms) for s, _t, ms in curve if ms is not None]
+        # A step: the best latency so far holds until the next measurement improves it.
+        ax.step([s for s, _ in points], [ms for _, ms in points], where="post", label=name,
+                linewidth=2)
+    ax.set_xlabel("tuning time (s)")
+    ax.set_ylabel("model latency (ms)")
+    ax.set_xlim(left=0)
+    ax.grid(color="0.85")
     if title:
-        cv.text(left + 160, 12, title)
-    for i, (name, curve) in enumerate(curves.items()):
-        color = _COLORS[i % len(_COLORS)]
-        prev = None
-        for s, _t, ms in curve:
-            if ms is None:
-                continue
-            if prev is not None:  # a step: best-so-far holds until the next measurement
-                cv.line(X(prev[0]), Y(prev[1]), X(s), Y(prev[1]), color, 2)
-                cv.line(X(s), Y(prev[1]), X(s), Y(ms), color, 2)
-            prev = (s, ms)
-        ly = top + 10 + 22 * i
-        cv.line(width - right + 15, ly + 4, width - right + 40, ly + 4, color, 3)
-        cv.text(width - right + 48, ly, name)
-    with open(path, "wb") as f:
-        f.write(cv.png())
+        ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    fig.savefig(path, format="png")
 
 
 def main(argv: list[str]) -> int:
@@ -381,6 +283,10 @@ def main(argv: list[str]) -> int:
     if not args.simulate and not args.model:
         print("python -m nimble tune: give --model torchvision:NAME (real kernels) or --simulate; "
               "see --help", file=sys.stderr)
+        return 2
+    if args.plot and not plotting_available():
+        # Before tuning, not after it: a long run must not end in this error.
+        print(f"python -m nimble tune: --plot: {PLOT_INSTALL_HINT}", file=sys.stderr)
         return 2
     try:
         from nimble._C import tuning

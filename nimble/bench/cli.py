@@ -25,6 +25,7 @@ import subprocess
 import sys
 
 import torch
+from tqdm import tqdm
 
 from . import compiled, cpu, cuda, train
 from .report import print_table
@@ -143,7 +144,8 @@ def main(argv: list[str]) -> int:
             print(f"{parser.prog}: error: --device cuda: {reason}", file=sys.stderr)
             return 1
     rows = []
-    for spec in specs:
+    # Several models take minutes each: a bar with rate and time left (stderr, as the children's).
+    for spec in tqdm(specs, desc="bench", unit="model", file=sys.stderr, disable=len(specs) == 1):
         if len(specs) > 1:
             row, code = _measure_apart(spec, args, streams)
             if row is None:
@@ -167,7 +169,7 @@ def main(argv: list[str]) -> int:
                 parser.error(str(error))
         rows.append(row)
         if not args.json:
-            print(f"measured {spec}", file=sys.stderr)
+            tqdm.write(f"measured {spec}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
     elif args.compile_backend:

@@ -58,6 +58,7 @@ def test_bench_measures_each_model_in_a_process_of_its_own():
     assert [r["model"] for r in rows] == ["transformer:encoder", "torchvision:squeezenet1_1"]
     assert all(FIELDS <= r.keys() and r["batch"] == 2 for r in rows)
     assert rows[1]["image_size"] == 32
+    assert "bench: 100%" in done.stderr and "2/2" in done.stderr  # tqdm's bar over the models
     # Unknown models are refused before anything is measured.
     done = run("bench", "--model", "transformer:encoder", "--model", "torchvision:nope",
                "--runs", "1", "--warmup", "0")

@@ -4,12 +4,10 @@ import json
 import os
 import signal
 import sqlite3
-import struct
 import subprocess
 import sys
 import textwrap
 import time
-import zlib
 
 import pytest
 
@@ -28,21 +26,15 @@ def cli(*args):
                           text=True, env=env, cwd=ROOT)
 
 
-def read_png(path):
-    data = open(path, "rb").read()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, chunks = 8, {}
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        crc = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])[0]
-        assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF
-        chunks[kind] = chunks.get(kind, b"") + body
-        pos += 12 + length
-    width, height, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
-    pixels = zlib.decompress(chunks[b"IDAT"])
-    assert len(pixels) == height * (1 + 3 * width) and (depth, color) == (8, 2)
-    return width, height, pixels
+def plotted_colors(path, n):
+    """Which of the first n colors of matplotlib's cycle the PNG shows, by pixel count."""
+    import matplotlib
+    from matplotlib import colors, image
+
+    pixels = image.imread(path)
+    assert pixels.shape == (540, 900, 4)
+    cycle = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"][:n]
+    return [int((abs(pixels[..., :3] - colors.to_rgb(c)) < 1e-3).all(axis=-1).sum()) for c in cycle]
 
 
 def test_json_output_has_the_curve_and_convergence_times():
@@ -58,23 +50,60 @@ def test_json_output_has_the_curve_and_convergence_times():
     assert 0 <= out["scheduler_overhead_share"] < 1
 
 
-def test_text_output_curve_csv_and_plot(tmp_path):
-    png, csv = tmp_path / "curve.png", tmp_path / "curve.csv"
-    done = cli("--simulate", "--scheduler", "round-robin", "--seed", "0", "--plot", str(png),
-               "--curve", str(csv), *SMALL)
+def test_text_output_progress_and_curve_csv(tmp_path):
+    csv = tmp_path / "curve.csv"
+    done = cli("--simulate", "--scheduler", "round-robin", "--seed", "0", "--curve", str(csv),
+               *SMALL)
     assert done.returncode == 0, done.stderr
     assert "time to 95% of the final latency" in done.stdout
-    assert "slot" in done.stderr  # progress lines
+    # tqdm's bar toward the trial budget (3 tasks x 24), then the slot and the latency.
+    assert "72/72" in done.stderr and "trial/s" in done.stderr and "slot" in done.stderr
     lines = csv.read_text().splitlines()
     assert lines[0] == "seconds,trials,model_ms" and len(lines) > 5
-    width, height, pixels = read_png(png)
-    assert (width, height) == (900, 540)
-    assert len(set(pixels)) > 3  # more than a blank canvas
 
 
-def test_compare_prints_the_table_for_every_scheduler(tmp_path):
-    png = tmp_path / "compare.png"
-    done = cli("--simulate", "--compare", "--seeds", "2", "--json", "--plot", str(png), *SMALL)
+def test_plot_draws_every_curve(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "curve.png"
+    done = cli("--simulate", "--scheduler", "round-robin", "--seed", "0", "--plot", str(png),
+               *SMALL)
+    assert done.returncode == 0, done.stderr
+    assert plotted_colors(png, 1)[0] > 500  # the step line and its legend entry
+    # --compare: one step line per scheduler, each in its own color (later lines may hide
+    # parts of earlier ones; the legend entry alone is some 50 pixels).
+    done = cli("--simulate", "--compare", "--seeds", "1", "--json", "--plot", str(png), *SMALL)
+    assert done.returncode == 0, done.stderr
+    assert all(count > 40 for count in plotted_colors(png, len(tuning.scheduler_names())))
+
+
+def test_plot_without_matplotlib_names_the_extra_before_tuning(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    png = tmp_path / "curve.png"
+    assert tuning_cli.main(["--simulate", "--plot", str(png), *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert "pip install nimble[plot]" in err and not png.exists()
+    with pytest.raises(ImportError, match=r"pip install nimble\[plot\]"):
+        tuning_cli.write_plot(str(png), {"a": [(0.0, 1, 1.0)]})
+
+
+def test_tuning_progress_shows_the_budget_rate_and_latency(capsys):
+    from nimble.tune import TuningProgress
+
+    shown = TuningProgress(budget_seconds=10.0)
+    shown.baseline(0, 2)
+    shown.baseline(1, 2)
+    for seconds, trials, ms in ((4.0, 8, 2.0), (10.0, 16, 1.5)):
+        shown.slot({"slot": trials // 8, "task": "conv0", "tuning_seconds": seconds,
+                    "trials": trials, "model_ms": ms})
+    shown.done()
+    err = capsys.readouterr().err
+    assert "timing ATen's kernels" in err and "2/2" in err
+    assert "10/10 s" in err and "trials 16, slot 2 conv0, model 1.500 ms (untuned 2.000 ms)" in err
+
+
+def test_compare_prints_the_table_for_every_scheduler():
+    done = cli("--simulate", "--compare", "--seeds", "2", "--json", *SMALL)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert [r["scheduler"] for r in out["rows"]] == tuning.scheduler_names()
@@ -91,7 +120,6 @@ def test_compare_prints_the_table_for_every_scheduler(tmp_path):
         finals = [r["final_model_ms"] for r in out["runs"] if r["seed"] == seed]
         best_runs = [r for r in out["runs"] if r["seed"] == seed and r["final_model_ms"] == min(finals)]
         assert all(r["time_to_99_s"] is not None for r in best_runs)  # the best reaches its own final
-    read_png(png)
 
 
 def test_database_commands_resume_export_import_best(tmp_path):
