@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--goal-ms", type=float, default=0.0, help="stop at this model latency")
     p.add_argument("--no-adaptive", action="store_true", help="fixed repeats instead of AdaTune's evaluator")
     p.add_argument("--no-cold-filter", action="store_true", help="disable Trimmer's cold-candidate filter")
+    p.add_argument("--finish-when-cold", action="store_true",
+                   help="finish a task once every candidate left is cold (cheaper tuning, a "
+                        "slightly worse final; see tuning/README.md)")
     p.add_argument("--mcmc-steps", type=int, default=500, help="ensemble sampler steps")
     p.add_argument("--db", default=None, help="SQLite tuning database to write (and resume from)")
     p.add_argument("--no-resume", action="store_true", help="do not start from the database's records")
@@ -86,6 +89,7 @@ def _common_kwargs(args) -> dict:
         budget_trials=args.budget_trials, budget_seconds=args.budget_seconds,
         early_stop_trials=args.early_stop_trials, c=args.c, adaptive=not args.no_adaptive,
         cold_filter=not args.no_cold_filter, mcmc_steps=args.mcmc_steps,
+        finish_when_cold=args.finish_when_cold,
     )
 
 

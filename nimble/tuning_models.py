@@ -33,7 +33,7 @@ def _tune(fast, args, scheduler: str, database: str, seed: int, progress: bool) 
         early_stop_trials=args.early_stop_trials, survey_stop=args.survey_stop,
         resume=not args.no_resume, seed=seed, progress=progress,
         adaptive=not args.no_adaptive, cold_filter=not args.no_cold_filter,
-        workers=args.workers, ray_address=args.ray_address,
+        finish_when_cold=args.finish_when_cold, workers=args.workers, ray_address=args.ray_address,
         model=zoo_model(args.model, args.batch, args.image_size, args.streams),
         **({} if args.c is None else {"c": args.c}),
     )

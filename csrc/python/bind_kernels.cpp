@@ -99,7 +99,8 @@ void bind_kernels(py::module_& m) {
          bool adaptive, bool cold_filter, int batch_size, double peak_gflops,
          std::optional<std::string> database, const std::string& run, bool resume,
          double min_repeat_seconds, double timeout_seconds, uint64_t seed,
-         const py::object& progress, const py::object& on_baseline, const py::object& pool) {
+         const py::object& progress, const py::object& on_baseline, const py::object& pool,
+         bool finish_when_cold) {
         tuning::TunerOptions o;
         tuning::SchedulerOptions s;
         o.budget_seconds = budget_seconds;
@@ -109,6 +110,7 @@ void bind_kernels(py::module_& m) {
         o.survey.stop_on_rate = survey_stop;
         o.adaptive_evaluator = adaptive;
         o.search.cold_filter.enabled = cold_filter;
+        o.search.finish_when_all_cold = finish_when_cold;
         o.search.batch_size = batch_size;
         o.peak_gflops = peak_gflops;
         o.device = slot::device_key(program_device(replay.program()).type());
@@ -148,6 +150,7 @@ void bind_kernels(py::module_& m) {
       py::arg("resume") = true, py::arg("min_repeat_seconds") = 2e-3,
       py::arg("timeout_seconds") = 2.0, py::arg("seed") = 0, py::arg("progress") = py::none(),
       py::arg("on_baseline") = py::none(), py::arg("pool") = py::none(),
+      py::arg("finish_when_cold") = false,
       "Tune the replay's tunable ops on this machine (or on the workers of `pool`, see "
       "nimble/distributed.py); every measurement goes to `database`.");
 

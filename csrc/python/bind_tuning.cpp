@@ -214,6 +214,7 @@ struct RunOptions {
   double goal_ms = 0;
   bool adaptive = true;
   bool cold_filter = true;
+  bool finish_when_cold = false;
   int batch_size = 8;
   int mcmc_walkers = 10;
   int mcmc_steps = 500;
@@ -230,6 +231,7 @@ struct RunOptions {
     t.survey.goal_seconds = goal_ms * 1e-3;
     t.adaptive_evaluator = adaptive;
     t.search.cold_filter.enabled = cold_filter;
+    t.search.finish_when_all_cold = finish_when_cold;
     t.search.batch_size = batch_size;
     if (c) s.dynatune.c = *c;
     s.dynatune.belief.mcmc.walkers = mcmc_walkers;
@@ -376,10 +378,11 @@ void bind_tuning(py::module_& m) {
                     double goal_ms, bool adaptive, bool cold_filter, int batch_size,
                     int mcmc_walkers, int mcmc_steps, int mcmc_samples,
                     std::optional<std::string> database, bool resume, const py::object& progress,
-                    const py::object& pool) {
-        const RunOptions run = run_options(
-            slot_seconds, budget_trials, budget_seconds, early_stop_trials, c, survey_stop, phi,
-            goal_ms, adaptive, cold_filter, batch_size, mcmc_walkers, mcmc_steps, mcmc_samples);
+                    const py::object& pool, bool finish_when_cold) {
+        RunOptions run = run_options(slot_seconds, budget_trials, budget_seconds, early_stop_trials,
+                                     c, survey_stop, phi, goal_ms, adaptive, cold_filter,
+                                     batch_size, mcmc_walkers, mcmc_steps, mcmc_samples);
+        run.finish_when_cold = finish_when_cold;
         SimulationOptions o = simulation_options(scheduler, seed, tasks, trials_per_task, run);
         o.tuner.resume = resume;
         make_scheduler(scheduler, o.scheduler_options);  // an unknown name fails before the run
@@ -402,6 +405,7 @@ void bind_tuning(py::module_& m) {
       py::arg("cold_filter") = true, py::arg("batch_size") = 8, py::arg("mcmc_walkers") = 10,
       py::arg("mcmc_steps") = 500, py::arg("mcmc_samples") = 200, py::arg("database") = py::none(),
       py::arg("resume") = true, py::arg("progress") = py::none(), py::arg("pool") = py::none(),
+      py::arg("finish_when_cold") = false,
       "Tune a simulated model (see tuning/README.md); returns the report as a dict. `pool`: "
       "measure on workers (nimble.distributed) instead of in this process.");
 
@@ -432,11 +436,12 @@ void bind_tuning(py::module_& m) {
                     long trials_per_task, double slot_seconds, long budget_trials,
                     double budget_seconds, long early_stop_trials, std::optional<double> c,
                     bool adaptive, bool cold_filter, int batch_size, int mcmc_walkers,
-                    int mcmc_steps, int mcmc_samples, int threads) {
+                    int mcmc_steps, int mcmc_samples, int threads, bool finish_when_cold) {
         if (schedulers.empty()) schedulers = scheduler_names();
-        const RunOptions run = run_options(
-            slot_seconds, budget_trials, budget_seconds, early_stop_trials, c, false, -0.25, 0,
-            adaptive, cold_filter, batch_size, mcmc_walkers, mcmc_steps, mcmc_samples);
+        RunOptions run = run_options(slot_seconds, budget_trials, budget_seconds, early_stop_trials,
+                                     c, false, -0.25, 0, adaptive, cold_filter, batch_size,
+                                     mcmc_walkers, mcmc_steps, mcmc_samples);
+        run.finish_when_cold = finish_when_cold;
         const SimulationOptions base =
             simulation_options(schedulers[0], 0, tasks, trials_per_task, run);
         for (const auto& name : schedulers) make_scheduler(name, base.scheduler_options);
@@ -479,7 +484,9 @@ void bind_tuning(py::module_& m) {
       py::arg("early_stop_trials") = 200, py::arg("c") = py::none(), py::arg("adaptive") = true,
       py::arg("cold_filter") = true, py::arg("batch_size") = 8, py::arg("mcmc_walkers") = 10,
       py::arg("mcmc_steps") = 500, py::arg("mcmc_samples") = 200, py::arg("threads") = 2,
-      "Every scheduler on the same simulated models, one per seed; medians over seeds.");
+      py::arg("finish_when_cold") = false,
+      "Every scheduler on the same simulated models, one per seed; medians over seeds. "
+      "finish_when_cold: a task finishes once every candidate left is cold (tuning/README.md).");
 
   t.def(
       "tune",

@@ -139,3 +139,12 @@ def test_belief_prefers_a_rising_curve():
     assert a["expected_improvement"] > 10 * b["expected_improvement"]
     a_fit, b_fit, c_fit, rmse = tuning.fit_log_power(list(range(1, 41)), rising)
     assert rmse < 1e-3
+
+
+def test_finish_when_cold_ends_tasks_sooner():
+    common = dict(seed=3, tasks=4, trials_per_task=1000, early_stop_trials=100)
+    off = tuning.simulate(**common)
+    on = tuning.simulate(**common, finish_when_cold=True)
+    assert on["stop_reason"] == off["stop_reason"] == "all-tasks-finished"
+    assert on["trials"] < off["trials"]
+    assert on["cold_time_share"] < off["cold_time_share"]

@@ -57,6 +57,7 @@ std::vector<Config> TaskTuner::search(int count) {
       anneal(task_.space, model_, excluded, count * options_.pool_factor, starts,
              options_.annealing, rng_);
   if (options_.finish_when_all_cold && options_.cold_filter.enabled && !pool.empty() &&
+      trials_since_improvement() >= options_.cold_patience &&
       std::all_of(pool.begin(), pool.end(), [&](const ScoredConfig& c) {
         return filter_.is_cold(task_.space.features(c.config), c.score);
       })) {

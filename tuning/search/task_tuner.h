@@ -27,6 +27,9 @@ struct SearchOptions {
   // default: on the simulator's held-out seeds it cut every scheduler's time to 99% by
   // 35-41% for a final latency 0.4% worse (tuning/README.md, "Finishing cold tasks").
   bool finish_when_all_cold = false;
+  // ... and only after this many trials without improvement: a model that has just found a
+  // new best region may call everything else cold too early.
+  int cold_patience = 24;
   AnnealingOptions annealing;
   CostModelOptions cost_model;
   ColdFilterOptions cold_filter;
