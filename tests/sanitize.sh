@@ -15,6 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PYTHON=${PYTHON:-.venv/bin/python}
+# Absolute, since CMake runs it from the build tree; not resolved, since a venv's python is a
+# link to the base interpreter, which has no torch.
+[[ $PYTHON = /* ]] || PYTHON=$ROOT/$PYTHON
 JOBS=${JOBS:-2}
 PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(asan tsan python)
