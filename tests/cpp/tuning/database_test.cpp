@@ -19,14 +19,6 @@
 namespace nimble::tuning {
 namespace {
 
-std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("nimble_tuning_" + std::to_string(::getpid()) + "_" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return (dir / "tuning.db").string();
-}
-
 DatabaseRecord record(const std::string& sig, Config c, std::vector<double> s,
                       MeasureError e = MeasureError::kNone) {
   DatabaseRecord r;
@@ -43,7 +35,7 @@ DatabaseRecord record(const std::string& sig, Config c, std::vector<double> s,
 }
 
 TEST(TuningDatabase, StoresQueriesAndFindsTheBest) {
-  TuningDatabase db(temp_path("basic"));
+  TuningDatabase db(testing::temp_db("tuning", "basic"));
   db.append({record("conv", {1, 2}, {3e-3, 3.2e-3}), record("conv", {2, 2}, {1e-3, 1.1e-3}),
              record("conv", {0, 0}, {}, MeasureError::kCompile), record("dense", {5}, {2e-3})});
   db.append({record("conv", {1, 1}, {5e-4}, MeasureError::kTimeout)});
@@ -78,11 +70,11 @@ TEST(JsonLines, RoundTripsEveryField) {
 }
 
 TEST(TuningDatabase, ExportsAndImportsJsonLines) {
-  TuningDatabase a(temp_path("export_a"));
+  TuningDatabase a(testing::temp_db("tuning", "export_a"));
   a.append({record("conv", {1, 2}, {3e-3}), record("conv", {0, 0}, {}, MeasureError::kCompile)});
-  const std::string file = temp_path("export_file") + ".jsonl";
+  const std::string file = testing::temp_db("tuning", "export_file") + ".jsonl";
   EXPECT_EQ(a.export_json_lines(file), 2);
-  TuningDatabase b(temp_path("export_b"));
+  TuningDatabase b(testing::temp_db("tuning", "export_b"));
   EXPECT_EQ(b.import_json_lines(file), 2);
   const auto records = b.records("conv", "cpu");
   ASSERT_EQ(records.size(), 2u);
@@ -113,7 +105,7 @@ class SlowMeasurer : public Measurer {
 };
 
 TEST(TuningDatabase, AKilledTuningRunLeavesWholeBatchesInAReadableDatabase) {
-  const std::string path = temp_path("killed");
+  const std::string path = testing::temp_db("tuning", "killed");
   const int batch = 8;
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);

@@ -106,10 +106,10 @@ TEST(KnobSpace, FeaturesArePositionsInUnitRange) {
 KnobSpace conditional_space() {
   KnobSpace s;
   s.add_knob(Knob::categorical("family", {"gemm", "direct", "library"}));
-  s.add_knob(Knob::power_of_two_range("gemm.tile", 1, 64));                // 7 values
-  s.add_knob(Knob::integer_range("direct.unroll", 1, 4));                  // 4 values
+  s.add_knob(Knob::power_of_two_range("gemm.tile", 1, 64));                     // 7 values
+  s.add_knob(Knob::integer_range("direct.unroll", 1, 4));                       // 4 values
   s.add_knob(Knob::categorical("direct.layout", {"nchw", "nhwc", "blocked"}));  // 3 values
-  s.add_knob(Knob::integer_range("threads", 1, 2));                        // always active
+  s.add_knob(Knob::integer_range("threads", 1, 2));                             // always active
   s.add_condition("gemm.tile", "family", {"gemm"});
   s.add_condition("direct.unroll", "family", {"direct"});
   s.add_condition("direct.layout", "family", {"direct"});
@@ -123,7 +123,8 @@ TEST(KnobSpace, ConditionalKnobsCountOnlyUnderTheirParent) {
   EXPECT_FALSE(s.valid({0, 3, 1, 0, 1}));  // direct.unroll set under gemm
   EXPECT_TRUE(s.valid({2, 0, 0, 0, 0}));
   EXPECT_FALSE(s.valid({2, 1, 0, 0, 0}));
-  EXPECT_EQ(s.describe({1, 0, 2, 1, 0}), "family=direct direct.unroll=3 direct.layout=nhwc threads=1");
+  EXPECT_EQ(s.describe({1, 0, 2, 1, 0}),
+            "family=direct direct.unroll=3 direct.layout=nhwc threads=1");
   const auto f = s.features({0, 3, 0, 0, 1});
   EXPECT_EQ(f[2], -1.0F);
   EXPECT_EQ(f[3], -1.0F);

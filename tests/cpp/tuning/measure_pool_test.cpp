@@ -19,30 +19,6 @@
 namespace nimble::tuning {
 namespace {
 
-std::string temp_db(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("nimble_pool_" + std::to_string(::getpid()) + "_" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return (dir / "tuning.db").string();
-}
-
-TunerOptions small_options() {
-  TunerOptions o;
-  o.slot_seconds = 20;
-  o.budget_trials = 120;
-  o.charge_search_time = false;
-  o.survey.stop_on_rate = false;
-  o.search.annealing.chains = 16;
-  o.search.annealing.steps = 10;
-  return o;
-}
-
-std::vector<Task> three_tasks() {
-  return {testing::bowl_task("a", 1e9, 1, 1), testing::bowl_task("b", 4e9, 2, 2),
-          testing::bowl_task("c", 2e8, 3, 3)};
-}
-
 // Measures with the tasks' own measurers, but hands back a random one of the requests in
 // flight; every `lose_every`-th request comes back without results (a lost worker's batch);
 // after `workers_left_after` takes its capacity drops to 0.
@@ -105,8 +81,8 @@ void expect_each_config_once(const TuningDatabase& db, const std::vector<Task>& 
 }
 
 TEST(MeasurePool, OutOfOrderCompletionsMeasureNothingTwiceAndRecordEverything) {
-  TuningDatabase db(temp_db("shuffle"));
-  ModelTuner tuner(three_tasks(), small_options(), &db);
+  TuningDatabase db(testing::temp_db("pool", "shuffle"));
+  ModelTuner tuner(testing::three_tasks(), testing::small_options(120), &db);
   ShufflingPool pool(tuner.tasks(), 4, 7);
   const auto scheduler = make_scheduler("round-robin", {});
   const TuningReport r = tuner.run(*scheduler, {}, &pool);
@@ -122,7 +98,7 @@ TEST(MeasurePool, OutOfOrderCompletionsMeasureNothingTwiceAndRecordEverything) {
 
 TEST(MeasurePool, OneBatchInFlightGivesTheRunWithoutAPool) {
   const auto run = [](bool with_pool) {
-    ModelTuner tuner(three_tasks(), small_options());
+    ModelTuner tuner(testing::three_tasks(), testing::small_options(120));
     ShufflingPool pool(tuner.tasks(), 1, 3);
     const auto scheduler = make_scheduler("dynatune", {});
     return tuner.run(*scheduler, {}, with_pool ? &pool : nullptr);
@@ -138,8 +114,8 @@ TEST(MeasurePool, OneBatchInFlightGivesTheRunWithoutAPool) {
 }
 
 TEST(MeasurePool, ALostBatchIsRecordedAsFailedAndTheRunGoesOn) {
-  TuningDatabase db(temp_db("lost"));
-  ModelTuner tuner(three_tasks(), small_options(), &db);
+  TuningDatabase db(testing::temp_db("pool", "lost"));
+  ModelTuner tuner(testing::three_tasks(), testing::small_options(120), &db);
   ShufflingPool pool(tuner.tasks(), 3, 11);
   pool.lose_every = 4;
   const auto scheduler = make_scheduler("round-robin", {});
@@ -156,8 +132,8 @@ TEST(MeasurePool, ALostBatchIsRecordedAsFailedAndTheRunGoesOn) {
 }
 
 TEST(MeasurePool, APoolWithoutWorkersEndsTheRunAfterTakingBackWhatIsInFlight) {
-  TuningDatabase db(temp_db("no_workers"));
-  ModelTuner tuner(three_tasks(), small_options(), &db);
+  TuningDatabase db(testing::temp_db("pool", "no_workers"));
+  ModelTuner tuner(testing::three_tasks(), testing::small_options(120), &db);
   ShufflingPool pool(tuner.tasks(), 3, 5);
   pool.workers_left_after = 5;
   const auto scheduler = make_scheduler("round-robin", {});
@@ -177,10 +153,10 @@ TEST(MeasurePool, ASmallSpaceInFlightWaitsInsteadOfFinishing) {
   t.flops = 1e9;
   t.measurer = std::make_shared<testing::FormulaMeasurer>(
       [](const Config& c) { return 1e-3 * (1 + c[0]); }, nullptr, 0.0, 1);
-  TunerOptions o = small_options();
+  TunerOptions o = testing::small_options(120);
   o.search.batch_size = 2;
   o.budget_trials = 0;
-  TuningDatabase db(temp_db("tiny"));
+  TuningDatabase db(testing::temp_db("pool", "tiny"));
   ModelTuner tuner({t}, o, &db);
   ShufflingPool pool(tuner.tasks(), 4, 2);
   const auto scheduler = make_scheduler("round-robin", {});

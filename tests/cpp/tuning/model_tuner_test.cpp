@@ -15,33 +15,9 @@
 namespace nimble::tuning {
 namespace {
 
-std::string temp_db(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("nimble_tuner_" + std::to_string(::getpid()) + "_" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return (dir / "tuning.db").string();
-}
-
-TunerOptions small_options() {
-  TunerOptions o;
-  o.slot_seconds = 20;
-  o.budget_trials = 96;
-  o.charge_search_time = false;
-  o.survey.stop_on_rate = false;
-  o.search.annealing.chains = 16;
-  o.search.annealing.steps = 10;
-  return o;
-}
-
-std::vector<Task> three_tasks() {
-  return {testing::bowl_task("a", 1e9, 1, 1), testing::bowl_task("b", 4e9, 2, 2),
-          testing::bowl_task("c", 2e8, 3, 3)};
-}
-
 TEST(ModelTuner, SpendsTheBudgetAndWritesEveryMeasurement) {
-  TuningDatabase db(temp_db("budget"));
-  ModelTuner tuner(three_tasks(), small_options(), &db);
+  TuningDatabase db(testing::temp_db("tuner", "budget"));
+  ModelTuner tuner(testing::three_tasks(), testing::small_options(96), &db);
   const auto scheduler = make_scheduler("round-robin", {});
   long events = 0;
   const TuningReport r = tuner.run(*scheduler, [&](const ProgressEvent& e) {
@@ -68,18 +44,18 @@ TEST(ModelTuner, SpendsTheBudgetAndWritesEveryMeasurement) {
 }
 
 TEST(ModelTuner, ResumesFromTheDatabaseWithoutMeasuringAConfigTwice) {
-  const std::string path = temp_db("resume");
-  TunerOptions o = small_options();
+  const std::string path = testing::temp_db("tuner", "resume");
+  TunerOptions o = testing::small_options(96);
   double first_final = 0;
   {
     TuningDatabase db(path);
-    ModelTuner tuner(three_tasks(), o, &db);
+    ModelTuner tuner(testing::three_tasks(), o, &db);
     const auto s = make_scheduler("round-robin", {});
     first_final = tuner.run(*s).final_model_seconds;
   }
   TuningDatabase db(path);
   o.seed = 99;
-  ModelTuner tuner(three_tasks(), o, &db);
+  ModelTuner tuner(testing::three_tasks(), o, &db);
   const auto s = make_scheduler("round-robin", {});
   const TuningReport r = tuner.run(*s);
   EXPECT_DOUBLE_EQ(r.initial_model_seconds, first_final);  // the bests came back
@@ -99,7 +75,7 @@ TEST(ModelTuner, FinishesATaskWhenEverythingLeftIsCold) {
     t.space = KnobSpace({Knob::integer_range("a", 0, 63)});
     t.measurer = std::make_shared<testing::FormulaMeasurer>(
         [](const Config& c) { return 1e-3 * (c[0] < 8 ? 1 : 5); }, nullptr, 0.01, 4);
-    TunerOptions o = small_options();
+    TunerOptions o = testing::small_options(96);
     o.budget_trials = 0;
     o.early_stop_trials = 1000;
     o.search.min_records_for_model = 16;
@@ -119,13 +95,13 @@ TEST(ModelTuner, FinishesATaskWhenEverythingLeftIsCold) {
 }
 
 TEST(ModelTuner, StopsWhenEveryTaskIsFinished) {
-  std::vector<Task> tasks = three_tasks();
+  std::vector<Task> tasks = testing::three_tasks();
   for (auto& t : tasks) {
     t.space = KnobSpace({Knob::integer_range("a", 0, 3), Knob::categorical("b", {"p", "q"})});
     t.measurer = std::make_shared<testing::FormulaMeasurer>(
         [](const Config& c) { return 1e-3 * (1 + c[0]); }, nullptr, 0.01, 4);
   }
-  TunerOptions o = small_options();
+  TunerOptions o = testing::small_options(96);
   o.budget_trials = 0;
   o.search.min_records_for_model = 4;
   ModelTuner tuner(tasks, o);
@@ -142,7 +118,7 @@ TEST(ModelTuner, FinishesATaskWithoutImprovementAfterTheSetNumberOfTrials) {
   Task flat = testing::bowl_task("flat", 1e9, 1, 0);
   flat.measurer = std::make_shared<testing::FormulaMeasurer>([](const Config&) { return 1e-3; },
                                                              nullptr, 0.0, 1);
-  TunerOptions o = small_options();
+  TunerOptions o = testing::small_options(96);
   o.budget_trials = 0;
   o.early_stop_trials = 24;
   ModelTuner tuner({flat}, o);
@@ -161,10 +137,10 @@ class ThrowingMeasurer : public Measurer {
 };
 
 TEST(ModelTuner, FailuresAreRecordedAndNeverStopTheTuner) {
-  std::vector<Task> tasks = three_tasks();
+  std::vector<Task> tasks = testing::three_tasks();
   tasks[1].measurer = std::make_shared<ThrowingMeasurer>();
-  TuningDatabase db(temp_db("failures"));
-  ModelTuner tuner(tasks, small_options(), &db);
+  TuningDatabase db(testing::temp_db("tuner", "failures"));
+  ModelTuner tuner(tasks, testing::small_options(96), &db);
   const auto s = make_scheduler("round-robin", {});
   const TuningReport r = tuner.run(*s);
   EXPECT_EQ(r.stop_reason, "budget");
@@ -202,7 +178,7 @@ void log_batch(Measured& log, const MeasuredBatch& b) {
 
 TEST(ModelTuner, EveryMeasurementReachesTheCostModelAndTheDatabaseOnceInOrder) {
   Measured measured;
-  std::vector<Task> tasks = three_tasks();
+  std::vector<Task> tasks = testing::three_tasks();
   // "a" fails to compile a third of its space, "b" throws on every batch, "c" always works.
   tasks[0].measurer = std::make_shared<testing::FormulaMeasurer>(
       [](const Config& c) { return 1e-3 * (1 + c[0] + c[1]); },
@@ -210,8 +186,8 @@ TEST(ModelTuner, EveryMeasurementReachesTheCostModelAndTheDatabaseOnceInOrder) {
   tasks[1].measurer = std::make_shared<ThrowingMeasurer>();
   for (Task& t : tasks)
     t.measurer = std::make_shared<LoggingMeasurer>(t.name, t.measurer, measured);
-  TuningDatabase db(temp_db("callbacks"));
-  TunerOptions o = small_options();
+  TuningDatabase db(testing::temp_db("tuner", "callbacks"));
+  TunerOptions o = testing::small_options(96);
   // "b"'s batches cost no tuning time, so its slot lasts until it finishes.
   o.early_stop_trials = 40;
   o.budget_trials = 160;
@@ -260,10 +236,10 @@ TEST(ModelTuner, EveryMeasurementReachesTheCostModelAndTheDatabaseOnceInOrder) {
 }
 
 TEST(ModelTuner, SurveyStopEndsTheRunAtTheGoal) {
-  TunerOptions o = small_options();
+  TunerOptions o = testing::small_options(96);
   o.budget_trials = 0;
   o.survey.goal_seconds = 1.0;  // any latency meets it after the first epoch
-  ModelTuner tuner(three_tasks(), o);
+  ModelTuner tuner(testing::three_tasks(), o);
   const auto s = make_scheduler("round-robin", {});
   const TuningReport r = tuner.run(*s);
   EXPECT_EQ(r.stop_reason, "goal");

@@ -1,11 +1,17 @@
 #pragma once
 // Small tasks with known landscapes for the tuner's tests.
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "tuning/task/task.h"
+#include "tuning/tuner/model_tuner.h"
 
 namespace nimble::tuning::testing {
 
@@ -72,6 +78,31 @@ inline Task bowl_task(const std::string& name, double flops, double weight, uint
       },
       [](const Config& c) { return c[0] == 6 && c[1] == 0; }, noise, seed);
   return t;
+}
+
+// A fresh database path of this process for one test (`suite` keeps suites apart).
+inline std::string temp_db(const std::string& suite, const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("nimble_" + suite + "_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return (dir / "tuning.db").string();
+}
+
+// A quick, reproducible tuner: small annealing, no search time charged, no survey stop.
+inline TunerOptions small_options(long budget_trials) {
+  TunerOptions o;
+  o.slot_seconds = 20;
+  o.budget_trials = budget_trials;
+  o.charge_search_time = false;
+  o.survey.stop_on_rate = false;
+  o.search.annealing.chains = 16;
+  o.search.annealing.steps = 10;
+  return o;
+}
+
+inline std::vector<Task> three_tasks() {
+  return {bowl_task("a", 1e9, 1, 1), bowl_task("b", 4e9, 2, 2), bowl_task("c", 2e8, 3, 3)};
 }
 
 }  // namespace nimble::tuning::testing
