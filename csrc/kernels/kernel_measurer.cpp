@@ -58,7 +58,7 @@ std::function<void()> cold_start(CacheFlusher& flusher, const std::vector<at::Te
 
 double time_calls(const std::function<void()>& call, const tuning::RepeatPolicy& repeats,
                   const MeasureOptions& options, tuning::MeasureResult& result,
-                  const std::function<void()>& before_each) {
+                  const std::function<void()>& before_each, bool first_call_done) {
   if (before_each) before_each();
   double start = now_seconds();
   call();
@@ -71,11 +71,17 @@ double time_calls(const std::function<void()>& call, const tuning::RepeatPolicy&
     return first;
   }
   // The first call pays one-time costs (a library's kernel generation, packed weights,
-  // cold caches): the number of calls per repeat comes from a second, warm one.
+  // cold caches) unless the caller paid them: the number of calls per repeat comes from a
+  // second, warm one.
   if (before_each) {
+    bool first_pending = first_call_done;
     tuning::time_with_policy(
         repeats,
         [&] {
+          if (first_pending) {
+            first_pending = false;
+            return first;
+          }
           before_each();
           start = now_seconds();
           call();
@@ -128,7 +134,7 @@ tuning::MeasureResult KernelMeasurer::measure_one(const tuning::Config& config,
       return result;
     }
     time_calls([&] { synchronize(kernel->run(operands_)); }, repeats, options_, result,
-               cold_start(flusher_, operands_, options_));
+               cold_start(flusher_, operands_, options_), /*first_call_done=*/true);
   } catch (const std::exception& e) {
     result.seconds.clear();
     result.error = tuning::MeasureError::kRuntime;

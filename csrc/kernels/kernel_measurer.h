@@ -52,9 +52,12 @@ std::string compare_results(const at::Tensor& result, const at::Tensor& referenc
 // Seconds per call of `call`: mean over `repeats` repeats, as the tuner's candidates are timed.
 // With `before_each`, it runs untimed before every timed call (cache flushing), one call per
 // repeat; without, a repeat times enough calls back to back to last min_repeat_seconds.
+// The first timed call is only a warm-up unless `first_call_done`: the caller already ran
+// `call` once (a candidate's correctness check), so its one-time costs are paid and, with
+// `before_each`, the first call counts as a repeat (a cold candidate is then cut after one).
 double time_calls(const std::function<void()>& call, const tuning::RepeatPolicy& repeats,
                   const MeasureOptions& options, tuning::MeasureResult& result,
-                  const std::function<void()>& before_each = {});
+                  const std::function<void()>& before_each = {}, bool first_call_done = false);
 
 // What runs before each timed call of a kernel on `operands` under `options`: the cache
 // flush and the re-read of the input, or nothing when cold_cache is off.

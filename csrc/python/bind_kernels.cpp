@@ -42,13 +42,21 @@ class ReplayMeasurer {
   std::vector<tuning::MeasureResult> measure(const std::string& signature,
                                              const std::vector<tuning::Config>& configs,
                                              const tuning::RepeatSettings& repeats) {
-    const auto it = measurers_.find(signature);
-    if (it == measurers_.end())
-      throw std::invalid_argument("this replay has no tunable op with signature " + signature);
-    return it->second->measure(configs, *tuning::make_repeat_policy(repeats));
+    return find(signature).measure(configs, *tuning::make_repeat_policy(repeats));
+  }
+  // ATen's kernel of the op, timed as its candidates are (the baseline they must beat).
+  double baseline_seconds(const std::string& signature, int repeats) {
+    return find(signature).baseline_seconds(repeats);
   }
 
  private:
+  kernels::KernelMeasurer& find(const std::string& signature) {
+    const auto it = measurers_.find(signature);
+    if (it == measurers_.end())
+      throw std::invalid_argument("this replay has no tunable op with signature " + signature);
+    return *it->second;
+  }
+
   std::map<std::string, std::shared_ptr<kernels::KernelMeasurer>> measurers_;
 };
 
@@ -175,7 +183,15 @@ void bind_kernels(py::module_& m) {
             }
             return measured_batch_to_python(results);
           },
-          py::arg("signature"), py::arg("configs"), py::arg("repeats"));
+          py::arg("signature"), py::arg("configs"), py::arg("repeats"))
+      .def(
+          "baseline_seconds",
+          [](ReplayMeasurer& m, const std::string& signature, int repeats) {
+            py::gil_scoped_release release;
+            return m.baseline_seconds(signature, repeats);
+          },
+          py::arg("signature"), py::arg("repeats") = 10,
+          "ATen's kernel of the op, timed as its candidates are.");
 
   k.def(
       "bind",

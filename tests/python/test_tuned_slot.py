@@ -217,3 +217,27 @@ def test_cli_tunes_a_model_binds_and_reports_the_whole_replay(tmp_path):
     assert result["max_relative_error"] < 1e-4
     assert result["untuned_ms"] > 0 and result["tuned_ms"] > 0
     assert tuning.TuningDatabase(db).count() == result["trials"]
+
+
+def test_cli_compares_schedulers_on_a_model_with_bests_remeasured_side_by_side():
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run(
+        [sys.executable, "-m", "nimble", "tune", "--model", "torchvision:squeezenet1_1",
+         "--image-size", "32", "--compare", "--schedulers", "sequential,round-robin",
+         "--seeds", "2", "--budget-trials", "16", "--slot-seconds", "0.2", "--json"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert [r["scheduler"] for r in result["rows"]] == ["sequential", "round-robin"]
+    assert sorted((r["scheduler"], r["seed"]) for r in result["runs"]) == [
+        ("round-robin", 0), ("round-robin", 1), ("sequential", 0), ("sequential", 1)]
+    for run in result["runs"]:
+        mine, theirs = run["curve_remeasured"], run["curve"]
+        # The same points in time, latencies from the re-measured configs.
+        assert [p[:2] for p in mine] == [p[:2] for p in theirs]
+        # Before the first trial every op runs ATen: all runs start from the same latency.
+        assert mine[0][2] == result["runs"][0]["curve_remeasured"][0][2] > 0
+        assert all(0 < p[2] <= mine[0][2] for p in mine) and run["final_ms"] == mine[-1][2]
+        best = min(r["final_ms"] for r in result["runs"] if r["seed"] == run["seed"])
+        if run["final_ms"] == best:
+            assert run["time_to_99_s"] is not None

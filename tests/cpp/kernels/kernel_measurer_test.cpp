@@ -69,6 +69,20 @@ TEST(KernelMeasurer, FailuresAreRecordedWithTheirMessageAndNeverTimed) {
   EXPECT_GT(measurer.baseline_seconds(3), 0);
 }
 
+// After a correctness check the first timed call is a repeat; otherwise it is a warm-up.
+TEST(KernelMeasurer, TheFirstTimedCallCountsOnlyAfterTheCallerRanOnce) {
+  MeasureOptions options;
+  const tuning::FixedRepeats repeats(3);
+  for (const bool done : {false, true}) {
+    int calls = 0, flushes = 0;
+    tuning::MeasureResult result;
+    time_calls([&] { ++calls; }, repeats, options, result, [&] { ++flushes; }, done);
+    EXPECT_EQ(result.seconds.size(), 3u);
+    EXPECT_EQ(calls, done ? 3 : 4);
+    EXPECT_EQ(flushes, calls);
+  }
+}
+
 TEST(KernelMeasurer, ASlowFirstCallIsATimeout) {
   tuning::MeasureResult result;
   MeasureOptions options;
