@@ -102,18 +102,29 @@ bool ordered(const Program& program, int from, int to) {
   return false;
 }
 
-// Is `node` an in-place op on exactly `slot` (its first argument) that writes nothing else?
+// Is `node` an in-place op on exactly `slot` (its first argument) that writes nothing else? A
+// stable slot (an .out buffer) is passed as the tensor itself, a constant argument; an in-place
+// op writes its first argument, so writing only `slot` makes that argument `slot`.
 bool in_place_on(const OpNode& node, int slot) {
-  return !node.args.empty() && node.args[0].kind == Arg::Kind::kSlot && node.args[0].slot == slot &&
-         node.writes.size() == 1 && node.writes[0] == slot;
+  if (node.args.empty() || node.writes.size() != 1 || node.writes[0] != slot) return false;
+  const Arg& self = node.args[0];
+  return self.kind == Arg::Kind::kSlot
+             ? self.slot == slot
+             : self.kind == Arg::Kind::kConstant && self.constant.isTensor();
 }
 
 void absorb_epilogue(const Program& program, TunableSite& site) {
   const OpNode& conv = program.ops[site.index];
-  if (conv.outputs.size() != 1) return;  // an out variant's result is a buffer, read later
-  const int out = conv.outputs[0].slot;
+  // An out variant's result is its buffer (the one slot it writes), which only in-place ops
+  // may take over: a functional reader's result would be the buffer, alive past the buffer's
+  // planned lifetime, so a later buffer sharing its storage could overwrite it.
+  const bool into_buffer = site.op.out_variant;
+  if (into_buffer ? conv.writes.size() != 1 : conv.outputs.size() != 1) return;
+  const int out = into_buffer ? conv.writes[0] : conv.outputs[0].slot;
   const void* storage = program.slots[out].storage;
-  if (storage == nullptr || program.slots[out].role != SlotRole::kTransient) return;
+  if (storage == nullptr ||
+      program.slots[out].role != (into_buffer ? SlotRole::kBuffer : SlotRole::kTransient))
+    return;
   int j = next_reader(program, site.index, storage);
   if (j < 0) return;
   const OpNode* node = &program.ops[j];
@@ -140,7 +151,7 @@ void absorb_epilogue(const Program& program, TunableSite& site) {
   // A functional activation (a functionalized graph's) may take the convolution's result as
   // its own when it is the result's only reader and the result is not returned.
   const bool functional =
-      (is_op(*node, "aten::relu") || is_op(*node, "aten::hardtanh")) &&
+      (is_op(*node, "aten::relu") || is_op(*node, "aten::hardtanh")) && !into_buffer &&
       !site.op.epilogue.residual && node->args[0].kind == Arg::Kind::kSlot &&
       node->args[0].slot == out && only_reader(program, j, storage) &&
       std::find(program.outputs.begin(), program.outputs.end(), out) == program.outputs.end();
@@ -337,8 +348,10 @@ std::vector<at::Tensor> operands_from_stack(const TunableOp& op,
         weight_t.as_strided(at::IntArrayRef{op.k, op.c, 1, 1}, op.weight_strides,
                             weight_t.storage_offset()),
         stack.at(0).toTensor()};
+    // The residual comes after the op's own arguments: bias, x, weight.t(), beta, alpha and,
+    // for .out, the buffer.
     if (op.epilogue.residual) {
-      const at::Tensor& residual = stack.at(5).toTensor();
+      const at::Tensor& residual = stack.at(op.out_variant ? 6 : 5).toTensor();
       out.push_back(residual.as_strided(op.out_sizes, op.out_strides, residual.storage_offset()));
     }
     return out;

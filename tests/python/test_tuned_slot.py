@@ -83,6 +83,33 @@ def test_linear_layers_are_tuned_and_bound_with_eager_results(tmp_path):
             torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("activation, fused", [(torch.nn.ReLU(inplace=True), " +relu"),
+                                               (torch.nn.ReLU6(inplace=True), " +clamp"),
+                                               (torch.nn.ReLU(), "")])
+def test_an_activation_after_a_linear_layer_into_a_buffer_is_fused_when_in_place(
+        tmp_path, activation, fused):
+    """An in-place activation on an addmm.out's buffer is done by the tuned kernel; a
+    functional one stays its own op (its result would outlive the buffer's planned life)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(40, 96), activation, torch.nn.Linear(96, 64),
+                                activation, torch.nn.Linear(64, 24)).eval()
+    x = torch.randn(5, 40)
+    with torch.no_grad():
+        fast = nimble.Nimble(model).prepare((x,))
+    names = sorted(t["name"] for t in kernels.tasks(fast.replay))
+    assert names == [f"linear 40>96 n5{fused}", "linear 64>24 n5", f"linear 96>64 n5{fused}"]
+    db = str(tmp_path / "tune.db")
+    nimble.tune(fast, scheduler="round-robin", budget_seconds=1e9, budget_trials=30,
+                database=db, slot_seconds=1e-3, **FAST)
+    bound = fast.use_tuned(db, min_speedup=0)
+    assert all(r["bound"] for r in bound), bound
+    assert sum(len(r["absorbed"]) for r in bound) == (2 if fused else 0)
+    for seed in (1, 2):
+        x = torch.randn(5, 40, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
+
+
 def test_tune_records_every_measurement_and_binding_gives_eager_results(tmp_path):
     model, x = SmallNet(), torch.randn(2, 3, 20, 24).contiguous(memory_format=torch.channels_last)
     fast = prepared(model, x)
