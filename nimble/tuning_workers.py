@@ -116,8 +116,10 @@ class _BaselinesFirst:
         self._turn = threading.Lock()
         self._all_timed = threading.Barrier(models)
 
-    def tune(self, tune, *args, **kwargs) -> dict:
-        """`tune(*args, on_baseline=..., **kwargs)` (nimble._C.kernels.tune) in its turn."""
+    def tune(self, replay, **options) -> dict:
+        """nimble._C.kernels.tune(replay, **options), its baselines timed in their turn."""
+        from ._C import kernels
+
         timed = False
 
         def on_baseline(index: int, total: int) -> None:
@@ -129,7 +131,7 @@ class _BaselinesFirst:
 
         self._turn.acquire()
         try:
-            return tune(*args, on_baseline=on_baseline, **kwargs)
+            return kernels.tune(replay, on_baseline=on_baseline, **options)
         finally:
             if not timed:  # failed before its baselines were timed: the others go on
                 self._turn.release()
@@ -147,10 +149,12 @@ def _simulated_survey(args, names: list[str], common: dict):
     return {name: simulated(int(name.split(":", 1)[1]), args) for name in names}, run_model
 
 
-def _zoo_survey(args, names: list[str]):
+def prepare_zoo(args, names: list[str]) -> tuple[dict, dict]:
+    """Zoo models prepared at --batch, --image-size and --streams: their replays, and their
+    descriptions for the workers with their task signatures, by name."""
     from ._C import kernels
     from .distributed import zoo_model
-    from .tuning_models import prepared, tune_options
+    from .tuning_models import prepared
 
     replays, described = {}, {}
     for name in names:
@@ -161,14 +165,26 @@ def _zoo_survey(args, names: list[str]):
                              f"replace (2-D float convolutions, linear layers with a bias)")
         described[name] = (zoo_model(name, args.batch, args.image_size, args.streams),
                            [t["signature"] for t in tasks])
-    options = tune_options(args, args.scheduler, args.db or "tune.db", args.seed)
-    baselines = _BaselinesFirst(len(names))
+    return replays, described
+
+
+def zoo_run_model(replays: dict, options: dict):
+    """survey_tune's run_model for prepared zoo models: nimble._C.kernels.tune with `options`
+    (tuning_models.tune_options), the survey's pool and progress, baselines timed first."""
+    baselines = _BaselinesFirst(len(replays))
 
     def run_model(name: str, pool, progress) -> dict:
-        return baselines.tune(kernels.tune, replays[name], pool=pool, progress=progress,
-                              **options)
+        return baselines.tune(replays[name], pool=pool, progress=progress, **options)
 
-    return described, run_model
+    return run_model
+
+
+def _zoo_survey(args, names: list[str]):
+    from .tuning_models import tune_options
+
+    replays, described = prepare_zoo(args, names)
+    options = tune_options(args, args.scheduler, args.db or "tune.db", args.seed)
+    return described, zoo_run_model(replays, options)
 
 
 def run_survey(args, kind: str, names: list[str], common: dict) -> int:
