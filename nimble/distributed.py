@@ -7,6 +7,11 @@ measurements never share a core). Each actor rebuilds a model's measurers from a
 `WorkerGroup` keeps a queue of batches, hands them to idle actors, and takes results back in
 completion order for the tuner (through a `ModelPool`, the pool the C++ tuner sees).
 
+A (task signature, config) is measured once per group: records are keyed by signature and
+device, so when several models share an op shape (Trimmer's survey, nimble/survey.py), a
+model whose tuner proposes a config another model has had measured, or has in flight, gets
+that result at no cost (its tuner records it with cost 0) instead of measuring it again.
+
 Faults: an actor that dies mid-batch has the batch retried once on another actor, then
 recorded as failed; an actor that runs past `batch_timeout` is killed and replaced (its cores
 are fine) and its batch handled the same way. Lost actors are announced on stderr; the run goes
@@ -114,9 +119,20 @@ class _Worker:
 
 
 @dataclass
-class _Request:
+class _Batch:
+    """A tuner's batch: its configs' results come from its own request (`own`) or from other
+    models' measurements of the same (signature, config) on this group."""
     model: str
     ticket: int
+    keys: list[tuple]
+    own: set[tuple]
+    wall: float = 0.0
+
+
+@dataclass
+class _Request:
+    """What the workers measure for a batch: its configs that nobody has measured yet."""
+    batch: _Batch
     signature: str
     configs: list
     repeats: dict
@@ -176,6 +192,9 @@ class WorkerGroup:
         self.lost = 0
         self._models: dict[str, _Model] = {}
         self._queue: list[_Request] = []
+        self._measured: dict[tuple, tuple] = {}  # (signature, config) -> its result
+        self._measuring: set[tuple] = set()
+        self._batches: list[_Batch] = []  # waiting for some of their results
         self._lock = threading.Lock()
         self._closing = False
         self._actors = [self._spawn(i) for i in range(workers)]
@@ -252,15 +271,26 @@ class WorkerGroup:
                 f"free (give cores_per_worker a fraction to share cores)") from None
         return _Actor(index, handle, pid)
 
-    def submit(self, request: _Request) -> None:
+    def submit(self, model: str, ticket: int, signature: str, configs: list,
+               repeats: dict) -> None:
         with self._lock:
-            self._queue.append(request)
+            keys = [(signature, tuple(c)) for c in configs]
+            fresh = [i for i, k in enumerate(keys)
+                     if k not in self._measured and k not in self._measuring]
+            batch = _Batch(model, ticket, keys, {keys[i] for i in fresh})
+            self._measuring |= batch.own
+            self._batches.append(batch)
+            if fresh:
+                self._queue.append(_Request(batch, signature, [configs[i] for i in fresh],
+                                            repeats))
+            else:
+                self._settle()
 
     def _dispatch(self) -> None:
         for actor in self._actors:
             if actor.request is None and self._queue:
                 r = self._queue.pop(0)
-                m = self._models[r.model]
+                m = self._models[r.batch.model]
                 r.started = time.monotonic()
                 actor.request = r
                 actor.ref = actor.handle.measure.remote(m.description, r.signature, r.configs,
@@ -293,11 +323,32 @@ class WorkerGroup:
         except (self._ray.exceptions.RayActorError, self._ray.exceptions.WorkerCrashedError):
             self._lose(actor, "died", replace=False)
             return
-        except Exception:  # the measurer itself failed: the tuner records a failed batch
+        except Exception:  # the measurer itself failed: every config of the batch failed
             results = None
         actor.request = None
         actor.ref = None
-        self._models[request.model].done.put((request.ticket, results, wall + request.spent))
+        self._finish(request, results, wall + request.spent)
+
+    def _finish(self, request: _Request, results: list | None, wall: float) -> None:
+        """A request's results are in: kept for every batch that waits for one of them."""
+        n = len(request.configs)
+        if results is None or len(results) != n:
+            results = [([], "runtime", "measurer failed for the whole batch", wall / n, False)] * n
+        for config, result in zip(request.configs, results):
+            key = (request.signature, tuple(config))
+            self._measured[key] = tuple(result)
+            self._measuring.discard(key)
+        request.batch.wall += wall
+        self._settle()
+
+    def _settle(self) -> None:
+        """Hands every batch whose results are all in to its tuner; a result measured for
+        another batch costs it nothing."""
+        for b in [b for b in self._batches if all(k in self._measured for k in b.keys)]:
+            self._batches.remove(b)
+            results = [self._measured[k] if k in b.own else self._measured[k][:3] + (0.0,) +
+                       self._measured[k][4:] for k in b.keys]
+            self._models[b.model].done.put((b.ticket, results, b.wall))
 
     def _lose(self, actor: _Actor, what: str, replace: bool) -> None:
         """An actor is gone mid-batch: retry the batch once elsewhere, else record it failed."""
@@ -319,13 +370,12 @@ class WorkerGroup:
         n = len(request.configs)
         error = "timeout" if replace else "runtime"
         failed = [([], error, f"{LOST_TWICE} ({what})", request.spent / n, False)] * n
-        self._models[request.model].done.put((request.ticket, failed, request.spent))
+        self._finish(request, failed, request.spent)
         if not self._actors:  # nothing left to measure what is queued: fail it too
-            for r in self._queue:
-                k = len(r.configs)
-                self._models[r.model].done.put(
-                    (r.ticket, [([], "runtime", "no worker left", 0.0, False)] * k, 0.0))
-            self._queue.clear()
+            queued, self._queue = self._queue, []
+            for r in queued:
+                self._finish(r, [([], "runtime", "no worker left", 0.0, False)] * len(r.configs),
+                             0.0)
 
 
 class ModelPool:
@@ -340,7 +390,7 @@ class ModelPool:
 
     def submit(self, ticket: int, task: int, configs: list, repeats: dict) -> None:
         signature = self._group._models[self._key].signatures[task]
-        self._group.submit(_Request(self._key, ticket, signature, configs, repeats))
+        self._group.submit(self._key, ticket, signature, configs, repeats)
 
     def take(self):
         done = self._group._models[self._key].done

@@ -7,6 +7,7 @@ A model's own kernels (`--model`), measured on this machine, or a simulated mode
     python -m nimble tune --model torchvision:resnet18 --compare --schedulers sequential,dynatune
     python -m nimble tune --simulate --scheduler dynatune --seed 0
     python -m nimble tune --simulate --compare --seeds 5 --plot compare.png
+    python -m nimble tune --models torchvision:resnet18,torchvision:mobilenet_v2 --workers 2
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-trials", type=int, default=0, help="total trial budget")
     p.add_argument("--budget-seconds", type=float, default=math.inf, help="total tuning-time budget")
     p.add_argument("--slot-seconds", type=float, default=None,
-                   help="length of a scheduling slot (default 20 simulated, 3 with --model)")
+                   help="length of a scheduling slot (default 20 simulated, 3 with zoo models)")
     p.add_argument("--early-stop-trials", type=int, default=200,
                    help="a task without improvement for this many trials is finished")
     p.add_argument("--c", type=float, default=None,
@@ -284,9 +285,9 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.export or args.import_ or args.best:
         return _database_command(args)
-    if not args.simulate and not args.model:
-        print("python -m nimble tune: give --model torchvision:NAME (real kernels) or --simulate; "
-              "see --help", file=sys.stderr)
+    if not args.simulate and not args.model and not args.models:
+        print("python -m nimble tune: give --model torchvision:NAME (real kernels), --simulate "
+              "or --models A,B,C; see --help", file=sys.stderr)
         return 2
     if args.plot and not plotting_available():
         # Before tuning, not after it: a long run must not end in this error.
@@ -314,6 +315,11 @@ def main(argv: list[str]) -> int:
 
 
 def _dispatch(args) -> int:
+    if args.models:
+        kind, names = tuning_workers.parse_models(args)
+        if args.slot_seconds is None:
+            args.slot_seconds = 20.0 if kind == "simulated" else 3.0
+        return tuning_workers.run_survey(args, kind, names, _common_kwargs(args))
     if args.model:
         from .tuning_models import compare_on_model, tune_model
 
@@ -322,8 +328,6 @@ def _dispatch(args) -> int:
         return compare_on_model(args) if args.compare else tune_model(args)
     args.slot_seconds = 20.0 if args.slot_seconds is None else args.slot_seconds
     args.seeds = 5 if args.seeds is None else args.seeds
-    if args.models:
-        return tuning_workers.run_survey(args, _common_kwargs(args))
     return _run_compare(args) if args.compare else _run_one(args)
 
 

@@ -20,28 +20,36 @@ import time
 import torch
 
 
-def _prepared(args):
+def prepared(args, name: str):
+    """(model, example input, prepared Nimble) of zoo model `name` at the command line's
+    --batch, --image-size and --streams."""
     from . import zoo
     from .wrapper import Nimble
 
-    model, example = zoo.build(args.model, batch=args.batch, image_size=args.image_size)
+    model, example = zoo.build(name, batch=args.batch, image_size=args.image_size)
     return model, example, Nimble(model).prepare(example, streams=args.streams)
+
+
+def tune_options(args, scheduler: str, database: str, seed: int) -> dict:
+    """The command line's tuning options, as keywords of both nimble.tune and
+    nimble._C.kernels.tune (the survey calls the latter with its own pool)."""
+    return dict(
+        budget_seconds=args.budget_seconds, scheduler=scheduler, database=database,
+        budget_trials=args.budget_trials, slot_seconds=args.slot_seconds,
+        early_stop_trials=args.early_stop_trials, survey_stop=args.survey_stop,
+        resume=not args.no_resume, seed=seed, adaptive=not args.no_adaptive,
+        cold_filter=not args.no_cold_filter, finish_when_cold=args.finish_when_cold,
+        **({} if args.c is None else {"c": args.c}),
+    )
 
 
 def _tune(fast, args, scheduler: str, database: str, seed: int, progress: bool) -> dict:
     from .distributed import zoo_model
     from .tune import tune
 
-    return tune(
-        fast, budget_seconds=args.budget_seconds, scheduler=scheduler, database=database,
-        budget_trials=args.budget_trials, slot_seconds=args.slot_seconds,
-        early_stop_trials=args.early_stop_trials, survey_stop=args.survey_stop,
-        resume=not args.no_resume, seed=seed, progress=progress,
-        adaptive=not args.no_adaptive, cold_filter=not args.no_cold_filter,
-        finish_when_cold=args.finish_when_cold, workers=args.workers, ray_address=args.ray_address,
-        model=zoo_model(args.model, args.batch, args.image_size, args.streams),
-        **({} if args.c is None else {"c": args.c}),
-    )
+    return tune(fast, progress=progress, workers=args.workers, ray_address=args.ray_address,
+                model=zoo_model(args.model, args.batch, args.image_size, args.streams),
+                **tune_options(args, scheduler, database, seed))
 
 
 def side_by_side(model, example, untuned, tuned, rounds: int = 60) -> dict:
@@ -65,7 +73,7 @@ def tune_model(args) -> int:
     from .tuning_cost import cost_summary, energy_counters, energy_delta, format_cost
 
     database = args.db or "tune.db"
-    model, example, fast = _prepared(args)
+    model, example, fast = prepared(args, args.model)
     before, started = energy_counters(), time.monotonic()
     report = _tune(fast, args, args.scheduler, database, args.seed, not (args.quiet or args.json))
     cost = cost_summary(report, time.monotonic() - started, energy_delta(before, energy_counters()))
@@ -192,7 +200,7 @@ def compare_on_model(args) -> int:
     from ._C import tuning
 
     schedulers = [s for s in args.schedulers.split(",") if s] or tuning.scheduler_names()
-    _, _, fast = _prepared(args)
+    _, _, fast = prepared(args, args.model)
     runs = []
     with tempfile.TemporaryDirectory() as scratch:
         for seed in range(args.seeds):

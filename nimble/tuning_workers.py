@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import json
 import sys
+import threading
 import time
 
 
@@ -31,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "torchvision:NAME or simulated:SEED (Trimmer's model-level survey)")
     p.add_argument("--round-seconds", type=float, default=None,
                    help="with --models: tuning seconds per model between two rankings "
-                        "(default: two slots per task)")
+                        "(default: two slots per task of the model with the most tasks)")
     p.add_argument("--plateau", type=int, default=2,
                    help="with --models: rounds on a plateau before the worst model is suspended")
     p.add_argument("--plateau-gain", type=float, default=0.005,
@@ -69,32 +70,134 @@ def simulated_pool(group, args):
     return None if group is None else group.pool("simulated", *simulated(args.seed, args))
 
 
-def _parse_models(args) -> dict[str, tuple[str, int | None]]:
-    models = {}
-    for name in (m.strip() for m in args.models.split(",") if m.strip()):
+def parse_models(args) -> tuple[str, list[str]]:
+    """The kind of --models ("simulated" or "zoo") and their names; a clear error for a name
+    that is neither, or for a list mixing the two."""
+    from . import zoo
+
+    accepted = ("--models takes comma-separated zoo models (torchvision:NAME, e.g. "
+                "torchvision:resnet18, see nimble/zoo.py; transformer:encoder) or simulated:SEED")
+    names = list(dict.fromkeys(m.strip() for m in args.models.split(",") if m.strip()))
+    if not names:
+        raise SystemExit(f"python -m nimble tune: {accepted}; got none")
+    kinds = set()
+    for name in names:
         if name.startswith("simulated:"):
-            models[name] = ("simulated", int(name.split(":", 1)[1]))
-        else:
-            raise SystemExit(f"python -m nimble tune: --models takes simulated:SEED (survey "
-                             f"tuning of zoo models is not there yet), not {name!r}")
-    return models
+            if not name.split(":", 1)[1].isdigit():
+                raise SystemExit(f"python -m nimble tune: {accepted}; {name!r} has no integer seed")
+            kinds.add("simulated")
+            continue
+        try:
+            zoo.check_spec(name)
+        except ValueError as e:
+            raise SystemExit(f"python -m nimble tune: {accepted}; {e}") from None
+        if name.startswith("hf:"):
+            raise SystemExit(f"python -m nimble tune: {accepted}; {name} runs through "
+                             f"torch.compile, not prepare, so its kernels are not tuned")
+        kinds.add("zoo")
+    if len(kinds) > 1:
+        # A simulated model's tuning clock is simulated seconds, a zoo model's measured ones:
+        # their improvements per second cannot be ranked against each other.
+        raise SystemExit("python -m nimble tune: --models mixes simulated and zoo models, whose "
+                         "tuning clocks differ; survey-tune them in separate runs")
+    kind = kinds.pop()
+    if kind == "zoo" and (args.simulate or args.model):
+        raise SystemExit("python -m nimble tune: --models with zoo models takes neither "
+                         "--simulate nor --model")
+    return kind, names
 
 
-def run_survey(args, common: dict) -> int:
-    """--models: every model tuned at once over the workers, the worst suspended each round."""
-    from . import survey
+class _BaselinesFirst:
+    """Each model's tuner first times ATen's kernels of its tasks on this machine: here one
+    model at a time, and no model's candidates are measured before every model's baselines are
+    timed, since timings taken at once (or beside local workers) would disturb each other."""
+
+    def __init__(self, models: int) -> None:
+        self._turn = threading.Lock()
+        self._all_timed = threading.Barrier(models)
+
+    def tune(self, replay, **options) -> dict:
+        """nimble._C.kernels.tune(replay, **options), its baselines timed in their turn."""
+        from ._C import kernels
+
+        timed = False
+
+        def on_baseline(index: int, total: int) -> None:
+            nonlocal timed
+            if index == total - 1:
+                timed = True
+                self._turn.release()
+                self._all_timed.wait()
+
+        self._turn.acquire()
+        try:
+            return kernels.tune(replay, on_baseline=on_baseline, **options)
+        finally:
+            if not timed:  # failed before its baselines were timed: the others go on
+                self._turn.release()
+                self._all_timed.wait()
+
+
+def _simulated_survey(args, names: list[str], common: dict):
     from ._C import tuning
-    from .tuning_cost import cost_summary, energy_counters, energy_delta, format_cost
-
-    seeds = {name: seed for name, (_kind, seed) in _parse_models(args).items()}
-    described = {name: simulated(seed, args) for name, seed in seeds.items()}
 
     def run_model(name: str, pool, progress) -> dict:
-        return tuning.simulate(scheduler=args.scheduler, seed=seeds[name], pool=pool,
-                               progress=progress, database=args.db, resume=not args.no_resume,
-                               **common)
+        return tuning.simulate(scheduler=args.scheduler, seed=int(name.split(":", 1)[1]),
+                               pool=pool, progress=progress, database=args.db,
+                               resume=not args.no_resume, **common)
 
-    round_seconds = args.round_seconds or 2 * args.slot_seconds * args.tasks
+    return {name: simulated(int(name.split(":", 1)[1]), args) for name in names}, run_model
+
+
+def prepare_zoo(args, names: list[str]) -> tuple[dict, dict]:
+    """Zoo models prepared at --batch, --image-size and --streams: their replays, and their
+    descriptions for the workers with their task signatures, by name."""
+    from ._C import kernels
+    from .distributed import zoo_model
+    from .tuning_models import prepared
+
+    replays, described = {}, {}
+    for name in names:
+        replays[name] = prepared(args, name)[2].replay
+        tasks = kernels.tasks(replays[name])
+        if not tasks:
+            raise SystemExit(f"python -m nimble tune: {name} has no op a kernel family can "
+                             f"replace (2-D float convolutions, linear layers with a bias)")
+        described[name] = (zoo_model(name, args.batch, args.image_size, args.streams),
+                           [t["signature"] for t in tasks])
+    return replays, described
+
+
+def zoo_run_model(replays: dict, options: dict):
+    """survey_tune's run_model for prepared zoo models: nimble._C.kernels.tune with `options`
+    (tuning_models.tune_options), the survey's pool and progress, baselines timed first."""
+    baselines = _BaselinesFirst(len(replays))
+
+    def run_model(name: str, pool, progress) -> dict:
+        return baselines.tune(replays[name], pool=pool, progress=progress, **options)
+
+    return run_model
+
+
+def _zoo_survey(args, names: list[str]):
+    from .tuning_models import tune_options
+
+    replays, described = prepare_zoo(args, names)
+    options = tune_options(args, args.scheduler, args.db or "tune.db", args.seed)
+    return described, zoo_run_model(replays, options)
+
+
+def run_survey(args, kind: str, names: list[str], common: dict) -> int:
+    """--models: every model tuned at once over the workers, the worst suspended each round."""
+    from . import survey
+    from .tuning_cost import cost_summary, energy_counters, energy_delta, format_cost
+
+    described, run_model = (_simulated_survey(args, names, common) if kind == "simulated"
+                            else _zoo_survey(args, names))
+    # Two slots per task of the largest model: each model has had a slot on each of its tasks
+    # (and then some) between two rankings.
+    round_seconds = args.round_seconds or 2 * args.slot_seconds * max(
+        len(signatures) for _, signatures in described.values())
     log = (lambda line: None) if args.json else (lambda line: print(line, file=sys.stderr))
     before, started = energy_counters(), time.monotonic()
     with worker_group(args) as group:

@@ -4,13 +4,17 @@ fraction of each batch's simulated measurement time, so that they mostly wait as
     python -m nimble.bench.distributed throughput [--workers 1,2,4,8]
     python -m nimble.bench.distributed faults [--runs 10]
     python -m nimble.bench.distributed survey
+    python -m nimble.bench.distributed survey --models torchvision:resnet18,torchvision:mobilenet_v2
 
 throughput: trials per second (wall) and final latency on 1, 2, 4, 8 workers, same model and
 trial budget. faults: runs on 4 workers, one killed at a random moment in each; every run must
 end with each config recorded once and the fault-free run's final latency. survey: three
 simulated models tuned one after another with the same workers, then at once with Trimmer's
 model-level survey; machine-seconds spent and whether each model reached 99% of the latency
-it reached alone. One local Ray instance (loopback) for everything; prints JSON lines.
+it reached alone. With zoo models (`--models torchvision:A,...`), their real kernels at
+`--batch`/`--image-size`, each with `--budget-seconds` of tuning (machine-seconds) alone and in
+the survey, from empty databases; machine-seconds to 99% of the better of the two final
+latencies, each way. One local Ray instance (loopback) for everything; prints JSON lines.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import signal
 import threading
 import time
 
-from .. import distributed, survey
-from .._C import tuning
+from .. import distributed, survey, tuning_workers
+from .._C import kernels, tuning
+from ..tuning_cli import time_to_reach
 
 
 def _pool(group, seed: int, tasks: int, sleep_scale: float, name: str = "sim"):
@@ -143,6 +148,57 @@ def survey_bench(args, cpus: int) -> None:
                       "models": rows}), flush=True)
 
 
+def survey_zoo(args, cpus: int, scratch: str) -> None:
+    names = args.models.split(",")
+    replays, described = tuning_workers.prepare_zoo(args, names)
+
+    def options(database: str) -> dict:
+        return dict(budget_seconds=args.budget_seconds, slot_seconds=args.slot_seconds,
+                    early_stop_trials=args.early_stop_trials, seed=args.seed,
+                    database=os.path.join(scratch, database))
+
+    alone, walls = {}, {}
+    started = time.monotonic()
+    for i, name in enumerate(names):
+        # A group of its own: no other model's measurements to reuse (nimble/distributed.py).
+        with _group(args.survey_workers, cpus) as group:
+            alone[name] = kernels.tune(replays[name], pool=group.pool(name, *described[name]),
+                                       **options(f"alone-{i}.db"))
+    walls["alone"] = time.monotonic() - started
+    round_seconds = args.round_seconds or 2 * args.slot_seconds * max(
+        len(signatures) for _, signatures in described.values())
+    started = time.monotonic()
+    with _group(args.survey_workers, cpus) as group:
+        together = survey.survey_tune(
+            described, group, tuning_workers.zoo_run_model(replays, options("survey.db")),
+            round_seconds=round_seconds, patience=args.plateau, log=lambda line: None)
+    walls["survey"] = time.monotonic() - started
+    rows = {}
+    for name in names:
+        a, s = alone[name], together["models"][name]
+        target = min(a["final_model_ms"], s["final_model_ms"]) / 0.99
+        rows[name] = {"alone_initial_ms": a["initial_model_ms"],
+                      "alone_final_ms": a["final_model_ms"],
+                      "alone_machine_s": round(a["measure_seconds"], 1),
+                      "alone_to_99_s": time_to_reach(a["curve"], target),
+                      "survey_initial_ms": s["initial_model_ms"],
+                      "survey_final_ms": s["final_model_ms"],
+                      "survey_machine_s": round(s["machine_seconds"], 1),
+                      "survey_to_99_s": time_to_reach(s["report"]["curve"], target),
+                      "survey_stop": s["stop_reason"], "suspended_round": s["suspended_round"]}
+    sequential = sum(r["measure_seconds"] for r in alone.values())
+    surveyed = sum(s["machine_seconds"] for s in together["models"].values())
+    print(json.dumps({"bench": "survey", "workers": args.survey_workers,
+                      "image_size": args.image_size, "batch": args.batch,
+                      "budget_seconds": args.budget_seconds, "slot_seconds": args.slot_seconds,
+                      "round_seconds": round_seconds, "rounds": together["rounds"],
+                      "sequential_machine_s": round(sequential, 1),
+                      "survey_machine_s": round(surveyed, 1),
+                      "saving": round(1 - surveyed / sequential, 3),
+                      "wall_s": {k: round(v) for k, v in walls.items()}, "models": rows}),
+          flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m nimble.bench.distributed")
     p.add_argument("bench", choices=["throughput", "faults", "survey"])
@@ -157,12 +213,25 @@ def main() -> None:
     p.add_argument("--sleep-scale", type=float, default=0.03,
                    help="workers sleep this fraction of the simulated measurement time")
     p.add_argument("--runs", type=int, default=10)
-    p.add_argument("--models", default="0,1,2", help="survey: simulated model seeds")
+    p.add_argument("--models", default="0,1,2",
+                   help="survey: simulated model seeds, or zoo models (torchvision:NAME,...)")
     p.add_argument("--survey-workers", type=int, default=4)
-    p.add_argument("--round-seconds", type=float, default=240.0)
+    p.add_argument("--round-seconds", type=float, default=None,
+                   help="survey: default 240 simulated, two slots per task of the largest zoo "
+                        "model")
+    p.add_argument("--batch", type=int, default=1, help="survey of zoo models: batch size")
+    p.add_argument("--image-size", type=int, default=64, help="survey of zoo models: image side")
+    p.add_argument("--budget-seconds", type=float, default=150.0,
+                   help="survey of zoo models: tuning seconds per model")
+    p.add_argument("--slot-seconds", type=float, default=0.5,
+                   help="survey of zoo models: scheduling slot")
     p.add_argument("--plateau", type=int, default=2, help="survey: plateau rounds")
     args = p.parse_args()
     survey_run = args.bench == "survey"
+    zoo_survey = survey_run and not args.models.replace(",", "").isdigit()
+    args.streams = 1
+    if survey_run and not zoo_survey:
+        args.round_seconds = args.round_seconds or 240.0
     args.tasks = args.tasks or (6 if survey_run else 12)
     args.trials_per_task = args.trials_per_task or (400 if survey_run else 300)
     args.early_stop_trials = args.early_stop_trials or (200 if survey_run else 100)
@@ -173,13 +242,13 @@ def main() -> None:
     try:
         if args.bench == "throughput":
             throughput(args, cpus)
-        elif args.bench == "faults":
+        elif args.bench == "survey" and not zoo_survey:
+            survey_bench(args, cpus)
+        else:
             import tempfile
 
             with tempfile.TemporaryDirectory() as scratch:
-                faults(args, cpus, scratch)
-        else:
-            survey_bench(args, cpus)
+                (faults if args.bench == "faults" else survey_zoo)(args, cpus, scratch)
     finally:
         ray.shutdown()
 

@@ -36,10 +36,13 @@ def ray_address():
     ray.shutdown()
 
 
+def _pool_args(seed: int, tasks: int, sleep_scale: float = 0.0) -> tuple[dict, list[str]]:
+    return (distributed.simulated_model(seed, tasks, sleep_scale=sleep_scale),
+            tuning.SimulatedModelMeasurer(seed, tasks).signatures())
+
+
 def _pool(group, seed: int, tasks: int, sleep_scale: float = 0.0):
-    signatures = tuning.SimulatedModelMeasurer(seed, tasks).signatures()
-    return group.pool(f"sim{seed}", distributed.simulated_model(seed, tasks, sleep_scale=sleep_scale),
-                      signatures)
+    return group.pool(f"sim{seed}", *_pool_args(seed, tasks, sleep_scale))
 
 
 def _each_config_once(db: tuning.TuningDatabase) -> int:
@@ -49,6 +52,20 @@ def _each_config_once(db: tuning.TuningDatabase) -> int:
         assert len(configs) == len(set(configs)), f"{signature}: a config was measured twice"
         records += len(configs)
     return records
+
+
+def _measured_once(db: tuning.TuningDatabase, device: str) -> tuple[int, int]:
+    """(records, records of results another model's batch measured): a config is measured on
+    a worker once; a model that proposes it again records that result with cost 0."""
+    measured, reused = [], 0
+    for signature in db.signatures(device):
+        for r in db.records(signature, device):
+            if r["cost_seconds"] > 0:
+                measured.append((signature, tuple(r["config"])))
+            else:
+                reused += 1
+    assert len(measured) == len(set(measured)), "a config was measured twice"
+    return len(measured) + reused, reused
 
 
 def test_without_ray_workers_name_the_extra(monkeypatch, capsys):
@@ -166,6 +183,68 @@ def test_survey_tuning_of_three_models_summarizes_each(ray_address):
     assert set(cost["machine_seconds_by_kind"]) == {"hot", "cold", "failed"}
     if not os.path.exists("/sys/class/powercap"):
         assert cost["energy_joules"] is None  # absent, not 0
+
+
+def test_models_sharing_a_task_measure_each_config_once(ray_address, tmp_path):
+    path = str(tmp_path / "tune.db")
+    budget = dict(seed=7, budget_trials=120, database=path, **SMALL)
+    with distributed.WorkerGroup(2, cores_per_worker=SHARE) as two:
+        # Two models with the same tasks (as resnet18 and resnet34 have): their tuners propose
+        # the same configs, at the same time, on the same workers.
+        pools = [_pool(two, 7, 3), two.pool("sim7-again", *_pool_args(7, 3))]
+        runs = [_run_in_thread(lambda p=p: tuning.simulate(pool=p, **budget)) for p in pools]
+        for thread, _ in runs:
+            thread.join()
+    reports = [out["report"] for _, out in runs]
+    db = tuning.TuningDatabase(path)
+    records, reused = _measured_once(db, "simulated")
+    assert records == sum(r["trials"] for r in reports) == 240
+    assert reused > 0
+    # What the tuners count as spent is what the workers measured, once.
+    spent = sum(r["cost_seconds"] for s in db.signatures("simulated")
+                for r in db.records(s, "simulated"))
+    assert sum(r["measure_seconds"] for r in reports) == pytest.approx(spent)
+
+
+def test_survey_tuning_of_two_zoo_models_measures_shared_tasks_once(ray_address, tmp_path):
+    from nimble._C import kernels
+
+    path = str(tmp_path / "tune.db")
+    # resnet18 and resnet34 have the same 12 conv/linear shapes at 32x32 (resnet34 more of each).
+    models = ["torchvision:resnet18", "torchvision:resnet34"]
+    command = [sys.executable, "-m", "nimble", "tune", "--models", ",".join(models),
+               "--image-size", "32", "--workers", "2", "--ray-address", ray_address,
+               "--cores-per-worker", str(SHARE), "--budget-trials", "96", "--slot-seconds", "0.2",
+               "--db", path, "--json"]
+    done = subprocess.run(command, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert list(result["models"]) == models
+    for summary in result["models"].values():
+        assert summary["trials"] == 96
+        assert summary["final_model_ms"] <= summary["initial_model_ms"]
+    records, reused = _measured_once(tuning.TuningDatabase(path), kernels.device_key())
+    assert records == 2 * 96 and reused > 0
+    assert result["cost"]["machine_seconds"] == pytest.approx(
+        sum(s["machine_seconds"] for s in result["models"].values()))
+
+
+@pytest.mark.parametrize("models, message", [
+    ("torchvision:resnet1800", "unknown torchvision classification model 'resnet1800'"),
+    ("resnet18", "expected torchvision:NAME"),
+    ("simulated:x", "'simulated:x' has no integer seed"),
+    ("hf:bert", "hf:bert runs through torch.compile"),
+    ("simulated:0,torchvision:resnet18", "mixes simulated and zoo models"),
+])
+def test_survey_tuning_names_what_it_accepts(models, message):
+    from nimble.tuning_cli import main
+
+    with pytest.raises(SystemExit) as raised:
+        main(["tune", "--models", models, "--workers", "2"])
+    assert message in str(raised.value)
+    if "mixes" not in message:
+        assert "--models takes comma-separated zoo models (torchvision:NAME" in str(raised.value)
 
 
 def test_a_zoo_model_is_tuned_on_workers_and_its_records_bind(ray_address, tmp_path):
