@@ -338,15 +338,22 @@ std::optional<TunableSite> tunable_site(const Program& program, int index, bool 
   return site;
 }
 
+at::Tensor view_sharing_version(const at::Tensor& base, at::IntArrayRef sizes,
+                                at::IntArrayRef strides) {
+  at::Tensor view = base.as_strided(sizes, strides, base.storage_offset());
+  if (!base.is_inference())
+    view.unsafeGetTensorImpl()->set_version_counter(base.unsafeGetTensorImpl()->version_counter());
+  return view;
+}
+
 std::vector<at::Tensor> operands_from_stack(const TunableOp& op,
                                             const std::vector<c10::IValue>& stack) {
   if (op.kind == TunableOp::Kind::kLinear) {
     const at::Tensor& x = stack.at(1).toTensor();
-    const at::Tensor& weight_t = stack.at(2).toTensor();
     std::vector<at::Tensor> out{
         x.as_strided(at::IntArrayRef{op.n, op.c, 1, 1}, op.input_strides, x.storage_offset()),
-        weight_t.as_strided(at::IntArrayRef{op.k, op.c, 1, 1}, op.weight_strides,
-                            weight_t.storage_offset()),
+        view_sharing_version(stack.at(2).toTensor(), at::IntArrayRef{op.k, op.c, 1, 1},
+                             op.weight_strides),
         stack.at(0).toTensor()};
     // The residual comes after the op's own arguments: bias, x, weight.t(), beta, alpha and,
     // for .out, the buffer.

@@ -100,6 +100,12 @@ struct TunableSite {
 // dependencies allow and unchanged until the add).
 std::optional<TunableSite> tunable_site(const Program& program, int index, bool fuse = true);
 
+// `base` seen with other sizes and strides, sharing its version counter as autograd's views
+// do: a replay runs below the ADInplaceOrView key, where as_strided alone starts a new one,
+// and kernels re-derive packed weights when the counter moves.
+at::Tensor view_sharing_version(const at::Tensor& base, at::IntArrayRef sizes,
+                                at::IntArrayRef strides);
+
 // The operands of `op` on the boxed stack its program op is called with (aten::convolution's
 // or aten::addmm's schema order, then the residual when the slot pushes one), in
 // `random_operands`' order and 4-D form.

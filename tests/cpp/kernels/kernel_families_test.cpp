@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "csrc/kernels/cpu/cpu_kernel_support.h"
 #include "csrc/kernels/kernel_measurer.h"
 #include "csrc/kernels/kernel_space.h"
 #include "tests/cpp/kernels/random_convs.h"
@@ -133,6 +134,47 @@ TEST(KernelFamilies, PackedWeightsFollowTheWeightWhenItChanges) {
     if (op.bias) {
       operands[2].add_(1);
       EXPECT_EQ(compare_results(kernel->run(operands), op.aten(operands)), "") << name;
+    }
+  }
+}
+
+// A replay hands a linear layer's weight to its kernel as a fresh [k, c, 1, 1] view on every
+// call, made below the ADInplaceOrView key: the packed weight must be kept across those views
+// (re-packing it on every call cost mobilenet_v2's classifier 2.4 ms) and still follow writes.
+TEST(KernelFamilies, PackedWeightsSurviveFreshViewsAndFollowWritesToTheirBase) {
+  const at::Tensor weight_t = at::randn({4, 6});  // [c, k]: addmm takes weight.t()
+  const auto fresh_view = [](const at::Tensor& base) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return view_sharing_version(base, {6, 4, 1, 1}, {1, 6, 1, 1});
+  };
+  DerivedTensor derived;
+  int derivations = 0;
+  const auto derive = [&](const at::Tensor& w) {
+    ++derivations;
+    return w.contiguous();
+  };
+  for (int call = 0; call < 3; ++call) derived.get(fresh_view(weight_t), derive);
+  EXPECT_EQ(derivations, 1);
+  weight_t.mul_(2);
+  EXPECT_TRUE(at::equal(derived.get(fresh_view(weight_t), derive), fresh_view(weight_t)));
+  EXPECT_EQ(derivations, 2);
+  derived.get(fresh_view(weight_t.clone()), derive);
+  EXPECT_EQ(derivations, 3);
+
+  // The same through the slot's own path: the boxed stack of aten::addmm, for every family
+  // that packs the weight.
+  std::mt19937_64 rng(23);
+  const TunableOp op = random_linear(rng, false);
+  const at::Tensor bias = at::randn({op.k}), x = at::randn({op.n, op.c});
+  const at::Tensor weight = at::randn({op.k, op.c});
+  const std::vector<c10::IValue> stack{bias, x, weight.t(), 1, 1};
+  for (const std::string name : {"im2col_gemm", "direct"}) {
+    const KernelSpace space = family_space(op, name);
+    const auto kernel = space.build(space.knobs().random_config(rng));
+    for (int call = 0; call < 2; ++call) {
+      const auto operands = operands_from_stack(op, stack);
+      EXPECT_EQ(compare_results(kernel->run(operands), op.aten(operands)), "") << name;
+      weight.mul_(-3);  // through the weight, not the view on the stack
     }
   }
 }
