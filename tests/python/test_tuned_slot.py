@@ -265,6 +265,5 @@ def test_cli_compares_schedulers_on_a_model_with_bests_remeasured_side_by_side()
         # Before the first trial every op runs ATen: all runs start from the same latency.
         assert mine[0][2] == result["runs"][0]["curve_remeasured"][0][2] > 0
         assert all(0 < p[2] <= mine[0][2] for p in mine) and run["final_ms"] == mine[-1][2]
-        best = min(r["final_ms"] for r in result["runs"] if r["seed"] == run["seed"])
-        if run["final_ms"] == best:
-            assert run["time_to_99_s"] is not None
+        # Times are to the worst final of the seed: every run gets there.
+        assert run["time_to_99_s"] is not None and run["time_to_95_s"] <= run["time_to_99_s"]

@@ -4,11 +4,6 @@
 
 namespace nimble::tuning {
 
-double DynaTuneScheduler::exploration_constant(const SchedulerView& view) const {
-  if (!std::isnan(options_.c)) return options_.c;
-  return view.initial_model_seconds < 1e-3 ? 0.2 : 0.5;
-}
-
 double DynaTuneScheduler::predicted_reduction_ms(const SchedulerView& view, size_t task) const {
   if (task >= beliefs_.size() || !beliefs_[task].valid) return 0.0;
   const TaskProgress& t = view.tasks[task];
@@ -23,8 +18,9 @@ double DynaTuneScheduler::upper_confidence_bound(const SchedulerView& view, size
   const TaskProgress& t = view.tasks[task];
   if (t.slots == 0) return std::numeric_limits<double>::infinity();
   const double round = static_cast<double>(std::max<long>(view.slot, 1));
-  return predicted_reduction_ms(view, task) +
-         std::sqrt(exploration_constant(view) * std::log(round) / static_cast<double>(t.slots));
+  const double initial_ms = std::max(view.initial_model_seconds * 1e3, 1e-12);
+  return predicted_reduction_ms(view, task) / initial_ms +
+         std::sqrt(options_.c * std::log(round) / static_cast<double>(t.slots));
 }
 
 std::optional<size_t> DynaTuneScheduler::choose(const SchedulerView& view) {

@@ -2,9 +2,12 @@
 // DynaTune (Zhang et al., ICLR 2021): tuning time is cut into fixed slots and each slot goes to
 // the task with the highest upper confidence bound on the model-latency reduction one more slot
 // would bring,
-//   u_k = w_k * (latency_k now - latency_k predicted) + sqrt(C * ln t / c_k),
+//   u_k = w_k * (latency_k now - latency_k predicted) / L_0 + sqrt(C * ln t / c_k),
 // where the prediction is the current best GFLOPS plus the expected improvement of the task's
 // Bayesian belief model (belief_model.h). Tasks never tuned come first (u = gamma = infinity).
+// The reduction is a share of the model's initial latency L_0 (the paper's is in ms), so that
+// C means the same for a 5 ms model as for a 50 ms one: in ms, a constant set on simulated
+// models of tens of ms explored so much on resnet18's 10 ms that DynaTune was round-robin.
 #include <cmath>
 #include <limits>
 #include <random>
@@ -15,11 +18,11 @@
 namespace nimble::tuning {
 
 struct DynaTuneOptions {
-  // Exploration constant; NaN picks 0.5, or the paper's 0.2 when the model's initial latency
-  // is under 1 ms. (The paper's 2 above 1 ms explored too much on simulated models: 0.5 was
-  // chosen on seeds 0-4 and checked on ten other seeds, tuning/README.md.) Rewards are in
-  // milliseconds, the unit these constants were set in.
-  double c = std::numeric_limits<double>::quiet_NaN();
+  // Exploration constant, rewards being shares of the initial model latency. Chosen on the
+  // simulator's seeds 0-4 and checked on ten other seeds and on real models
+  // (tuning/README.md).
+  double c = kDefaultC;
+  static constexpr double kDefaultC = 1e-5;
   BeliefOptions belief;
 };
 
@@ -30,7 +33,6 @@ class DynaTuneScheduler : public TaskScheduler {
   std::optional<size_t> choose(const SchedulerView& view) override;
   void observe(size_t task, const SchedulerView& view) override;
 
-  double exploration_constant(const SchedulerView& view) const;
   // Predicted weighted latency reduction (ms) of one more slot of `task`, from its belief.
   double predicted_reduction_ms(const SchedulerView& view, size_t task) const;
   double upper_confidence_bound(const SchedulerView& view, size_t task) const;

@@ -152,14 +152,36 @@ TEST(GradientScheduler, WarmsUpEveryTaskThenFollowsTheSteepestGradient) {
   EXPECT_EQ(s.choose(state.view()), 2u);
 }
 
-TEST(DynaTuneScheduler, ExplorationConstantDefaultsTo0_5Or0_2UnderAMillisecond) {
-  State state(1);
-  const DynaTuneScheduler automatic({}, 0);
-  EXPECT_DOUBLE_EQ(automatic.exploration_constant(state.view(0.050)), 0.5);
-  EXPECT_DOUBLE_EQ(automatic.exploration_constant(state.view(0.0005)), 0.2);
-  DynaTuneOptions o;
-  o.c = 0.7;
-  EXPECT_DOUBLE_EQ(DynaTuneScheduler(o, 0).exploration_constant(state.view()), 0.7);
+// The reward is a share of the model's initial latency: scaling every latency (a model 10x
+// faster, its tasks 10x faster) changes no decision.
+TEST(DynaTuneScheduler, DecisionsDoNotDependOnTheModelsScale) {
+  for (const double scale : {1.0, 0.1, 10.0}) {
+    State state(3);
+    DynaTuneOptions o;
+    o.c = 1e-4;
+    o.belief.mcmc.steps = 100;
+    o.belief.mcmc.samples = 50;
+    DynaTuneScheduler s(o, 1);
+    for (size_t i = 0; i < 3; ++i) {
+      state.tasks[i].flops *= scale;  // same GFLOPS, latencies scaled
+      for (int t = 1; t <= 40; ++t)
+        state.gflops[i].push_back(i == 2 ? 500 * std::pow(t / 40.0, 0.5)
+                                         : 300.0 * (1 - std::exp(-t)));
+      state.tasks[i].best_seconds = state.tasks[i].flops / (state.gflops[i].back() * 1e9);
+    }
+    const double model_seconds = 0.01 * scale;
+    for (size_t i = 0; i < 3; ++i) {
+      state.give_slot(i, 40);
+      s.observe(i, state.view(model_seconds));
+    }
+    EXPECT_NEAR(s.upper_confidence_bound(state.view(model_seconds), 2) -
+                    s.upper_confidence_bound(state.view(model_seconds), 0),
+                s.predicted_reduction_ms(state.view(model_seconds), 2) / (10 * scale) -
+                    s.predicted_reduction_ms(state.view(model_seconds), 0) / (10 * scale),
+                1e-12)
+        << scale;
+    EXPECT_EQ(s.choose(state.view(model_seconds)), 2u) << scale;
+  }
 }
 
 TEST(DynaTuneScheduler, TriesEveryTaskOnceThenPrefersThePredictedReduction) {
