@@ -62,6 +62,8 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
     xs.push_back(static_cast<double>(n));
     ys.push_back(history.back());
   }
+  std::vector<double> log_xs(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) log_xs[i] = std::log(xs[i]);
   // Maximum likelihood under the prior's ceiling (the device peak) starts the sampler.
   const CurveFit fit = fit_log_power(xs, ys, 1.0);
   const double x_next = static_cast<double>(n + std::max(1, horizon));
@@ -79,7 +81,7 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
     if (log_power(p, x_next) < last) return -std::numeric_limits<double>::infinity();
     double ss = 0;
     for (size_t i = 0; i < xs.size(); ++i) {
-      const double r = log_power(p, xs[i]) - ys[i];
+      const double r = log_power_at_log(p, log_xs[i]) - ys[i];
       ss += r * r;
     }
     return -0.5 * ss / (sigma * sigma);

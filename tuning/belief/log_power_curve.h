@@ -2,6 +2,7 @@
 // The log-power learning curve f(x) = a / (1 + (x / e^b)^c) (Domhan et al.), which DynaTune
 // found to fit best-so-far GFLOPS curves: increasing for c < 0, saturating at a.
 #include <Eigen/Dense>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -16,6 +17,10 @@ struct LogPowerParams {
 };
 
 double log_power(const LogPowerParams& p, double x);
+// The same at ln x: one exp, where the sampler evaluates it thousands of times per slot.
+inline double log_power_at_log(const LogPowerParams& p, double log_x) {
+  return p.a / (1.0 + std::exp(p.c * (log_x - p.b)));
+}
 
 struct CurveFit {
   LogPowerParams params;

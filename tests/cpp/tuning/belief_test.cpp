@@ -9,6 +9,16 @@
 namespace nimble::tuning {
 namespace {
 
+TEST(LogPowerCurve, TheSamplersFormAtLnXAgreesWithTheCurve) {
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> a(0.01, 1), b(-9, 24), c(-19, -1e-3), x(1, 5000);
+  for (int i = 0; i < 1000; ++i) {
+    const LogPowerParams p{a(rng), b(rng), c(rng)};
+    const double at = x(rng);
+    EXPECT_NEAR(log_power_at_log(p, std::log(at)), log_power(p, at), 1e-12 * p.a);
+  }
+}
+
 TEST(LogPowerCurve, IsIncreasingAndSaturatesAtItsCeiling) {
   const LogPowerParams p{0.8, 2.0, -1.5};
   double previous = 0;
