@@ -151,7 +151,7 @@ def remeasured_curves(fast, runs: list[dict], rounds: int = 5, repeats: int = 3,
     """Adds "curve_remeasured" to every run (with "database" and "report"): the tuner's curve
     with each task's best-so-far config timed again, all of them side by side (`rounds`
     rounds over every task's ATen kernel and configs, the median of the rounds)."""
-    from ._C import kernels
+    from ._C import kernels, tuning
     from .tune import _inference_replay
 
     replay = _inference_replay(fast)
@@ -160,19 +160,18 @@ def remeasured_curves(fast, runs: list[dict], rounds: int = 5, repeats: int = 3,
     weight = {t["signature"]: len(t["ops"]) for t in tasks}
     device = kernels.device_key()
     configs: dict[str, set] = {sig: set() for sig in signatures}
+    bests_of_runs = []  # per run, per curve point: each task's best config
     for run in runs:
         records = _run_records(run["database"], signatures, device)
         if len(records) != run["report"]["trials"]:
             raise RuntimeError(f"{run['database']} holds {len(records)} measurements for a run "
                                f"of {run['report']['trials']} trials: not a fresh database")
-        run["bests"] = _bests_along(records, run["report"]["curve"])
-        for bests in run["bests"]:
+        bests_of_runs.append(_bests_along(records, run["report"]["curve"]))
+        for bests in bests_of_runs[-1]:
             for sig, config in bests.items():
                 configs[sig].add(config)
     measurer = kernels.ReplayMeasurer(replay)
-    fixed = {"adaptive": False, "best_seconds": float("inf"), "fixed_repeats": repeats,
-             "min_repeats": 2, "max_repeats": 16, "target_relative_error": 0.02,
-             "slower_than_best_factor": 1.5, "confidence_z": 2.0}
+    fixed = tuning.fixed_repeats(repeats)
     order = {sig: sorted(configs[sig]) for sig in signatures}
     samples: dict[tuple, list[float]] = {}
     log(f"re-measuring {sum(map(len, order.values()))} configs and {len(signatures)} ATen "
@@ -192,9 +191,9 @@ def remeasured_curves(fast, runs: list[dict], rounds: int = 5, repeats: int = 3,
                                            timed.get((sig, bests.get(sig)), float("inf")))
                          for sig in signatures)
 
-    for run in runs:
+    for run, bests_along in zip(runs, bests_of_runs):
         run["curve_remeasured"] = [(seconds, trials, latency_ms(bests)) for (seconds, trials, _),
-                                   bests in zip(run["report"]["curve"], run.pop("bests"))]
+                                   bests in zip(run["report"]["curve"], bests_along)]
 
 
 def compare_on_model(args) -> int:

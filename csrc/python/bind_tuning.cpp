@@ -346,6 +346,16 @@ std::vector<Task> tasks_from_python(const py::list& specs) {
 void bind_tuning(py::module_& m) {
   py::module_ t = m.def_submodule("tuning", "The auto-tuner: schedulers, search, database");
   t.def("scheduler_names", &scheduler_names, "Names accepted wherever a scheduler is chosen.");
+  t.def(
+      "fixed_repeats",
+      [](int repeats) {
+        RepeatSettings r;
+        r.adaptive = false;
+        r.fixed_repeats = repeats;
+        return repeat_settings_to_python(r);
+      },
+      py::arg("repeats"),
+      "Repeat settings (as a measurer's `repeats` argument) for exactly `repeats` timings.");
 
   const auto run_options = [](double slot_seconds, long budget_trials, double budget_seconds,
                               long early_stop_trials, std::optional<double> c, bool survey_stop,

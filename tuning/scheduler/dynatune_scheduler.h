@@ -21,8 +21,7 @@ struct DynaTuneOptions {
   // Exploration constant, rewards being shares of the initial model latency. Chosen on the
   // simulator's seeds 0-4 and checked on ten other seeds and on real models
   // (tuning/README.md).
-  double c = kDefaultC;
-  static constexpr double kDefaultC = 1e-5;
+  double c = 1e-5;
   BeliefOptions belief;
 };
 
