@@ -230,13 +230,11 @@ def compare_on_model(args) -> int:
             return statistics.median(values) if len(values) == len(mine) else None
 
         rep = [r["report"] for r in mine]
-        slots = [max(x["slots"], 1) * x["slot_seconds"] for x in rep]
         rows.append({
             "scheduler": name, "time_to_95_s": med("time_to_95_s"), "time_to_99_s": med("time_to_99_s"),
             "final_ms": statistics.median(r["final_ms"] for r in mine),
             "estimated_final_ms": statistics.median(x["final_model_ms"] for x in rep),
-            "overhead_share": statistics.median(
-                x["scheduler_wall_seconds"] / s for x, s in zip(rep, slots)),
+            "overhead_share": statistics.median(tuning_cli.scheduler_overhead(x) for x in rep),
             "cold_time_share": statistics.median(x["cold_time_share"] for x in rep),
         })
     if args.plot:

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
 
 #include "tuning/measure/adaptive_evaluator.h"
 
@@ -106,10 +107,14 @@ double time_calls(const std::function<void()>& call, const tuning::RepeatPolicy&
   return result.mean_seconds();
 }
 
-KernelMeasurer::KernelMeasurer(std::shared_ptr<const KernelSpace> space, MeasureOptions options)
-    : space_(std::move(space)),
-      options_(options),
-      flusher_(options.cold_cache ? options.flush_bytes : 0) {
+std::shared_ptr<CacheFlusher> make_flusher(const MeasureOptions& options) {
+  return std::make_shared<CacheFlusher>(options.cold_cache ? options.flush_bytes : 0);
+}
+
+KernelMeasurer::KernelMeasurer(std::shared_ptr<const KernelSpace> space, MeasureOptions options,
+                               std::shared_ptr<CacheFlusher> flusher)
+    : space_(std::move(space)), options_(options), flusher_(std::move(flusher)) {
+  if (!flusher_) throw std::invalid_argument("KernelMeasurer: no cache flusher given");
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   operands_ = space_->op().random_operands(options_.seed);
   reference_ = space_->op().aten(operands_);
@@ -134,7 +139,7 @@ tuning::MeasureResult KernelMeasurer::measure_one(const tuning::Config& config,
       return result;
     }
     time_calls([&] { synchronize(kernel->run(operands_)); }, repeats, options_, result,
-               cold_start(flusher_, operands_, options_), /*first_call_done=*/true);
+               cold_start(*flusher_, operands_, options_), /*first_call_done=*/true);
   } catch (const std::exception& e) {
     result.seconds.clear();
     result.error = tuning::MeasureError::kRuntime;
@@ -162,7 +167,7 @@ double KernelMeasurer::baseline_seconds(int repeats) {
   tuning::MeasureResult result;
   const TunableOp& op = space_->op();
   return time_calls([&] { synchronize(op.aten(operands_)); }, fixed, options_, result,
-                    cold_start(flusher_, operands_, options_));
+                    cold_start(*flusher_, operands_, options_));
 }
 
 }  // namespace nimble::kernels

@@ -34,10 +34,11 @@ kernels::MeasureOptions measure_options(double min_repeat_seconds, double timeou
 class ReplayMeasurer {
  public:
   ReplayMeasurer(const Replay& replay, const kernels::MeasureOptions& options) {
+    const auto flusher = kernels::make_flusher(options);
     for (const slot::ProgramTask& t :
          slot::program_tasks(replay.program(), kernels::all_families()))
       measurers_.emplace(t.space->op().signature(),
-                         std::make_shared<kernels::KernelMeasurer>(t.space, options));
+                         std::make_shared<kernels::KernelMeasurer>(t.space, options, flusher));
   }
   std::vector<tuning::MeasureResult> measure(const std::string& signature,
                                              const std::vector<tuning::Config>& configs,

@@ -74,7 +74,7 @@ std::vector<BoundOp> bind_tuned_kernels(Replay& replay, const tuning::TuningData
   const Program& program = replay.program();
   std::vector<std::shared_ptr<const KernelOverride>> kernels(program.ops.size());
   std::vector<BoundOp> report;
-  kernels::CacheFlusher flusher(options.measure.cold_cache ? options.measure.flush_bytes : 0);
+  const auto flusher = kernels::make_flusher(options.measure);
   for (const ProgramTask& task : program_tasks(program, kernels::all_families())) {
     const kernels::KernelSpace& space = *task.space;
     BoundOp first;
@@ -101,7 +101,7 @@ std::vector<BoundOp> bind_tuned_kernels(Replay& replay, const tuning::TuningData
               kernels::compare_results(built[0]->run(operands), space.op().aten(operands));
           if (!wrong.empty()) throw std::runtime_error(wrong);
           const tuning::FixedRepeats three(3);
-          const auto cold = kernels::cold_start(flusher, operands, options.measure);
+          const auto cold = kernels::cold_start(*flusher, operands, options.measure);
           std::vector<double> aten, tuned;
           for (int round = 0; round < options.rounds; ++round) {
             tuning::MeasureResult a, t;

@@ -72,9 +72,10 @@ std::vector<tuning::Task> tuning_tasks(const std::vector<ProgramTask>& tasks,
                                        const kernels::MeasureOptions& options,
                                        const std::function<void(int)>& baseline) {
   std::vector<tuning::Task> out;
+  const auto flusher = kernels::make_flusher(options);
   for (size_t i = 0; i < tasks.size(); ++i) {
     const ProgramTask& p = tasks[i];
-    auto measurer = std::make_shared<kernels::KernelMeasurer>(p.space, options);
+    auto measurer = std::make_shared<kernels::KernelMeasurer>(p.space, options, flusher);
     tuning::Task t;
     t.name = p.name;
     t.signature = p.space->op().signature();

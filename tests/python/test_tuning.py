@@ -36,6 +36,15 @@ def test_simulate_is_reproducible_and_rejects_unknown_schedulers():
         tuning.simulate(scheduler="nope", **SMALL)
 
 
+def test_a_config_that_does_not_fit_its_task_is_an_error_not_a_crash():
+    measurer = tuning.SimulatedModelMeasurer(3, 2)
+    signature = measurer.signatures()[0]
+    repeats = tuning.fixed_repeats(2)
+    for config in ([0, 0], [0] * 40, [10**6] * 5):
+        with pytest.raises(ValueError, match="does not fit this space"):
+            measurer.measure(signature, [config], repeats)
+
+
 def test_progress_callback_sees_every_slot():
     events = []
     r = tuning.simulate(scheduler="round-robin", seed=0, progress=events.append, **SMALL)

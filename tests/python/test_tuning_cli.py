@@ -70,10 +70,11 @@ def test_plot_draws_every_curve(tmp_path):
     assert done.returncode == 0, done.stderr
     assert plotted_colors(png, 1)[0] > 500  # the step line and its legend entry
     # --compare: one step line per scheduler, each in its own color (later lines may hide
-    # parts of earlier ones; the legend entry alone is some 50 pixels).
+    # earlier ones, whole when two schedulers make the same choices; the legend entry alone is
+    # some 30 pixels).
     done = cli("--simulate", "--compare", "--seeds", "1", "--json", "--plot", str(png), *SMALL)
     assert done.returncode == 0, done.stderr
-    assert all(count > 40 for count in plotted_colors(png, len(tuning.scheduler_names())))
+    assert all(count > 20 for count in plotted_colors(png, len(tuning.scheduler_names())))
 
 
 def test_plot_without_matplotlib_names_the_extra_before_tuning(tmp_path, monkeypatch, capsys):

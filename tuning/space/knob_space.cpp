@@ -108,6 +108,14 @@ bool KnobSpace::valid(const Config& config) const {
 }
 
 std::vector<int64_t> KnobSpace::values(const Config& config) const {
+  if (!in_range(config)) {
+    std::ostringstream why;
+    why << "config " << config_to_json(config) << " does not fit this space: expected "
+        << knobs_.size() << " knob indices, each in [0, size) of its knob (sizes";
+    for (const Knob& k : knobs_) why << " " << k.size();
+    why << ")";
+    throw std::invalid_argument(why.str());
+  }
   std::vector<int64_t> v(config.size());
   for (size_t i = 0; i < config.size(); ++i) v[i] = knobs_[i].value(config[i]);
   return v;

@@ -324,12 +324,14 @@ class TuningRun {
     return results;
   }
 
-  // How task k's next batch is repeated: against its best so far, as the tuner is set.
+  // How task k's next batch is repeated: against the faster of its best so far and its
+  // baseline kernel, as the tuner is set. A candidate clearly slower than the baseline can
+  // never be bound, so it needs no precise timing even before the task has a best.
   RepeatSettings repeat_settings(size_t k) const {
     RepeatSettings r;
     r.adaptive = options_.adaptive_evaluator;
     r.evaluator = options_.evaluator;
-    r.best_seconds = tuners_[k]->best_seconds();
+    r.best_seconds = task_seconds(tasks_[k], *tuners_[k]);
     r.fixed_repeats = options_.fixed_repeats;
     return r;
   }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "tests/cpp/kernels/random_convs.h"
 #include "tuning/measure/adaptive_evaluator.h"
@@ -49,7 +50,8 @@ TEST(KernelMeasurer, FailuresAreRecordedWithTheirMessageAndNeverTimed) {
   TunableOp op = random_conv(rng);
   while (op.out_sizes[1] < 2 || op.out_h() < 2 || op.out_w() < 2) op = random_conv(rng);
   auto space = std::make_shared<const KernelSpace>(op, Families{std::make_shared<FaultyFamily>()});
-  KernelMeasurer measurer(space, MeasureOptions{});
+  const MeasureOptions options;
+  KernelMeasurer measurer(space, options, make_flusher(options));
   const tuning::FixedRepeats repeats(3);
   const auto results = measurer.measure({{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}}, repeats);
   ASSERT_EQ(results.size(), 5u);
@@ -67,6 +69,35 @@ TEST(KernelMeasurer, FailuresAreRecordedWithTheirMessageAndNeverTimed) {
   EXPECT_NE(results[4].message.find("wrong layout"), std::string::npos) << results[4].message;
   for (int i = 1; i < 5; ++i) EXPECT_TRUE(results[i].seconds.empty());
   EXPECT_GT(measurer.baseline_seconds(3), 0);
+}
+
+// The measurers of a model share one flusher; measuring on two threads at once stays right
+// (and free of data races under TSan).
+TEST(KernelMeasurer, MeasurersSharingOneFlusherMeasureConcurrently) {
+  std::mt19937_64 rng(5);
+  MeasureOptions options;
+  options.flush_bytes = size_t{1} << 20;
+  const auto flusher = make_flusher(options);
+  std::vector<std::unique_ptr<KernelMeasurer>> measurers;
+  std::shared_ptr<const KernelSpace> space;
+  for (int i = 0; i < 2; ++i) {
+    space = std::make_shared<const KernelSpace>(random_conv(rng),
+                                                Families{std::make_shared<FaultyFamily>()});
+    measurers.push_back(std::make_unique<KernelMeasurer>(space, options, flusher));
+  }
+  const tuning::FixedRepeats repeats(4);
+  std::vector<std::vector<tuning::MeasureResult>> results(measurers.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < measurers.size(); ++i)
+    threads.emplace_back([&, i] { results[i] = measurers[i]->measure({{0, 0}, {0, 1}}, repeats); });
+  for (auto& t : threads) t.join();
+  for (const auto& r : results) {
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_TRUE(r[0].ok());
+    EXPECT_EQ(r[0].seconds.size(), 4u);
+    EXPECT_EQ(r[1].error, tuning::MeasureError::kRuntime);
+  }
+  EXPECT_THROW(KernelMeasurer(space, options, nullptr), std::invalid_argument);
 }
 
 // After a correctness check the first timed call is a repeat; otherwise it is a warm-up.

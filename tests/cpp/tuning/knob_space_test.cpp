@@ -42,6 +42,9 @@ TEST(KnobSpace, ConstraintsTieKnobsTogether) {
   EXPECT_FALSE(s.valid({0, 1, 2, 0}));  // 8 does not divide 2
   EXPECT_FALSE(s.valid({0, 1, 2}));     // wrong arity
   EXPECT_FALSE(s.valid({0, 8, 0, 0}));  // index out of range
+  // Reading the values of a config that does not fit is a caller's error, never a wild read.
+  EXPECT_THROW(s.values({0, 1, 2}), std::invalid_argument);
+  EXPECT_THROW(s.values({0, 8, 0, 0}), std::invalid_argument);
   EXPECT_EQ(s.describe({1, 3, 1, 1}), "unroll=4 tile_x=8 tile_y=4 layout=nhwc");
   EXPECT_EQ(s.constraint_descriptions().size(), 2u);
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 #include <utility>
@@ -149,6 +150,49 @@ TEST(ModelTuner, FailuresAreRecordedAndNeverStopTheTuner) {
   EXPECT_GT(r.tasks[0].trials - r.tasks[0].failures, 0);
   for (const auto& rec : db.records("test/b", "cpu"))
     EXPECT_EQ(rec.result.error, MeasureError::kRuntime);
+}
+
+// Every config takes `seconds`, without noise; counts the timed repeats the policy asked for.
+class ConstantMeasurer : public Measurer {
+ public:
+  explicit ConstantMeasurer(double seconds) : seconds_(seconds) {}
+  std::vector<MeasureResult> measure(const std::vector<Config>& batch,
+                                     const RepeatPolicy& repeats) override {
+    std::vector<MeasureResult> out(batch.size());
+    for (MeasureResult& r : out) {
+      time_with_policy(
+          repeats, [&] { return seconds_; }, r);
+      r.cost_seconds = seconds_ * static_cast<double>(r.seconds.size());
+      repeats_.push_back(static_cast<int>(r.seconds.size()));
+    }
+    return out;
+  }
+  const std::vector<int>& repeats() const { return repeats_; }
+
+ private:
+  double seconds_;
+  std::vector<int> repeats_;
+};
+
+// Before a task has a best, its baseline kernel is what a candidate must beat: one far
+// slower than it is cut after its first repeat (it can never be bound), while without a
+// baseline the first batch is timed to precision.
+TEST(ModelTuner, CandidatesFarSlowerThanTheBaselineAreCutFromTheFirstBatchOn) {
+  for (const bool with_baseline : {true, false}) {
+    std::vector<Task> tasks = testing::three_tasks();
+    tasks.resize(1);
+    auto measurer = std::make_shared<ConstantMeasurer>(1e-2);
+    tasks[0].measurer = measurer;
+    tasks[0].baseline_seconds = with_baseline ? 1e-3 : std::numeric_limits<double>::infinity();
+    TunerOptions o = testing::small_options(8);
+    o.adaptive_evaluator = true;
+    ModelTuner tuner(tasks, o, nullptr);
+    const auto s = make_scheduler("round-robin", {});
+    const TuningReport r = tuner.run(*s);
+    ASSERT_EQ(measurer->repeats().size(), 8u);
+    for (const int n : measurer->repeats()) EXPECT_EQ(n == 1, with_baseline) << n;
+    EXPECT_EQ(r.cut_short, with_baseline ? 8 : 0);
+  }
 }
 
 // Logs every config it is asked to time, in call order, before its inner measurer times it
