@@ -66,7 +66,7 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
   for (size_t i = 0; i < xs.size(); ++i) log_xs[i] = std::log(xs[i]);
   // Maximum likelihood under the prior's ceiling (the device peak) starts the sampler.
   const CurveFit fit = fit_log_power(xs, ys, 1.0);
-  const double x_next = static_cast<double>(n + std::max(1, horizon));
+  const double log_x_next = std::log(static_cast<double>(n + std::max(1, horizon)));
   const double last = history.back();
   // The noise level is what the best fit leaves; a floor keeps a perfect fit from collapsing
   // the posterior to a point.
@@ -78,7 +78,7 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
     if (!(p.a > 0 && p.a <= 1.0 && p.c < -1e-3 && p.c > -20 && p.b > -10 && p.b < 25))
       return -std::numeric_limits<double>::infinity();
     // ...whose prediction is not worse than the best already measured.
-    if (log_power(p, x_next) < last) return -std::numeric_limits<double>::infinity();
+    if (log_power_at_log(p, log_x_next) < last) return -std::numeric_limits<double>::infinity();
     double ss = 0;
     for (size_t i = 0; i < xs.size(); ++i) {
       const double r = log_power_at_log(p, log_xs[i]) - ys[i];
@@ -97,7 +97,7 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
     // f(x_next) >= last  <=>  b <= ln(x_next) - ln(a / last - 1) / c; a flat curve (c near 0)
     // cannot get there within the prior's range of b, so steepen it on the second try.
     if (attempt == 1) start[2] = std::min(start[2], -1.0);
-    const double latest_b = std::log(x_next) - std::log(start[0] / last - 1) / start[2] - 1e-3;
+    const double latest_b = log_x_next - std::log(start[0] / last - 1) / start[2] - 1e-3;
     start[1] = std::clamp(std::min(start[1], latest_b), -9.9, 24.0);
   }
   if (!std::isfinite(log_prob(start))) {
@@ -110,7 +110,7 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
   double sum = 0;
   double sum_sq = 0;
   for (const auto& s : posterior.samples) {
-    const double y = log_power({s[0], s[1], s[2]}, x_next);
+    const double y = log_power_at_log({s[0], s[1], s[2]}, log_x_next);
     sum += y;
     sum_sq += y * y;
   }

@@ -23,11 +23,13 @@ struct Coordinates {
   }
 };
 
-double sum_squares(const LogPowerParams& p, const std::vector<double>& xs,
+// The fit works on ln x (log_power_at_log: one exp per point instead of a pow and an exp);
+// it runs a dozen Levenberg-Marquardt descents per slot of DynaTune.
+double sum_squares(const LogPowerParams& p, const std::vector<double>& log_xs,
                    const std::vector<double>& ys) {
   double s = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const double r = log_power(p, xs[i]) - ys[i];
+  for (size_t i = 0; i < log_xs.size(); ++i) {
+    const double r = log_power_at_log(p, log_xs[i]) - ys[i];
     s += r * r;
   }
   return std::isfinite(s) ? s : std::numeric_limits<double>::infinity();
@@ -35,22 +37,24 @@ double sum_squares(const LogPowerParams& p, const std::vector<double>& xs,
 
 // Levenberg-Marquardt with a forward-difference Jacobian: three parameters need nothing more.
 LogPowerParams levenberg_marquardt(const Coordinates& coords, LogPowerParams start,
-                                   const std::vector<double>& xs, const std::vector<double>& ys) {
-  const auto n = static_cast<Eigen::Index>(xs.size());
+                                   const std::vector<double>& log_xs,
+                                   const std::vector<double>& ys) {
+  const auto n = static_cast<Eigen::Index>(log_xs.size());
   Eigen::Vector3d p = coords.coordinates(start);
-  double cost = sum_squares(coords.params(p), xs, ys);
+  double cost = sum_squares(coords.params(p), log_xs, ys);
   double lambda = 1e-2;
   for (int iter = 0; iter < 200 && std::isfinite(cost); ++iter) {
     Eigen::VectorXd r(n);
     Eigen::MatrixXd jac(n, 3);
     const LogPowerParams here = coords.params(p);
-    for (Eigen::Index i = 0; i < n; ++i) r[i] = log_power(here, xs[i]) - ys[i];
+    for (Eigen::Index i = 0; i < n; ++i) r[i] = log_power_at_log(here, log_xs[i]) - ys[i];
     for (int k = 0; k < 3; ++k) {
       Eigen::Vector3d q = p;
       const double h = 1e-6 * std::max(1.0, std::abs(p[k]));
       q[k] += h;
       const LogPowerParams there = coords.params(q);
-      for (Eigen::Index i = 0; i < n; ++i) jac(i, k) = (log_power(there, xs[i]) - ys[i] - r[i]) / h;
+      for (Eigen::Index i = 0; i < n; ++i)
+        jac(i, k) = (log_power_at_log(there, log_xs[i]) - ys[i] - r[i]) / h;
     }
     const Eigen::Matrix3d jtj = jac.transpose() * jac;
     const Eigen::Vector3d jtr = jac.transpose() * r;
@@ -59,7 +63,7 @@ LogPowerParams levenberg_marquardt(const Coordinates& coords, LogPowerParams sta
       Eigen::Matrix3d damped = jtj;
       damped.diagonal() += lambda * jtj.diagonal().cwiseMax(1e-12);
       const Eigen::Vector3d candidate = p + damped.ldlt().solve(-jtr);
-      const double c = sum_squares(coords.params(candidate), xs, ys);
+      const double c = sum_squares(coords.params(candidate), log_xs, ys);
       if (c < cost) {
         const double gain = cost - c;
         p = candidate;
@@ -87,6 +91,8 @@ CurveFit fit_log_power(const std::vector<double>& xs, const std::vector<double>&
   if (xs.size() < 3 || xs.size() != ys.size())
     throw std::invalid_argument("a log-power fit needs at least three points");
   const Coordinates coords{max_ceiling};
+  std::vector<double> log_xs(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) log_xs[i] = std::log(xs[i]);
   const double y_max = *std::max_element(ys.begin(), ys.end());
   const double x_mid = std::log(std::max(1.0, xs[xs.size() / 2]));
   // Curves differ mostly in how far they are from saturation; start from a few ceilings.
@@ -95,8 +101,8 @@ CurveFit fit_log_power(const std::vector<double>& xs, const std::vector<double>&
     const double a = std::min(ceiling * y_max, 0.999 * max_ceiling);
     for (const double c : {-0.5, -2.0}) {
       for (const double b : {x_mid, x_mid + 3}) {
-        const LogPowerParams p = levenberg_marquardt(coords, {a, b, c}, xs, ys);
-        const double s = sum_squares(p, xs, ys);
+        const LogPowerParams p = levenberg_marquardt(coords, {a, b, c}, log_xs, ys);
+        const double s = sum_squares(p, log_xs, ys);
         if (s < best.rmse) best = {p, s};
       }
     }
