@@ -13,10 +13,10 @@ void ColdCandidateFilter::rescale(double factor) {
   for (auto& m : memory_) m.throughput *= factor;
 }
 
-double ColdCandidateFilter::probability(int model_updates) const {
+double ColdCandidateFilter::probability(int batches_seen) const {
   if (!options_.enabled) return 0.0;
   return std::max(options_.min_probability,
-                  options_.initial_probability * std::pow(options_.decay, model_updates));
+                  options_.initial_probability * std::pow(options_.decay, batches_seen));
 }
 
 bool ColdCandidateFilter::is_cold(const std::vector<float>& features,
@@ -43,9 +43,9 @@ bool ColdCandidateFilter::is_cold(const std::vector<float>& features,
 }
 
 bool ColdCandidateFilter::should_replace(const std::vector<float>& features,
-                                         double predicted_throughput, int model_updates,
+                                         double predicted_throughput, int batches_seen,
                                          std::mt19937_64& rng) const {
-  const double p = probability(model_updates);
+  const double p = probability(batches_seen);
   if (p <= 0 || std::uniform_real_distribution<double>(0, 1)(rng) >= p) return false;
   return is_cold(features, predicted_throughput);
 }

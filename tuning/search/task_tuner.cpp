@@ -69,23 +69,33 @@ std::vector<Config> TaskTuner::search(int count) {
   for (const size_t i : order) used[i] = true;
   size_t spare = 0;  // next unused pool entry, the first source of fresh replacements
 
+  // The filter's coin decays once per batch's worth of records, not per model update: batches
+  // shortened by skipped proposals must not wear the filter out sooner.
+  const int batches_seen = static_cast<int>(trials() / std::max(1, options_.batch_size));
+  const auto filtered_out = [&](const Config& c, double predicted) {
+    return filter_.should_replace(task_.space.features(c), predicted, batches_seen, rng_);
+  };
   std::vector<Config> out;
+  std::vector<Config> skipped;  // filtered, with no non-cold pool entry to replace them
   std::uniform_real_distribution<double> uniform(0, 1);
   for (const size_t i : order) {
     const ScoredConfig* pick = &pool[i];
     if (uniform(rng_) < options_.random_fraction) {
+      // AutoTVM's random share explores, but the filter judges it like any proposal (Trimmer
+      // filters every candidate): a random config of a tuned space is cold nine times in ten.
       auto fresh = random_unvisited(1, taken);
-      if (!fresh.empty()) {
+      if (!fresh.empty() &&
+          !filtered_out(fresh[0], model_.predict({task_.space.features(fresh[0])})[0])) {
         out.push_back(std::move(fresh[0]));
         continue;
       }
     }
     ++cold_stats_.proposals_checked;
-    if (filter_.should_replace(task_.space.features(pick->config), pick->score, model_.updates(),
-                               rng_)) {
+    if (filtered_out(pick->config, pick->score)) {
       ++cold_stats_.proposals_replaced;
-      // The replacement is the best unused pool entry the model does not also call cold, and
-      // a random config when the pool has none left.
+      // The replacement is the best unused pool entry the model does not also call cold. With
+      // none left the proposal is skipped, not replaced by a random config (which would be
+      // cold as often).
       const ScoredConfig* replacement = nullptr;
       while (spare < pool.size() && !replacement) {
         if (!used[spare] && !taken.count(pool[spare].config) &&
@@ -93,21 +103,27 @@ std::vector<Config> TaskTuner::search(int count) {
           replacement = &pool[spare];
         ++spare;
       }
-      if (replacement) {
-        used[static_cast<size_t>(replacement - pool.data())] = true;
-        pick = replacement;
-      } else {
-        auto fresh = random_unvisited(1, taken);
-        if (!fresh.empty()) {
-          out.push_back(std::move(fresh[0]));
-          continue;
-        }
+      if (!replacement) {
+        skipped.push_back(pick->config);
+        continue;
       }
+      used[static_cast<size_t>(replacement - pool.data())] = true;
+      pick = replacement;
     }
     if (taken.insert(pick->config).second) out.push_back(pick->config);
   }
-  if (static_cast<int>(out.size()) < count) {
-    auto more = random_unvisited(count - static_cast<int>(out.size()), taken);
+  // Everything filtered: the model's own picks are still the best guess there is (whether the
+  // task is finished instead was decided above).
+  if (out.empty()) {
+    for (const Config& c : skipped)
+      if (taken.insert(c).second) out.push_back(c);
+    skipped.clear();
+  }
+  // A pool short of proposals (a nearly used-up space) is topped up with random configs;
+  // skipped proposals are not.
+  const int wanted = count - static_cast<int>(skipped.size());
+  if (static_cast<int>(out.size()) < wanted) {
+    auto more = random_unvisited(wanted - static_cast<int>(out.size()), taken);
     for (auto& c : more) out.push_back(std::move(c));
   }
   return out;

@@ -141,7 +141,7 @@ TEST(ColdCandidateFilter, FlagsPredictedSlowAndFailedNeighbourhoods) {
   EXPECT_TRUE(f.is_cold({0.95f, 0.95f}, 0.9));
 }
 
-TEST(ColdCandidateFilter, FilteringProbabilityDecaysWithModelUpdates) {
+TEST(ColdCandidateFilter, FilteringProbabilityDecaysWithBatches) {
   ColdFilterOptions o;
   o.decay = 0.5;
   const ColdCandidateFilter f(o);
@@ -154,6 +154,38 @@ TEST(ColdCandidateFilter, FilteringProbabilityDecaysWithModelUpdates) {
   EXPECT_NEAR(replaced / 8000.0, 0.125, 0.02);
   o.enabled = false;
   EXPECT_EQ(ColdCandidateFilter(o).probability(0), 0.0);
+}
+
+// A proposal the filter calls cold is replaced by a non-cold pool entry or skipped, never by a
+// random config; AutoTVM's random share is filtered like any proposal. With every proposal
+// cold and every slot drawing a random config, the batches are the model's own picks.
+TEST(TaskTuner, FilteredProposalsGiveWayToTheModelsPicksNeverToRandomConfigs) {
+  const Task task = testing::bowl_task("skip", 1e9, 1, 3);
+  const auto mean_predicted_score = [&](bool filter) {
+    SearchOptions o;
+    o.random_fraction = 1.0;
+    o.cold_filter.enabled = filter;
+    o.cold_filter.cold_factor = 1e-9;  // every proposal is cold...
+    o.cold_filter.decay = 1.0;         // ...and always filtered
+    TaskTuner tuner(task, o, 3);
+    double score = 0;
+    int scored = 0;
+    for (int b = 0; b < 6; ++b) {
+      const auto batch = tuner.propose(8);
+      EXPECT_EQ(batch.size(), 8u) << "a filtered batch still measures something";
+      if (tuner.cost_model().trained()) {
+        for (const Config& c : batch) {
+          score += tuner.cost_model().predict({task.space.features(c)})[0];
+          ++scored;
+        }
+      }
+      tuner.record(batch,
+                   task.measurer->measure(batch, AdaptiveEvaluator({}, tuner.best_seconds())));
+    }
+    EXPECT_GT(scored, 0);
+    return score / scored;
+  };
+  EXPECT_GT(mean_predicted_score(true), mean_predicted_score(false) + 0.1);
 }
 
 TEST(TaskTuner, ColdFilterReplacesProposalsAndStatsAddUp) {
