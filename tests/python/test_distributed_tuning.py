@@ -79,7 +79,8 @@ def test_without_ray_workers_name_the_extra(monkeypatch, capsys):
 
 
 def test_two_workers_reach_the_one_worker_latency_for_the_same_trial_budget(ray_address):
-    budget = dict(trials_per_task=300, early_stop_trials=100, **SMALL)
+    # A budget the early stops end first (about 900 trials of 1500).
+    budget = dict(trials_per_task=500, early_stop_trials=100, **SMALL)
     with distributed.WorkerGroup(1, cores_per_worker=SHARE) as one:
         alone = tuning.simulate(seed=2, pool=_pool(one, 2, 3), **budget)
     with distributed.WorkerGroup(2, cores_per_worker=SHARE) as two:
