@@ -64,7 +64,6 @@ void XGBoostCostModel::fit(const std::vector<std::vector<float>>& features,
   for (int i = 0; i < options_.rounds; ++i)
     check(XGBoosterUpdateOneIter(booster.get(), i, train.get()), "XGBoosterUpdateOneIter");
   booster_ = std::move(booster);
-  ++updates_;
 }
 
 std::vector<float> XGBoostCostModel::predict(

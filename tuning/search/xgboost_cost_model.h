@@ -21,7 +21,6 @@ class XGBoostCostModel {
   void fit(const std::vector<std::vector<float>>& features, const std::vector<float>& targets);
   std::vector<float> predict(const std::vector<std::vector<float>>& features) const;
   bool trained() const { return booster_ != nullptr; }
-  int updates() const { return updates_; }
 
  private:
   struct BoosterDeleter {
@@ -30,7 +29,6 @@ class XGBoostCostModel {
   CostModelOptions options_;
   uint64_t seed_;
   std::unique_ptr<void, BoosterDeleter> booster_;
-  int updates_ = 0;
 };
 
 }  // namespace nimble::tuning
