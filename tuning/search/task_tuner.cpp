@@ -82,7 +82,7 @@ std::vector<Config> TaskTuner::search(int count) {
     const ScoredConfig* pick = &pool[i];
     if (uniform(rng_) < options_.random_fraction) {
       // AutoTVM's random share explores, but the filter judges it like any proposal (Trimmer
-      // filters every candidate): a random config of a tuned space is cold nine times in ten.
+      // filters every candidate): on real kernels 70-80% of random configs were cold.
       auto fresh = random_unvisited(1, taken);
       if (!fresh.empty() &&
           !filtered_out(fresh[0], model_.predict({task_.space.features(fresh[0])})[0])) {
