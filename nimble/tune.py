@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 
 from .errors import NotPreparedError
 
@@ -77,6 +78,25 @@ class TuningProgress:
             bar.close()
 
 
+def busy_warning(load: float | None = None, cores: int | None = None) -> str | None:
+    """What to tell a user who tunes on a busy machine, or None when it is idle enough.
+
+    Candidates are timed on this machine; with more runnable work than cores, other programs
+    take the cores in the middle of a timing, and the times (hence the winners and the
+    cold-candidate judgements) follow the load instead of the kernels."""
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # no load average on this platform
+            return None
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if not cores or load <= cores:
+        return None
+    return (f"the load average is {load:.1f} on {cores} cores: other work will disturb the "
+            f"timings; tune on an idle machine for trustworthy results")
+
+
 def tune(
     fast,
     budget_seconds: float = 600.0,
@@ -116,10 +136,14 @@ def tune(
     if not (budget_seconds > 0 or budget_trials > 0):
         raise ValueError("give a positive budget_seconds or budget_trials")
     replay = _inference_replay(fast)
-    if not kernels.tasks(replay):
+    tasks = kernels.tasks(replay)
+    if not tasks:
         raise ValueError("the model has no op a kernel family can replace (2-D float "
                          "convolutions, linear layers with a bias)")
     group = _workers(replay, workers, ray_address, model, options)
+    busy = None if group else busy_warning()
+    if busy:
+        warnings.warn(busy, RuntimeWarning, stacklevel=2)
     shown = TuningProgress(budget_seconds, budget_trials) if progress else None
     try:
         return kernels.tune(
@@ -128,7 +152,7 @@ def tune(
             early_stop_trials=early_stop_trials, survey_stop=survey_stop, database=database,
             resume=resume, seed=seed, progress=shown.slot if shown else None,
             on_baseline=shown.baseline if shown else None,
-            pool=group.pool(model["name"], model, [t["signature"] for t in kernels.tasks(replay)])
+            pool=group.pool(model["name"], model, [t["signature"] for t in tasks])
             if group else None, **options,
         )
     finally:

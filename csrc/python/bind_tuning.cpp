@@ -53,6 +53,7 @@ RepeatSettings repeat_settings_from_python(const py::dict& d) {
   r.evaluator.max_repeats = d["max_repeats"].cast<int>();
   r.evaluator.target_relative_error = d["target_relative_error"].cast<double>();
   r.evaluator.slower_than_best_factor = d["slower_than_best_factor"].cast<double>();
+  r.evaluator.one_sample_cut_factor = d["one_sample_cut_factor"].cast<double>();
   r.evaluator.confidence_z = d["confidence_z"].cast<double>();
   return r;
 }
@@ -68,6 +69,7 @@ py::dict repeat_settings_to_python(const RepeatSettings& r) {
   d["max_repeats"] = r.evaluator.max_repeats;
   d["target_relative_error"] = r.evaluator.target_relative_error;
   d["slower_than_best_factor"] = r.evaluator.slower_than_best_factor;
+  d["one_sample_cut_factor"] = r.evaluator.one_sample_cut_factor;
   d["confidence_z"] = r.evaluator.confidence_z;
   return d;
 }

@@ -6,6 +6,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -211,6 +212,24 @@ def test_a_second_run_resumes_and_never_measures_a_config_twice(tmp_path):
     total, distinct = con.execute(
         "SELECT COUNT(*), COUNT(DISTINCT signature || config) FROM measurements").fetchone()
     assert total >= 50 and total == distinct
+
+
+def test_tuning_on_a_busy_machine_warns_that_timings_will_be_disturbed(tmp_path, monkeypatch):
+    from nimble.tune import busy_warning
+
+    assert busy_warning(load=1.9, cores=2) is None
+    assert busy_warning(load=4.5, cores=2) == (
+        "the load average is 4.5 on 2 cores: other work will disturb the timings; tune on an "
+        "idle machine for trustworthy results")
+    fast = prepared(SmallNet(), torch.randn(1, 3, 12, 12))
+    for load, warned in ((1e6, True), (0.0, False)):
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            nimble.tune(fast, budget_seconds=1e9, budget_trials=4, database=str(tmp_path / "t.db"),
+                        slot_seconds=0.2, **FAST)
+        busy = [w for w in caught if "load average" in str(w.message)]
+        assert len(busy) == warned and all(w.category is RuntimeWarning for w in busy)
 
 
 def test_wrong_use_gets_clear_errors(tmp_path):

@@ -10,9 +10,9 @@ RepeatDecision AdaptiveEvaluator::after_repeat(const std::vector<double>& second
   for (const double s : seconds) mean += s;
   mean /= n;
   if (std::isfinite(best_seconds_) && best_seconds_ > 0) {
-    // A single sample far beyond the best cannot become competitive through noise: measurement
-    // noise of kernels is a few percent, not tens of percent.
-    if (n == 1 && seconds[0] > 2 * options_.slower_than_best_factor * best_seconds_)
+    // A single sample at the cold line is not worth a second one: even if noise inflated it,
+    // the candidate is far from competitive.
+    if (n == 1 && seconds[0] > options_.one_sample_cut_factor * best_seconds_)
       return RepeatDecision::kCutShort;
   }
   if (static_cast<int>(n) < options_.min_repeats) return RepeatDecision::kContinue;

@@ -43,7 +43,7 @@ struct ComparisonRow {
   double median_time_to_99 = 0;
   double median_final_ms = 0;
   double median_speedup_vs_sequential = 0;  // sequential's time to 99% / this one's, per seed
-  double median_overhead_share = 0;         // scheduler wall time / (slots x slot length)
+  double median_overhead_share = 0;         // scheduler wall time / tuning time
   double median_scheduler_ms_per_slot = 0;
   double median_cold_time_share = 0;
 };

@@ -61,6 +61,9 @@ TEST(AdaptiveEvaluator, CutsClearlySlowerCandidatesShort) {
   EXPECT_EQ(consume(e, {10.0, 10.0}).second, RepeatDecision::kCutShort);
   EXPECT_EQ(consume(e, {10.0}).first, 1u);  // one sample far beyond the best is enough
   EXPECT_EQ(consume(e, {2.0, 2.0}).second, RepeatDecision::kCutShort);
+  // A first sample past the cold line (twice the best) is enough; one just short of it is not.
+  EXPECT_EQ(consume(e, {2.5, 2.5}).first, 1u);
+  EXPECT_EQ(consume(e, {1.9, 1.9}).first, 2u);
   // Within the factor of the best: measured properly.
   EXPECT_EQ(consume(e, {1.2, 1.2}).second, RepeatDecision::kEnough);
 }
