@@ -4,7 +4,8 @@
 // would bring,
 //   u_k = w_k * (latency_k now - latency_k predicted) / L_0 + sqrt(C * ln t / c_k),
 // where the prediction is the current best GFLOPS plus the expected improvement of the task's
-// Bayesian belief model (belief_model.h). Tasks never tuned come first (u = gamma = infinity).
+// Bayesian belief model (belief_model.h). Tasks never tuned come first (u = gamma = infinity),
+// the one with the most latency at stake (occurrences x current latency) first among them.
 // The reduction is a share of the model's initial latency L_0 (the paper's is in ms), so that
 // C means the same for a 5 ms model as for a 50 ms one: in ms, a constant set on simulated
 // models of tens of ms explored so much on resnet18's 10 ms that DynaTune was round-robin.

@@ -199,13 +199,33 @@ TEST(DynaTuneScheduler, TriesEveryTaskOnceThenPrefersThePredictedReduction) {
     }
     state.tasks[i].best_seconds = state.tasks[i].flops / (state.gflops[i].back() * 1e9);
   }
-  EXPECT_EQ(run(s, state, 3), (std::vector<size_t>{0, 1, 2}));
+  // The warm-up: tasks 0 and 2 (slower now, so more at stake) before task 1.
+  EXPECT_EQ(run(s, state, 3), (std::vector<size_t>{0, 2, 1}));
   EXPECT_GT(s.predicted_reduction_ms(state.view(), 1),
             2 * s.predicted_reduction_ms(state.view(), 0));
   EXPECT_EQ(s.choose(state.view()), 1u);
   // Weight multiplies the reduction: a saturated task that occurs often can still win.
   state.tasks[0].weight = 1e6;
   EXPECT_EQ(s.choose(state.view()), 0u);
+}
+
+TEST(DynaTuneScheduler, WarmsUpTheTasksWithTheMostLatencyAtStakeFirst) {
+  State state(4);
+  state.tasks[0].best_seconds = 1e-3;  // stakes: 1, 6, 2, 6 (x 1e-3)
+  state.tasks[1].best_seconds = 2e-3;
+  state.tasks[1].weight = 3;
+  state.tasks[2].best_seconds = 2e-3;
+  state.tasks[3].best_seconds = 6e-3;
+  DynaTuneOptions o;
+  o.belief.mcmc.steps = 50;
+  o.belief.mcmc.samples = 20;
+  DynaTuneScheduler s(o, 0);
+  EXPECT_EQ(run(s, state, 4), (std::vector<size_t>{1, 3, 2, 0}));
+  // A finished task is skipped, whatever its stake.
+  State again(2);
+  again.tasks[1].best_seconds = 5e-3;
+  again.tasks[1].finished = true;
+  EXPECT_EQ(s.choose(again.view()), 0u);
 }
 
 TEST(DynaTuneScheduler, ExplorationBonusShrinksWithSlotsGiven) {
