@@ -57,13 +57,19 @@ def test_ctrl_c_during_replays_leaves_the_replay_usable(streams):
     fast = nimble.Nimble(model).prepare(torch.randn(64, 256), streams=streams)
     x = torch.randn(64, 256)
     # SIGINT while replays run back to back: Python raises KeyboardInterrupt as soon as
-    # the replay (C++) hands control back, so no replay is cut in half.
-    timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        for _ in range(100000):
-            fast(x)
-    timer.join()
+    # the replay (C++) hands control back, so no replay is cut in half. Python's own handler
+    # is installed for the test: a runner started in the background (nohup, `&` without job
+    # control) inherits SIGINT ignored, and then Python never installs it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            for _ in range(100000):
+                fast(x)
+        timer.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     with torch.no_grad():
         expected = model(x)
     exact = {"rtol": 0, "atol": 0} if streams == 1 else {}
