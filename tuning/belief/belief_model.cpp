@@ -65,7 +65,7 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
   std::vector<double> log_xs(xs.size());
   for (size_t i = 0; i < xs.size(); ++i) log_xs[i] = std::log(xs[i]);
   // Maximum likelihood under the prior's ceiling (the device peak) starts the sampler.
-  const CurveFit fit = fit_log_power(xs, ys, 1.0);
+  const CurveFit fit = fit_log_power_at_log(log_xs, ys, 1.0);
   const double log_x_next = std::log(static_cast<double>(n + std::max(1, horizon)));
   const double last = history.back();
   // The noise level is what the best fit leaves; a floor keeps a perfect fit from collapsing
@@ -80,7 +80,7 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
     // ...whose prediction is not worse than the best already measured.
     if (log_power_at_log(p, log_x_next) < last) return -std::numeric_limits<double>::infinity();
     double ss = 0;
-    for (size_t i = 0; i < xs.size(); ++i) {
+    for (size_t i = 0; i < log_xs.size(); ++i) {
       const double r = log_power_at_log(p, log_xs[i]) - ys[i];
       ss += r * r;
     }

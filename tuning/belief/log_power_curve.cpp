@@ -88,13 +88,18 @@ double log_power(const LogPowerParams& p, double x) {
 
 CurveFit fit_log_power(const std::vector<double>& xs, const std::vector<double>& ys,
                        double max_ceiling) {
-  if (xs.size() < 3 || xs.size() != ys.size())
-    throw std::invalid_argument("a log-power fit needs at least three points");
-  const Coordinates coords{max_ceiling};
   std::vector<double> log_xs(xs.size());
   for (size_t i = 0; i < xs.size(); ++i) log_xs[i] = std::log(xs[i]);
+  return fit_log_power_at_log(log_xs, ys, max_ceiling);
+}
+
+CurveFit fit_log_power_at_log(const std::vector<double>& log_xs, const std::vector<double>& ys,
+                              double max_ceiling) {
+  if (log_xs.size() < 3 || log_xs.size() != ys.size())
+    throw std::invalid_argument("a log-power fit needs at least three points");
+  const Coordinates coords{max_ceiling};
   const double y_max = *std::max_element(ys.begin(), ys.end());
-  const double x_mid = std::log(std::max(1.0, xs[xs.size() / 2]));
+  const double x_mid = std::max(0.0, log_xs[log_xs.size() / 2]);
   // Curves differ mostly in how far they are from saturation; start from a few ceilings.
   CurveFit best{{}, std::numeric_limits<double>::infinity()};
   for (const double ceiling : {1.05, 1.5, 3.0}) {
@@ -107,7 +112,7 @@ CurveFit fit_log_power(const std::vector<double>& xs, const std::vector<double>&
       }
     }
   }
-  best.rmse = std::sqrt(best.rmse / static_cast<double>(xs.size()));
+  best.rmse = std::sqrt(best.rmse / static_cast<double>(log_xs.size()));
   return best;
 }
 

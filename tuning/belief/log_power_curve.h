@@ -32,5 +32,8 @@ struct CurveFit {
 // than parameters.
 CurveFit fit_log_power(const std::vector<double>& xs, const std::vector<double>& ys,
                        double max_ceiling = std::numeric_limits<double>::infinity());
+// The same fit given ln x, for a caller that has the logs already (the belief model's sampler).
+CurveFit fit_log_power_at_log(const std::vector<double>& log_xs, const std::vector<double>& ys,
+                              double max_ceiling = std::numeric_limits<double>::infinity());
 
 }  // namespace nimble::tuning

@@ -26,10 +26,11 @@ double DynaTuneScheduler::upper_confidence_bound(const SchedulerView& view, size
 std::optional<size_t> DynaTuneScheduler::choose(const SchedulerView& view) {
   std::optional<size_t> pick;
   double best = -std::numeric_limits<double>::infinity();
+  const std::vector<size_t> live = live_tasks(view);
   // The warm-up round: every untuned task's bound is infinite, and the paper leaves their order
   // open. Index order put a model's heaviest task wherever the program has it; taking the most
   // latency at stake first makes the model's latency fall fastest while the round lasts.
-  for (const size_t i : live_tasks(view)) {
+  for (const size_t i : live) {
     const TaskProgress& t = view.tasks[i];
     if (t.slots == 0 && t.weight * t.best_seconds > best) {
       best = t.weight * t.best_seconds;
@@ -37,7 +38,7 @@ std::optional<size_t> DynaTuneScheduler::choose(const SchedulerView& view) {
     }
   }
   if (pick) return pick;
-  for (const size_t i : live_tasks(view)) {
+  for (const size_t i : live) {
     const double u = upper_confidence_bound(view, i);
     if (u > best) {
       best = u;
