@@ -57,4 +57,8 @@ void DynaTuneScheduler::observe(size_t task, const SchedulerView& view) {
       normalized, static_cast<int>(std::max<long>(t.last_slot_trials, 1)), options_.belief, rng_);
 }
 
+bool DynaTuneScheduler::slot_ends_when_flat(size_t task, const SchedulerView& view) const {
+  return options_.warm_up_ends_when_flat && view.tasks[task].slots == 0;
+}
+
 }  // namespace nimble::tuning

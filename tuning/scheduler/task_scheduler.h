@@ -39,6 +39,11 @@ class TaskScheduler {
   virtual std::optional<size_t> choose(const SchedulerView& view) = 0;
   // After the chosen task's slot; schedulers with beliefs update them here.
   virtual void observe(size_t /*task*/, const SchedulerView& /*view*/) {}
+  // Whether the slot about to open for `task` also ends at its first measured batch that does
+  // not improve the task's best, before its full length.
+  virtual bool slot_ends_when_flat(size_t /*task*/, const SchedulerView& /*view*/) const {
+    return false;
+  }
 };
 
 // Live tasks in index order, the candidate set of every scheduler.

@@ -32,8 +32,9 @@ struct Slot {
   long id = 0;
   int in_flight = 0;
   long trials = 0;
-  double used = 0;       // measurement time of its batches that came back
-  bool no_more = false;  // its task had nothing left to propose
+  double used = 0;              // measurement time of its batches that came back
+  bool no_more = false;         // its task had nothing left to propose, or its search went flat
+  bool ends_when_flat = false;  // at its first batch that does not improve the task's best
 };
 struct InFlight {
   size_t task = 0;
@@ -170,7 +171,10 @@ class TuningRun {
       }
       for (Slot& s : open_slots_)
         if (!slot && s.task == *task && wants_more(s)) slot = &s;
-      if (!slot) slot = &open_slots_.emplace_back(Slot{*task, next_slot_id_++});
+      if (!slot) {
+        slot = &open_slots_.emplace_back(Slot{*task, next_slot_id_++});
+        slot->ends_when_flat = scheduler.slot_ends_when_flat(*task, refreshed_view());
+      }
     }
     const size_t k = slot->task;
     const double before = now_;
@@ -216,14 +220,19 @@ class TuningRun {
     --task_in_flight_[k];
     const std::vector<MeasureResult> results = account(std::move(done), batch.configs.size());
     tuners_[k]->settle(batch.configs);
+    const bool had_best = tuners_[k]->has_best();
+    const double best_before = had_best ? tuners_[k]->best_seconds() : 0;
     for (const MeasureCallback& callback : callbacks)
       callback({tasks_[k], *tuners_[k], batch.configs, results});
+    const bool improved =
+        tuners_[k]->has_best() && (!had_best || tuners_[k]->best_seconds() < best_before);
     report_.trials += n;
     report_.curve.push_back({now_, report_.trials, model_seconds()});
     if (is_done(k)) finished_[k] = true;
     for (Slot& slot : open_slots_) {
       if (slot.id != batch.slot) continue;
       --slot.in_flight;
+      if (slot.ends_when_flat && !improved) slot.no_more = true;
       slot.trials += n;
       for (const MeasureResult& r : results) slot.used += r.cost_seconds;
     }

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "test_tasks.h"
+#include "tuning/scheduler/dynatune_scheduler.h"
 #include "tuning/scheduler/scheduler_factory.h"
 #include "tuning/simulator/simulation.h"
 
@@ -289,6 +290,33 @@ TEST(ModelTuner, SurveyStopEndsTheRunAtTheGoal) {
   EXPECT_EQ(r.stop_reason, "goal");
   EXPECT_EQ(r.epochs.size(), 1u);
   EXPECT_EQ(r.slots, 3);
+}
+
+// Every config of these tasks times the same, so a search's second batch never improves on
+// its first. A candidate costs about 1.1 s of tuning time, a batch of 8 about 9 s: a whole
+// 40 s slot takes four or more batches.
+TEST(ModelTuner, AWarmUpSlotEndsAtItsFirstBatchWithoutImprovement) {
+  const auto first_slot_trials = [](bool ends_when_flat) {
+    std::vector<Task> tasks = testing::three_tasks();
+    for (Task& t : tasks)
+      t.measurer = std::make_shared<testing::FormulaMeasurer>([](const Config&) { return 1e-3; },
+                                                              nullptr, 0.0, 1);
+    TunerOptions o = testing::small_options(0);
+    o.slot_seconds = 40;
+    o.budget_seconds = 200;
+    DynaTuneOptions d;
+    d.warm_up_ends_when_flat = ends_when_flat;
+    d.belief.mcmc.steps = 50;
+    d.belief.mcmc.samples = 20;
+    DynaTuneScheduler s(d, 0);
+    std::vector<long> trials;  // each task's trials after its first slot, in warm-up order
+    ModelTuner(tasks, o).run(s, [&](const ProgressEvent& e) {
+      if (trials.size() < 3) trials.push_back(e.task_trials);
+    });
+    return trials;
+  };
+  EXPECT_EQ(first_slot_trials(true), (std::vector<long>{16, 16, 16}));
+  for (const long t : first_slot_trials(false)) EXPECT_GE(t, 32);
 }
 
 TEST(Simulation, EverySchedulerImprovesTheSimulatedModel) {

@@ -228,6 +228,19 @@ TEST(DynaTuneScheduler, WarmsUpTheTasksWithTheMostLatencyAtStakeFirst) {
   EXPECT_EQ(s.choose(again.view()), 0u);
 }
 
+TEST(DynaTuneScheduler, OnlyWarmUpSlotsEndWhenTheirSearchGoesFlat) {
+  State state(2);
+  state.tasks[1].slots = 1;
+  DynaTuneScheduler s(DynaTuneOptions{}, 0);
+  EXPECT_TRUE(s.slot_ends_when_flat(0, state.view()));  // never tuned: a warm-up slot
+  EXPECT_FALSE(s.slot_ends_when_flat(1, state.view()));
+  DynaTuneOptions whole;
+  whole.warm_up_ends_when_flat = false;
+  EXPECT_FALSE(DynaTuneScheduler(whole, 0).slot_ends_when_flat(0, state.view()));
+  // The other schedulers' slots always last their length.
+  EXPECT_FALSE(make_scheduler("gradient", {})->slot_ends_when_flat(0, state.view()));
+}
+
 TEST(DynaTuneScheduler, ExplorationBonusShrinksWithSlotsGiven) {
   State state(2);
   DynaTuneOptions o;
