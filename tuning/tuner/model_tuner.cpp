@@ -220,12 +220,10 @@ class TuningRun {
     --task_in_flight_[k];
     const std::vector<MeasureResult> results = account(std::move(done), batch.configs.size());
     tuners_[k]->settle(batch.configs);
-    const bool had_best = tuners_[k]->has_best();
-    const double best_before = had_best ? tuners_[k]->best_seconds() : 0;
+    const double best_before = tuners_[k]->best_seconds();  // infinite until a config succeeds
     for (const MeasureCallback& callback : callbacks)
       callback({tasks_[k], *tuners_[k], batch.configs, results});
-    const bool improved =
-        tuners_[k]->has_best() && (!had_best || tuners_[k]->best_seconds() < best_before);
+    const bool improved = tuners_[k]->best_seconds() < best_before;
     report_.trials += n;
     report_.curve.push_back({now_, report_.trials, model_seconds()});
     if (is_done(k)) finished_[k] = true;
