@@ -35,20 +35,14 @@ void FoldedBatchNorm::compute() {
   at::Tensor bias = shifted * scale;
   if (beta_.defined()) bias = bias + beta_;
   folded_bias_.copy_(bias);
-  versions_.clear();
-  for (const at::Tensor& t : sources()) versions_.push_back(t.defined() ? t._version() : -1);
+  versions_ = versions_of(sources());
 }
 
 void FoldedBatchNorm::refresh_if_stale() {
-  const std::vector<at::Tensor> now = sources();
-  for (size_t i = 0; i < now.size(); ++i) {
-    if (now[i].defined() && now[i]._version() != versions_[i]) {
-      // The replay runs below autograd; the refresh is ordinary tensor math.
-      at::AutoDispatchBelowADInplaceOrView below;
-      compute();
-      return;
-    }
-  }
+  if (versions_of(sources()) == versions_) return;
+  // The replay runs below autograd; the refresh is ordinary tensor math.
+  at::AutoDispatchBelowADInplaceOrView below;
+  compute();
 }
 
 }  // namespace nimble

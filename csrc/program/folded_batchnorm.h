@@ -2,11 +2,13 @@
 // Convolution weights with an eval-mode batch norm folded in (passes/batchnorm_folding.h
 // makes them): W' = W * g / sqrt(v + eps), b' = (b - m) * g / sqrt(v + eps) + beta. They are
 // derived state of the program: a replay refreshes them whenever a source parameter or
-// buffer changed since (its version counter moved), so fine-tuning or load_state_dict
+// buffer changed since (its version counter moved, or its storage was swapped), so fine-tuning or load_state_dict
 // between calls is never replayed stale.
 #include <ATen/core/Tensor.h>
 
 #include <vector>
+
+#include "csrc/program/source_version.h"
 
 namespace nimble {
 
@@ -26,7 +28,7 @@ class FoldedBatchNorm {
   at::Tensor weight_, bias_, gamma_, beta_, mean_, var_;  // bias/gamma/beta may be undefined
   double eps_;
   at::Tensor folded_weight_, folded_bias_;
-  std::vector<int64_t> versions_;
+  std::vector<SourceVersion> versions_;
 };
 
 }  // namespace nimble

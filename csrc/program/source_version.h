@@ -1,0 +1,47 @@
+#pragma once
+// What a value derived from a parameter (a folded batch norm, a prepacked weight) was
+// computed from: the source's version counter and the storage its data lives in. An
+// in-place write moves the counter; `.data = ...`, `set_` or a memory-format conversion
+// keep the tensor object but swap its storage, which the counter alone may not show. The
+// storage is held, so that no other storage can take its address meanwhile.
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace nimble {
+
+class SourceVersion {
+ public:
+  SourceVersion() = default;  // no source (an undefined optional tensor)
+  static SourceVersion of(const at::Tensor& t) {
+    SourceVersion v;
+    if (!t.defined()) return v;
+    // Inference tensors keep no version counter; their data cannot change under a replay.
+    v.version_ = t.is_inference() ? 0 : t._version();
+    if (t.has_storage()) {
+      v.storage_ = t.storage();
+      v.data_ = v.storage_.data();
+    }
+    return v;
+  }
+  bool operator==(const SourceVersion& other) const {
+    return version_ == other.version_ && data_ == other.data_ &&
+           storage_.unsafeGetStorageImpl() == other.storage_.unsafeGetStorageImpl();
+  }
+  bool operator!=(const SourceVersion& other) const { return !(*this == other); }
+
+ private:
+  int64_t version_ = -1;
+  c10::Storage storage_;
+  const void* data_ = nullptr;  // a resize may move the data of the same storage
+};
+
+// The versions of `sources`, in order.
+inline std::vector<SourceVersion> versions_of(const std::vector<at::Tensor>& sources) {
+  std::vector<SourceVersion> out;
+  out.reserve(sources.size());
+  for (const at::Tensor& t : sources) out.push_back(SourceVersion::of(t));
+  return out;
+}
+
+}  // namespace nimble
