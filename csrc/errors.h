@@ -29,4 +29,13 @@ class BadInput : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// The model was changed after prepare in a way the program cannot follow (a parameter
+// replaced or converted to another layout, a submodule or hook added or removed): the
+// replay would compute what the old model did. Python: nimble.StaleModelError, which
+// `Nimble` turns into a re-prepare unless prepare(..., on_change="error").
+class StaleModel : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
 }  // namespace nimble

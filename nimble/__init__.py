@@ -1,10 +1,28 @@
 """nimble: capture a static PyTorch model's kernel launches once, replay them fast."""
 
-from .errors import BadInputError, NimbleError, NotPreparedError, NotStaticError, UnsupportedOpError
+from .errors import (
+    BadInputError,
+    NimbleError,
+    NotPreparedError,
+    NotStaticError,
+    SideEffectError,
+    StaleModelError,
+    UnsupportedOpError,
+)
 from .tune import tune
 from .wrapper import Nimble
 from .compile_backend import register as _register_compile_backend
 
 _register_compile_backend()  # torch.compile(model, backend="nimble")
 
-__all__ = ["BadInputError", "Nimble", "NimbleError", "NotPreparedError", "NotStaticError", "UnsupportedOpError", "tune"]
+__all__ = [
+    "BadInputError",
+    "Nimble",
+    "NimbleError",
+    "NotPreparedError",
+    "NotStaticError",
+    "SideEffectError",
+    "StaleModelError",
+    "UnsupportedOpError",
+    "tune",
+]

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .errors import NotStaticError, UnsupportedOpError
+from .model_watch import PythonSideEffects
 
 aten = torch.ops.aten
 
@@ -68,6 +70,28 @@ def user_source_line() -> str:
         if path.startswith(_TORCH_DIR) or path.startswith(_NIMBLE_DIR):
             continue
         return f"{frame.filename}:{frame.lineno}: {(frame.line or '').strip()}"
+    return "<unknown source line>"
+
+
+_SOURCE_FILES: dict[str, bool] = {}
+
+
+def _is_users(filename: str) -> bool:
+    user = _SOURCE_FILES.get(filename)
+    if user is None:
+        path = os.path.abspath(filename)
+        user = not (path.startswith(_TORCH_DIR) or path.startswith(_NIMBLE_DIR))
+        _SOURCE_FILES[filename] = user
+    return user
+
+
+def _user_location() -> str:
+    """`user_source_line` without reading the source: cheap enough for every recorded op."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if _is_users(frame.f_code.co_filename):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
     return "<unknown source line>"
 
 
@@ -136,13 +160,21 @@ class HostReadGuard(TorchFunctionMode):
 
 
 class Recorder(TorchDispatchMode):
-    """Runs every op normally and records it; refuses value-dependent ops."""
+    """Runs every op normally and records it; refuses value-dependent ops. Besides the trace
+    it keeps each op's signature (`signature`) and the user's source line that ran it, so
+    that two recorded runs can be compared op by op (`first_difference`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, persistent: dict[int, int] | None = None) -> None:
+        """`persistent`: tensors that are the same objects on every run (parameters and
+        buffers), by id, and their index."""
         super().__init__()
         self.trace = Trace()
+        self._persistent = persistent or {}
+        self.signatures: list[tuple] = []
+        self.locations: list[str] = []
         self._paused = False
         self._host_readable: set[int] = set()
+        self._produced: dict[int, tuple[int, int]] = {}  # tensor id -> (op, output)
 
     @contextlib.contextmanager
     def paused(self):
@@ -179,8 +211,48 @@ class Recorder(TorchDispatchMode):
                 f"{sorted(_REPLAYABLE_NAMESPACES)} run without Python in the replay."
             )
         out = func(*args, **kwargs)
+        self.signatures.append((str(func), self._signature((args, kwargs))))
+        self.locations.append(_user_location())
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        for k, t in enumerate(outs):
+            if isinstance(t, torch.Tensor):
+                self._produced[id(t)] = (len(self.trace.ops), k)
         self.trace.ops.append(RecordedOp(func, args, kwargs, out))
         return out
+
+    def _signature(self, value):
+        """An argument as two runs of a static model give it alike: a tensor by layout and by
+        where it comes from (an op of this run, a parameter or buffer, or elsewhere),
+        anything else by value."""
+        if isinstance(value, torch.Tensor):
+            origin = self._produced.get(id(value))
+            if origin is None:
+                origin = ("state", self._persistent.get(id(value)))
+            return ("tensor", tuple(value.shape), value.stride(), value.dtype, value.device, origin)
+        if isinstance(value, (list, tuple)):
+            return tuple(self._signature(v) for v in value)
+        if isinstance(value, dict):
+            return tuple((k, self._signature(v)) for k, v in value.items())
+        return repr(value)
+
+
+def first_difference(first: Recorder, second: Recorder) -> str | None:
+    """Where two recorded runs of the same call part ways, described; None if they agree."""
+    for i, (a, b) in enumerate(zip(first.signatures, second.signatures)):
+        if a != b:
+            what = a[0] if a[0] != b[0] else f"{a[0]} (with other arguments)"
+            return (
+                f"op #{i}: the first run called {what} at {first.locations[i]}, the next "
+                f"called {b[0]} at {second.locations[i]}"
+            )
+    if len(first.signatures) != len(second.signatures):
+        longer = first if len(first.signatures) > len(second.signatures) else second
+        i = min(len(first.signatures), len(second.signatures))
+        return (
+            f"one run called {len(first.signatures)} ops, the next {len(second.signatures)}; "
+            f"op #{i} is {longer.signatures[i][0]} at {longer.locations[i]}"
+        )
+    return None
 
 
 def unique(tensors) -> list[torch.Tensor]:
@@ -219,6 +291,7 @@ class ModelSnapshot:
         self._grads = [(p, p.grad) for p in module.parameters()]
         self._rng = torch.get_rng_state()
         self._optimizer = optimizer
+        self._adopted = set()
         self._state = {}
         if optimizer is not None:
             for p, entries in optimizer.state.items():
@@ -248,6 +321,21 @@ class ModelSnapshot:
             p.grad = grad
         torch.set_rng_state(self._rng)
 
+    def adopt_created_state(self) -> None:
+        """Optimizer state made since the snapshot (by a warm-up step) is put back to its
+        values of now by later restores, so that every recorded step starts alike; it still
+        counts as made since (`had_state`, `drop_created_state`)."""
+        if self._optimizer is None:
+            return
+        for p, entries in self._optimizer.state.items():
+            if p in self._state:
+                continue
+            self._adopted.add(p)
+            self._state[p] = {
+                k: (v, v.detach().clone() if isinstance(v, torch.Tensor) else v)
+                for k, v in entries.items()
+            }
+
     def drop_created_state(self) -> None:
         """Forgets optimizer state made since the snapshot (by a warm-up step): after a
         failed capture, the optimizer is as it was."""
@@ -257,7 +345,7 @@ class ModelSnapshot:
 
     def had_state(self, p: torch.Tensor) -> bool:
         """Whether the optimizer had state for `p` when the snapshot was taken."""
-        return bool(self._state.get(p))
+        return p not in self._adopted and bool(self._state.get(p))
 
     def __enter__(self) -> "ModelSnapshot":
         return self
@@ -266,29 +354,72 @@ class ModelSnapshot:
         self.restore()
 
 
-@contextlib.contextmanager
-def capturing(module: torch.nn.Module, snapshot: ModelSnapshot, warm_up: Callable[[], Any]):
+# Recorded runs compared before a trace is trusted: a model whose first runs differ (lazy
+# initialisation, a first-call branch) gets this many chances to settle.
+MAX_RECORDINGS = 3
+
+T = TypeVar("T")
+
+
+@dataclass
+class Capture:
+    """A trace proven by a second recorded run, what its recorded run returned, and the
+    Python side effects of the capture's runs."""
+
+    recorder: Recorder
+    result: Any
+    side_effects: PythonSideEffects
+
+
+def capture(
+    module: torch.nn.Module,
+    snapshot: ModelSnapshot,
+    warm_up: Callable[[], Any],
+    record: Callable[[Recorder], T],
+) -> Capture:
     """The one capture sequence: `warm_up` runs eagerly first, so that state a first run
-    makes lazily (cached buffers, optimizer state) exists before the recorded run; the
-    snapshot puts back what it changed; the body of the `with` then runs recorded, and
-    the snapshot puts the model back afterwards, whether it succeeded or not. Refuses a
-    module that replaced a parameter or buffer object on the way: the replay would update
-    the old one."""
+    makes lazily (cached buffers, optimizer state) exists; then `record` runs recorded, and
+    again, and the two traces are compared op by op. Runs that differ are recorded again,
+    up to MAX_RECORDINGS times, then refused naming the first op that differs. The snapshot
+    puts the model back after every run, whether it succeeded or not. Refuses a module that
+    replaced a parameter or buffer object on the way: the replay would update the old one.
+    `record` must keep nothing itself: the first recorded run's result is returned."""
     identities = [id(t) for t in module_state(module)]
+    persistent = {identity: i for i, identity in enumerate(identities)}
+    effects = PythonSideEffects(module)
+    difference = None
     try:
         warm_up()
         snapshot.restore()
-        recorder = Recorder()
-        with HostReadGuard(), recorder:
-            yield recorder
+        snapshot.adopt_created_state()
+        for _ in range(MAX_RECORDINGS):
+            runs = []
+            for _ in range(2):
+                recorder = Recorder(persistent)
+                with HostReadGuard(), recorder:
+                    result = record(recorder)
+                snapshot.restore()
+                runs.append((recorder, result))
+            difference = first_difference(runs[0][0], runs[1][0])
+            if difference is None:
+                break
+            del runs  # the traces of runs that did not settle
     finally:
         snapshot.restore()
+    if difference is not None:
+        raise NotStaticError(
+            f"the model is not static: {2 * MAX_RECORDINGS} recorded runs after a warm-up did "
+            f"not give the same trace twice in a row; {difference}. nimble replays one fixed "
+            f"trace: make the forward do the same ops on every call"
+        )
     if [id(t) for t in module_state(module)] != identities:
         raise UnsupportedOpError(
             "the module replaced a parameter or buffer object during forward (e.g. "
             "`self.buf = self.buf + 1`); nimble replays in-place updates only: write "
             "`self.buf.add_(1)` or `self.buf.copy_(...)` instead"
         )
+    recorder, result = runs[0]
+    return Capture(recorder, result, effects.after())
 
 
 def schema_arguments(func, args: tuple, kwargs: dict) -> list:

@@ -22,4 +22,16 @@ class BadInputError(NimbleError, ValueError):
 
 
 class NotPreparedError(NimbleError):
-    """The wrapper was called before `prepare`."""
+    """The wrapper was called before `prepare`, or its program no longer fits the model."""
+
+
+class StaleModelError(NotPreparedError):
+    """The model changed since prepare in a way the replay cannot follow (a parameter,
+    buffer or submodule replaced, added or removed, a layout or dtype converted, a hook
+    added or removed, train/eval switched). Raised before anything runs; `Nimble` prepares
+    again instead unless prepared with `on_change="error"`."""
+
+
+class SideEffectError(NotStaticError):
+    """`prepare(..., side_effects="error")`: the capture ran Python that a replay does not
+    repeat (hooks, attributes the forward changes)."""

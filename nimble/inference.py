@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .capture import ModelSnapshot, build_replay, capturing, module_state
+from .capture import ModelSnapshot, build_replay, capture, module_state
 from .structure import ExampleCall, OutputStructure
 
 
@@ -19,12 +19,13 @@ class InferenceReplay:
         def warm_up() -> None:
             module(*args, **kwargs)
 
-        with torch.no_grad(), capturing(module, self.snapshot(), warm_up) as recorder:
-            output = module(*args, **kwargs)
-        self.outputs, output_tensors = OutputStructure.split(output)
+        with torch.no_grad():
+            captured = capture(module, self.snapshot(), warm_up, lambda _: module(*args, **kwargs))
+        self.side_effects = captured.side_effects
+        self.outputs, output_tensors = OutputStructure.split(captured.result)
         self.replays = [
             build_replay(
-                recorder.trace.ops,
+                captured.recorder.trace.ops,
                 self.example_inputs,
                 module_state(module),
                 output_tensors,

@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from .errors import NotPreparedError, UnsupportedOpError
+from .errors import StaleModelError, UnsupportedOpError
 
 # Group entries that change which ops a step runs.
 _STRUCTURE = {
@@ -140,14 +140,14 @@ class OptimizerScalars:
         if now == self.structure:
             return
         if [s[0] for s in now] != [s[0] for s in self.structure]:
-            raise NotPreparedError(
-                "the optimizer's parameter groups changed since prepare (parameters added, "
-                "removed or replaced); call prepare() again"
+            raise StaleModelError(
+                "the optimizer changed since prepare: its parameter groups (parameters added, "
+                "removed or replaced)"
             )
-        raise NotPreparedError(
-            "an optimizer setting that decides which update runs changed since prepare "
+        raise StaleModelError(
+            "the optimizer changed since prepare: a setting that decides which update runs "
             f"(one of {_STRUCTURE[self.family] + _ZERO_MATTERS[self.family]}, e.g. a "
-            "weight decay or momentum set to or from zero); call prepare() again"
+            "weight decay or momentum set to or from zero)"
         )
 
     @contextlib.contextmanager

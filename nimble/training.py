@@ -18,13 +18,13 @@ import torch
 from .capture import (
     ModelSnapshot,
     build_replay,
-    capturing,
+    capture,
     module_state,
     produced_tensors,
     schema_arguments,
     unique,
 )
-from .errors import NotPreparedError, UnsupportedOpError
+from .errors import NotPreparedError, StaleModelError, UnsupportedOpError
 from .optimizer_scalars import OptimizerScalars, scalar_candidates
 from .structure import ExampleCall, OutputStructure, describe, describe_all
 
@@ -57,9 +57,9 @@ def _trainable_ids(module: torch.nn.Module) -> list[int]:
 
 def _check_parameters(module: torch.nn.Module, prepared: list[int]) -> None:
     if _trainable_ids(module) != prepared:
-        raise NotPreparedError(
-            "the module's parameters were replaced, added, removed or (un)frozen since "
-            "prepare; call prepare() again"
+        raise StaleModelError(
+            "the model changed since prepare: its trainable parameters were replaced, added, "
+            "removed or (un)frozen"
         )
 
 
@@ -157,10 +157,10 @@ class ForwardBackwardReplay:
         def warm_up() -> None:
             module(*static_args, **static_kwargs)
 
-        with torch.enable_grad(), capturing(module, ModelSnapshot(module), warm_up) as recorder:
+        def record(recorder):
             output = module(*static_args, **static_kwargs)
             num_forward = len(recorder.trace.ops)
-            self.outputs, outs = OutputStructure.split(output)
+            structure, outs = OutputStructure.split(output)
             differentiable = [i for i, t in enumerate(outs) if t.requires_grad]
             if not differentiable:
                 raise ValueError(
@@ -173,6 +173,13 @@ class ForwardBackwardReplay:
             grads = torch.autograd.grad(
                 [outs[i] for i in differentiable], wrt, gos, allow_unused=True
             )
+            return num_forward, structure, outs, differentiable, gos, grads
+
+        with torch.enable_grad():
+            captured = capture(module, ModelSnapshot(module), warm_up, record)
+        recorder = captured.recorder
+        num_forward, self.outputs, outs, differentiable, gos, grads = captured.result
+        self.side_effects = captured.side_effects
 
         ops = recorder.trace.ops
         forward_ops, backward_ops = ops[:num_forward], ops[num_forward:]
@@ -268,7 +275,8 @@ class WholeStepReplay:
         # A failure (out of memory, an op the builder refuses) leaves the optimizer without
         # the state the warm-up step made, as prepare found it.
         try:
-            with capturing(module, before, warm_up) as recorder:
+
+            def record(recorder):
                 step_tensors = [
                     v
                     for p in self.params
@@ -291,7 +299,13 @@ class WholeStepReplay:
                         candidates = scalar_candidates(
                             ops, num_model_ops, schema_arguments, produced_tensors(ops)
                         )
-                    self.scalars.find_places(candidates, expected)
+                return loss, grads, candidates, expected
+
+            captured = capture(module, before, warm_up, record)
+            ops = captured.recorder.trace.ops
+            loss, grads, candidates, expected = captured.result
+            self.scalars.find_places(candidates, expected)
+            self.side_effects = captured.side_effects
 
             self.optimizer_state = {p: dict(optimizer.state[p]) for p in self.params}
             state = unique(

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import copy
+import warnings
 from typing import Any
 
 import torch
 
-from .errors import NotPreparedError
+from . import model_watch
+from .errors import NotPreparedError, SideEffectError, StaleModelError
 from .inference import InferenceReplay
 from .streams import choose_streams
 from .structure import ExampleCall
 from .training import ForwardBackwardReplay, WholeStepReplay
+
+_ON_CHANGE = ("reprepare", "error")
+_SIDE_EFFECTS = ("warn", "error")
 
 
 class Nimble(torch.nn.Module):
@@ -25,6 +31,14 @@ class Nimble(torch.nn.Module):
     `prepare(..., copy_outputs=False)` also hands out, without a copy, outputs that live
     in memory the replay keeps (a view of a parameter or input; every output of a CUDA
     graph), which the next call may overwrite.
+
+    The model may change between calls. In-place writes (an optimizer step,
+    `load_state_dict`) and a parameter's storage swapped with its layout kept (`p.data = t`
+    of the same shape) are followed. Anything else the replay cannot follow (a parameter,
+    buffer or submodule replaced, added or removed, a layout or dtype converted, a hook
+    added or removed, train/eval switched) is found before the next call runs: by default
+    the model is prepared again, with a one-line warning naming the change;
+    `prepare(..., on_change="error")` raises `StaleModelError` instead.
     """
 
     def __init__(self, module: torch.nn.Module) -> None:
@@ -37,6 +51,10 @@ class Nimble(torch.nn.Module):
         self._replay = None  # the program's first replay (the one `fast(x)` runs)
         self._copy_outputs = True
         self._tuned_report = []  # what use_tuned bound, per tunable op
+        self._options = None  # prepare's keywords, for preparing again after a change
+        self._example = None  # prepare's example call (static copies)
+        self._tuned_args = None  # use_tuned's arguments, bound again after preparing again
+        self._model_watch = None  # checked before every call (nimble/model_watch.py)
 
     # -- prepare ---------------------------------------------------------------------
 
@@ -58,6 +76,8 @@ class Nimble(torch.nn.Module):
         optimizer: torch.optim.Optimizer | None = None,
         example_targets: Any = None,
         tuned: str | None = None,
+        on_change: str = "reprepare",
+        side_effects: str = "warn",
     ) -> "Nimble":
         """Capture one run of the module on `example_inputs` (a tensor or a tuple of
         positional arguments) and build the replay.
@@ -78,9 +98,22 @@ class Nimble(torch.nn.Module):
         backward, `optimizer.step()`) is one program run by `fast.step(x, targets)`.
 
         `tuned`: a tuning database (`nimble.tune`); binds its kernels as `use_tuned` does.
+
+        `on_change`: what a call does when the model changed since prepare in a way the
+        replay cannot follow: "reprepare" (prepare again on that call's inputs, with these
+        options and the same tuned kernels, warning once per change) or "error" (raise
+        `StaleModelError`, before anything runs).
+
+        `side_effects`: hooks that ran during the capture and attributes the forward
+        changed are not repeated by a replay: "warn" names them, "error" raises
+        `SideEffectError` and leaves the Nimble as it was.
         """
         if not (streams == "auto" or (isinstance(streams, int) and streams >= 1)):
             raise ValueError(f"streams must be 'auto' or a positive int, got {streams!r}")
+        if on_change not in _ON_CHANGE:
+            raise ValueError(f"on_change must be one of {_ON_CHANGE}, got {on_change!r}")
+        if side_effects not in _SIDE_EFFECTS:
+            raise ValueError(f"side_effects must be one of {_SIDE_EFFECTS}, got {side_effects!r}")
         whole_step = [loss_fn is not None, optimizer is not None, example_targets is not None]
         if any(whole_step) and not (training and all(whole_step)):
             raise ValueError(
@@ -111,19 +144,67 @@ class Nimble(torch.nn.Module):
             program = WholeStepReplay(
                 self.module, example, options, loss_fn, optimizer, example_targets
             )
+        if program.side_effects:
+            if side_effects == "error":
+                raise SideEffectError(
+                    f"prepare: {program.side_effects.describe()}. Remove them, or "
+                    f"prepare(..., side_effects='warn') to replay without them"
+                )
+            warnings.warn(f"nimble: {program.side_effects.describe()}", stacklevel=2)
         if streams == "auto":
             choose_streams(program)
+        self._watch(program)
         self._program = program
         self._training = program if training else None
         self._replay = program.replays[0]
         self._outputs = None if training else program.outputs
         self._inputs = example.structure
+        self._example = example
         self._copy_outputs = copy_outputs
-        self._prepared_training = self.module.training
+        self._options = dict(
+            copy_outputs=copy_outputs,
+            streams=self._replay.num_streams if streams == "auto" else streams,
+            fold_batchnorm=fold_batchnorm,
+            plan_memory=plan_memory,
+            use_out_variants=use_out_variants,
+            out_variant_max_bytes=out_variant_max_bytes,
+            precompute_views=precompute_views,
+            drop_noop_ops=drop_noop_ops,
+            training=training,
+            loss_fn=loss_fn,
+            optimizer=optimizer,
+            on_change=on_change,
+            side_effects=side_effects,
+        )
         self._tuned_report = []
+        self._tuned_args = None
         if tuned is not None:
             self.use_tuned(tuned)
         return self
+
+    def _watch(self, program) -> None:
+        """Names the program's parameters and buffers, and has its entry replay check the
+        model's structure before every call (nimble/model_watch.py)."""
+        watch = model_watch.watch(self.module)
+        watch.watch_dict("the wrapped module", "", self._modules, True)
+        names = model_watch.state_names(self.module)
+        for replay in program.replays:
+            replay.set_state_names(names)
+        program.replays[0].set_watch(watch)
+        self._model_watch = watch
+
+    def _prepare_again(self, change: StaleModelError, args: tuple, kwargs: dict, targets=None):
+        """After a change the replay cannot follow: prepare again on this call, or raise."""
+        if self._options["on_change"] == "error":
+            raise change
+        warnings.warn(
+            f"nimble: {change}; preparing again (prepare(..., on_change='error') raises instead)",
+            stacklevel=3,
+        )
+        tuned = self._tuned_args
+        self.prepare(args, kwargs, **self._options, example_targets=targets)
+        if tuned is not None and tuned[0] is not None:
+            self.use_tuned(*tuned)
 
     # -- tuned kernels ---------------------------------------------------------------
 
@@ -143,6 +224,7 @@ class Nimble(torch.nn.Module):
         from .tune import _inference_replay
 
         replay = _inference_replay(self)
+        self._tuned_args = (database, any_device, min_speedup)
         if database is None:
             kernels.unbind(replay)
             self._tuned_report = []
@@ -182,17 +264,13 @@ class Nimble(torch.nn.Module):
                 raise ValueError("step(x, targets): no targets given")
             args, targets = args[:-1], args[-1]
         targets = tuple(targets) if isinstance(targets, (tuple, list)) else (targets,)
-        self._check_mode()
         inputs = self._inputs.tensors(args, kwargs)
-        return self._training.step(args, kwargs, inputs, targets)
-
-    def _check_mode(self) -> None:
-        if self.module.training != self._prepared_training:
-            mode = "train" if self.module.training else "eval"
-            raise NotPreparedError(
-                f"the module was switched to {mode} mode after prepare; the captured trace "
-                f"is for the other mode: call prepare() again"
-            )
+        try:
+            self._model_watch.check()  # the structure's change named before the optimizer's
+            return self._training.step(args, kwargs, inputs, targets)
+        except StaleModelError as change:
+            self._prepare_again(change, args, kwargs, targets)
+            return self._training.step(args, kwargs, self._inputs.tensors(args, kwargs), targets)
 
     # -- replay ----------------------------------------------------------------------
 
@@ -201,7 +279,13 @@ class Nimble(torch.nn.Module):
             raise NotPreparedError(
                 "Nimble was called before prepare(): call fast.prepare(example_inputs) once first"
             )
-        self._check_mode()
+        try:
+            return self._replayed(args, kwargs)
+        except StaleModelError as change:
+            self._prepare_again(change, args, kwargs)
+            return self._replayed(args, kwargs)
+
+    def _replayed(self, args: tuple, kwargs: dict) -> Any:
         if (
             self._inputs.positional_tensors_only
             and not kwargs
@@ -216,6 +300,7 @@ class Nimble(torch.nn.Module):
                 raise NotPreparedError(
                     "this Nimble was prepared for whole training steps: call fast.step(x, targets)"
                 )
+            self._model_watch.check()  # the structure's change named before the parameters'
             return self._training.forward(inputs)
         outputs = self._replay.run(inputs, self._copy_outputs)
         if self._outputs.single_tensor:
@@ -223,6 +308,35 @@ class Nimble(torch.nn.Module):
         return self._outputs.rebuild(outputs)
 
     __call__ = forward
+
+    # -- copies ----------------------------------------------------------------------
+
+    def __deepcopy__(self, memo: dict) -> "Nimble":
+        """An independent Nimble over a deep copy of the model, prepared again with the same
+        example and options (and the same tuned kernels)."""
+        if isinstance(self._training, WholeStepReplay):
+            raise TypeError(
+                "copy.deepcopy of a Nimble prepared for whole training steps: its optimizer "
+                "updates the original's parameters. Deep-copy the model, make an optimizer for "
+                "the copy and prepare a new Nimble"
+            )
+        clone = Nimble(copy.deepcopy(self.module, memo))
+        if self._program is not None:
+            with warnings.catch_warnings():  # the original's prepare named them already
+                warnings.simplefilter("ignore")
+                clone.prepare(
+                    self._example.static_args, self._example.static_kwargs, **self._options
+                )
+            if self._tuned_args is not None and self._tuned_args[0] is not None:
+                clone.use_tuned(*self._tuned_args)
+        return clone
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(
+            "a Nimble cannot be pickled or saved with torch.save: its replay is C++ state of "
+            "this process. Save the model (torch.save(fast.module.state_dict(), path)), and "
+            "after loading it wrap it and call prepare again"
+        )
 
     # -- introspection ---------------------------------------------------------------
 

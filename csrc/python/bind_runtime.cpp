@@ -9,6 +9,7 @@
 
 #include "csrc/program/program_builder.h"
 #include "csrc/python/bindings.h"
+#include "csrc/python/model_watch.h"
 #include "csrc/runtime/cpu/cpu_executor.h"
 #include "csrc/runtime/replay.h"
 
@@ -105,6 +106,7 @@ void bind_runtime(py::module_& m) {
       .def(
           "run",
           [](Replay& r, const std::vector<at::Tensor>& inputs, bool copy_outputs, int copy_first) {
+            if (PreReplayCheck* check = r.pre_check()) check->check();
             py::gil_scoped_release no_gil;
             return r.run(inputs, copy_outputs, copy_first);
           },
@@ -116,8 +118,14 @@ void bind_runtime(py::module_& m) {
              r.register_scalars(converted);
            })
       .def("set_scalars", &Replay::set_scalars)
+      .def("set_state_names", &Replay::set_state_names)
+      .def(
+          "set_watch",
+          [](Replay& r, std::shared_ptr<ModelWatch> watch) { r.set_pre_check(std::move(watch)); },
+          "Checks `watch` (a ModelWatch, or None) before every run and run_timed.")
       .def("run_timed",
            [](Replay& r, const std::vector<at::Tensor>& inputs) {
+             if (PreReplayCheck* check = r.pre_check()) check->check();
              Replay::TimedRun run;
              {
                py::gil_scoped_release no_gil;

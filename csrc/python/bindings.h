@@ -13,6 +13,7 @@ void bind_runtime(pybind11::module_& m);
 void bind_scheduling(pybind11::module_& m);
 void bind_tuning(pybind11::module_& m);
 void bind_kernels(pybind11::module_& m);
+void bind_model_watch(pybind11::module_& m);
 
 // Shared by the tuning entry points (bind_tuning.cpp).
 pybind11::dict tuning_report_to_dict(const tuning::TuningReport& report);

@@ -25,6 +25,8 @@ void translate_error(std::exception_ptr thrown) {
     raise_as("NotStaticError", e);
   } catch (const nimble::BadInput& e) {
     raise_as("BadInputError", e);
+  } catch (const nimble::StaleModel& e) {
+    raise_as("StaleModelError", e);
   }
 }
 
@@ -34,6 +36,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "nimble's C++ core: program, stream assignment, runtimes, tuner";
   py::register_local_exception_translator(translate_error);
   nimble::python::bind_runtime(m);
+  nimble::python::bind_model_watch(m);
   nimble::python::bind_scheduling(m);
   nimble::python::bind_tuning(m);
   nimble::python::bind_kernels(m);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "csrc/errors.h"
@@ -51,12 +52,41 @@ Replay::Replay(BuiltProgram built, const ExecutorOptions& options, ExecutorFacto
       options_(options),
       make_executor_(std::move(make)),
       aliasing_(program_) {
+  std::unordered_map<const c10::StorageImpl*, size_t> by_storage;
   for (size_t s = 0; s < program_.slots.size(); ++s) {
     if (program_.slots[s].role != SlotRole::kState) continue;
     const at::Tensor& t = state_.values[s].toTensor();
-    state_layouts_.push_back({static_cast<int>(s), t.scalar_type(), t.device(), t.sizes().vec()});
+    WatchedState w;
+    w.slot = static_cast<int>(s);
+    w.name = "a parameter or buffer (" + describe(t) + ")";
+    w.tensor = t.unsafeGetTensorImpl();
+    w.storage = t.unsafeGetTensorImpl()->unsafe_storage();
+    w.data = w.storage.data();
+    w.dtype = t.scalar_type();
+    w.offset = t.storage_offset();
+    w.sizes = t.sizes().vec();
+    w.strides = t.strides().vec();
+    by_storage.emplace(w.storage.unsafeGetStorageImpl(), watched_state_.size());
+    watched_state_.push_back(std::move(w));
+  }
+  for (size_t s = 0; s < program_.slots.size(); ++s) {
+    if (program_.slots[s].role != SlotRole::kView) continue;
+    const at::Tensor& view = state_.values[s].toTensor();
+    if (!view.has_storage()) continue;
+    const auto base = by_storage.find(view.storage().unsafeGetStorageImpl());
+    if (base != by_storage.end()) watched_state_[base->second].views.push_back(static_cast<int>(s));
   }
   rebuild_executor();
+}
+
+void Replay::set_state_names(const std::vector<std::pair<at::Tensor, std::string>>& names) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::unordered_map<const c10::TensorImpl*, const std::string*> by_tensor;
+  for (const auto& [tensor, name] : names) by_tensor.emplace(tensor.unsafeGetTensorImpl(), &name);
+  for (WatchedState& w : watched_state_) {
+    const auto found = by_tensor.find(w.tensor);
+    if (found != by_tensor.end()) w.name = *found->second;
+  }
 }
 
 void Replay::rebuild_executor() {
@@ -96,19 +126,65 @@ InputBinding::Scope Replay::bind_inputs(const std::vector<at::Tensor>& inputs) c
   return binding_ ? binding_->bind(program_, state_, inputs) : InputBinding::Scope();
 }
 
-void Replay::check_state() const {
-  for (const StateLayout& expected : state_layouts_) {
-    const at::Tensor& t = state_.values[expected.slot].toTensor();
-    if (t.scalar_type() != expected.dtype || t.device() != expected.device ||
-        t.sizes() != c10::IntArrayRef(expected.sizes)) {
-      std::ostringstream msg;
-      msg << "a parameter or buffer changed since prepare: it was a "
-          << c10::getDtypeNames(expected.dtype).first << " tensor of shape "
-          << c10::IntArrayRef(expected.sizes) << " on " << expected.device << ", it is "
-          << describe(t) << " now; call prepare() again after moving or converting the model";
-      throw BadInput(msg.str());
+namespace {
+
+std::string describe_layout(c10::ScalarType dtype, c10::Device device, c10::IntArrayRef sizes,
+                            c10::IntArrayRef strides, int64_t offset) {
+  std::ostringstream out;
+  out << c10::getDtypeNames(dtype).first << " " << sizes << " strides " << strides;
+  if (offset != 0) out << " offset " << offset;
+  out << " on " << device;
+  return out.str();
+}
+
+}  // namespace
+
+void Replay::follow_state() {
+  bool moved = false;
+  for (size_t i = 0; i < watched_state_.size(); ++i) {
+    const WatchedState& w = watched_state_[i];
+    const c10::TensorImpl& t = *w.tensor;
+    const c10::StorageImpl* storage = t.unsafe_storage().unsafeGetStorageImpl();
+    const bool same_storage = storage == w.storage.unsafeGetStorageImpl() &&
+                              (storage == nullptr || storage->data() == w.data);
+    if (same_storage && t.storage_offset() == w.offset && t.sizes().equals(w.sizes) &&
+        t.strides().equals(w.strides) && t.dtype() == w.dtype) {
+      continue;
+    }
+    if (t.dtype() != w.dtype || !t.sizes().equals(w.sizes) || !t.strides().equals(w.strides) ||
+        t.storage_offset() != w.offset || t.device() != w.storage.device()) {
+      throw StaleModel(w.name + " changed since prepare: it was " +
+                       describe_layout(w.dtype, w.storage.device(), w.sizes, w.strides, w.offset) +
+                       ", it is " +
+                       describe_layout(c10::typeMetaToScalarType(t.dtype()), t.device(), t.sizes(),
+                                       t.strides(), t.storage_offset()) +
+                       " now; the program reads it with the old layout");
+    }
+    follow_moved_storage(i);
+    moved = true;
+  }
+  // An executor may hold the old addresses (a CUDA graph records them): it is built anew.
+  if (moved) rebuild_executor();
+}
+
+void Replay::follow_moved_storage(size_t index) {
+  WatchedState& w = watched_state_[index];
+  const c10::Storage& now = w.tensor->unsafe_storage();
+  // Two parameters that share a storage now but did not at prepare: the dependencies
+  // between the ops that write one and read the other were never made.
+  for (const WatchedState& other : watched_state_) {
+    if (&other == &w || other.storage.unsafeGetStorageImpl() != now.unsafeGetStorageImpl())
+      continue;
+    if (program_.slots[w.slot].mutated || program_.slots[other.slot].mutated) {
+      throw StaleModel(w.name + " shares its storage with " + other.name +
+                       " since prepare, and the program writes one of them");
     }
   }
+  for (int view : w.views) {
+    state_.values[view].toTensor().unsafeGetTensorImpl()->set_storage_keep_dtype(now);
+  }
+  w.storage = now;
+  w.data = now.data();
 }
 
 void Replay::copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound) {
@@ -148,8 +224,8 @@ void Replay::copy_back(const std::vector<at::Tensor>& inputs, const InputBinding
 std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool copy_outputs,
                                     int copy_first) {
   check_inputs(inputs);
-  check_state();
   std::lock_guard<std::mutex> lock(mutex_);
+  follow_state();
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   for (FoldedBatchNorm& fold : state_.folds) fold.refresh_if_stale();
   {
@@ -306,8 +382,8 @@ Replay::Memory Replay::memory() {
 
 Replay::TimedRun Replay::run_timed(const std::vector<at::Tensor>& inputs) {
   check_inputs(inputs);
-  check_state();
   std::lock_guard<std::mutex> lock(mutex_);
+  follow_state();
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   const auto start = std::chrono::steady_clock::now();
   for (FoldedBatchNorm& fold : state_.folds) fold.refresh_if_stale();

@@ -10,6 +10,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "csrc/program/program.h"
@@ -19,6 +21,14 @@
 #include "csrc/runtime/input_binding.h"
 
 namespace nimble {
+
+// A check the caller of a replay makes before every call, with what only the caller can
+// see (python/model_watch.h: the Python model's structure and hooks). Throws StaleModel.
+class PreReplayCheck {
+ public:
+  virtual ~PreReplayCheck() = default;
+  virtual void check() = 0;
+};
 
 class Replay {
  public:
@@ -30,10 +40,15 @@ class Replay {
 
   // Throws BadInput (errors.h) when the inputs differ from the prepared ones in number,
   // shape, dtype or device, or alias each other or the model's state where the trace
-  // writes (input_aliasing.h). With copy_outputs, outputs that live in buffers reused by the
-  // next replay are cloned; otherwise the caller gets those buffers themselves.
-  // `copy_first`: only the first that many outputs follow `copy_outputs` (the rest are
-  // handed out as they are); -1 for all.
+  // writes (input_aliasing.h). Parameters and buffers are used in place and compared, on
+  // every call, with what the program was built for: one whose storage moved with its
+  // layout unchanged (`p.data = t`, `p.set_(s)`) is followed (the views of it the program
+  // computed at prepare are re-pointed, the executor rebuilt, the schedule and memory plan
+  // unchanged); one whose shape, strides, offset, dtype or device changed, or that now
+  // shares a storage the trace writes, throws StaleModel naming it, before anything runs. With
+  // copy_outputs, outputs that live in buffers reused by the next replay are cloned; otherwise the
+  // caller gets those buffers themselves. `copy_first`: only the first that many outputs follow
+  // `copy_outputs` (the rest are handed out as they are); -1 for all.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, bool copy_outputs,
                               int copy_first = -1);
 
@@ -49,6 +64,13 @@ class Replay {
   };
   void register_scalars(const std::vector<ScalarPlace>& places);
   void set_scalars(const std::vector<double>& values);
+
+  // Names for the model's parameters and buffers in messages ("fc.weight"), by tensor.
+  void set_state_names(const std::vector<std::pair<at::Tensor, std::string>>& names);
+  // What the caller checks before each call (not called by `run` itself: the caller holds
+  // what the check needs, e.g. Python's GIL).
+  void set_pre_check(std::shared_ptr<PreReplayCheck> check) { pre_check_ = std::move(check); }
+  PreReplayCheck* pre_check() const { return pre_check_.get(); }
   struct TimedRun {
     int64_t total_ns = 0;  // the whole replay, input copies included
     std::vector<OpTiming> ops;
@@ -78,9 +100,9 @@ class Replay {
 
  private:
   void check_inputs(const std::vector<at::Tensor>& inputs) const;
-  // Parameters and buffers are used in place; one moved or converted since prepare
-  // (`.to()`, `.double()`, `.data = ...`) would make the trace wrong.
-  void check_state() const;
+  // See `run`: follows moved parameters and buffers, or throws StaleModel.
+  void follow_state();
+  void follow_moved_storage(size_t watched);
   void copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound);
   void copy_back(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound);
   InputBinding::Scope bind_inputs(const std::vector<at::Tensor>& inputs) const;
@@ -93,13 +115,20 @@ class Replay {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<InputBinding> binding_;  // none for backends with fixed addresses
   InputAliasing aliasing_;
-  struct StateLayout {
-    int slot;
-    c10::ScalarType dtype;
-    c10::Device device;
-    std::vector<int64_t> sizes;
+  // A parameter or buffer as the program reads it now.
+  struct WatchedState {
+    int slot = -1;
+    std::string name;
+    const c10::TensorImpl* tensor = nullptr;  // kept alive by state_.values
+    c10::Storage storage;                     // held, so that no other can take its address
+    const void* data = nullptr;
+    c10::ScalarType dtype = c10::ScalarType::Undefined;
+    int64_t offset = 0;
+    std::vector<int64_t> sizes, strides;
+    std::vector<int> views;  // view slots computed at prepare that read its storage
   };
-  std::vector<StateLayout> state_layouts_;
+  std::vector<WatchedState> watched_state_;
+  std::shared_ptr<PreReplayCheck> pre_check_;
   // Per registered place: its op (`traced_op`), the index of its entry in that op's
   // OpState::args (`arg`), and the list element or -1.
   std::vector<ScalarPlace> scalar_places_;

@@ -1,0 +1,178 @@
+"""What a replay knows of the model it was prepared from, and what it cannot repeat.
+
+`watch` fingerprints the module tree for the C++ check that runs before every call
+(csrc/python/model_watch.h): parameters, buffers, submodules and hooks entry by entry, each
+module's attributes by count and its `training` flag, and the global module hooks. A change
+there raises `StaleModelError` before anything runs; `Nimble` then prepares again or, with
+`prepare(..., on_change="error")`, hands the error on.
+
+`PythonSideEffects` names what a replay does not repeat: hooks that ran during the capture
+(their tensor ops are in the trace; their Python side effects are not) and attributes the
+forward changed (a call counter, a cache dict).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+from torch.nn.modules import module as _module_globals
+
+# Per module: (dictionary attribute, what its entries are, compared entry by entry).
+_MODULE_DICTS = (
+    ("_parameters", "parameters", True),
+    ("_buffers", "buffers", True),
+    ("_modules", "submodules", True),
+    ("_forward_hooks", "forward hooks", True),
+    ("_forward_pre_hooks", "forward pre-hooks", True),
+    ("_backward_hooks", "backward hooks", True),
+    ("_backward_pre_hooks", "backward pre-hooks", True),
+)
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_HOOKS = {
+    "_global_forward_hooks": "global forward hooks",
+    "_global_forward_pre_hooks": "global forward pre-hooks",
+    "_global_backward_hooks": "global backward hooks",
+    "_global_backward_pre_hooks": "global backward pre-hooks",
+}
+# Module attributes that are its machinery, not state a forward keeps.
+_MACHINERY = {name for name, _, _ in _MODULE_DICTS} | {
+    "training",
+    "_non_persistent_buffers_set",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks_with_kwargs",
+    "_is_full_backward_hook",
+    "_state_dict_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+    "_compiled_call_impl",
+}
+
+
+def _where(path: str) -> str:
+    return path or "the model"
+
+
+def watch(module: torch.nn.Module):
+    """A `nimble._C.ModelWatch` over `module` as it is now."""
+    from . import _C
+
+    w = _C.ModelWatch()
+    for path, mod in module.named_modules():
+        prefix = f"{path}." if path else ""
+        for attribute, kind, entries in _MODULE_DICTS:
+            d = mod.__dict__.get(attribute)
+            if d is None:
+                continue
+            key_prefix = f"{_where(path)}: {kind[:-1]} #" if attribute in _HOOK_DICTS else prefix
+            w.watch_dict(f"{kind} of {_where(path)}", key_prefix, d, entries)
+        w.watch_dict(f"attributes of {_where(path)}", prefix, mod.__dict__, False)
+        w.watch_item(f"{_where(path)}.training (train/eval mode)", mod.__dict__, "training")
+    for attribute, kind in _GLOBAL_HOOKS.items():
+        w.watch_dict(kind, f"{kind[:-1]} #", getattr(_module_globals, attribute), True)
+    return w
+
+
+def state_names(module: torch.nn.Module) -> list[tuple[torch.Tensor, str]]:
+    """Each parameter and buffer with its attribute path, for messages."""
+    named = list(module.named_parameters(remove_duplicate=False))
+    named += [(n, b) for n, b in module.named_buffers(remove_duplicate=False) if b is not None]
+    return [(t, n) for n, t in named]
+
+
+def _hook_name(hook) -> str:
+    fn = getattr(hook, "__func__", hook)
+    qualname = getattr(fn, "__qualname__", None) or type(hook).__qualname__
+    where = getattr(fn, "__module__", None)
+    return f"{where}.{qualname}" if where else qualname
+
+
+def hooks_of(module: torch.nn.Module) -> list[str]:
+    """Every forward/backward hook that a run of `module` calls, named with its module path."""
+    found = []
+    for path, mod in module.named_modules():
+        for attribute in _HOOK_DICTS:
+            for hook in (mod.__dict__.get(attribute) or {}).values():
+                found.append(f"{_where(path)}: {attribute[1:-1].replace('_', ' ')} {_hook_name(hook)}")
+    for attribute, kind in _GLOBAL_HOOKS.items():
+        for hook in getattr(_module_globals, attribute).values():
+            found.append(f"{kind[:-1]} {_hook_name(hook)}")
+    return found
+
+
+def _fingerprint(value):
+    """What of an attribute's value a forward can change without rebinding it."""
+    if isinstance(value, (list, dict, set)):
+        try:
+            return ("container", id(value), copy.copy(value))
+        except Exception:  # an unusual container: its identity is all we compare
+            return ("object", id(value))
+    return ("value", id(value), value if isinstance(value, (int, float, str, bool)) else None)
+
+
+def _same(before, after) -> bool:
+    if before[:2] != after[:2]:
+        return before[0] == "value" == after[0] and before[2] is not None and before[2] == after[2]
+    if before[0] != "container":
+        return True
+    a, b = before[2], after[2]
+    if len(a) != len(b):
+        return False
+    try:
+        pairs = zip(a.items(), b.items()) if isinstance(a, dict) else zip(a, b)
+        return all(x is y or (not isinstance(x, torch.Tensor) and x == y) for x, y in pairs)
+    except Exception:  # elements that cannot be compared: assume they changed
+        return False
+
+
+def _attributes(module: torch.nn.Module) -> dict[str, tuple]:
+    out = {}
+    for path, mod in module.named_modules():
+        for name, value in vars(mod).items():
+            if name in _MACHINERY or isinstance(value, (torch.Tensor, torch.nn.Module)):
+                continue
+            out[f"{path}.{name}" if path else name] = _fingerprint(value)
+    return out
+
+
+@dataclass
+class PythonSideEffects:
+    """What a capture of `module` ran that a replay does not repeat: taken before the
+    capture (`before`), compared after it (`after`)."""
+
+    module: torch.nn.Module
+    hooks: list[str] = field(default_factory=list)
+    mutated: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.hooks = hooks_of(self.module)
+        self._before = _attributes(self.module)
+
+    def after(self) -> "PythonSideEffects":
+        now = _attributes(self.module)
+        self.mutated = [
+            name
+            for name, fingerprint in now.items()
+            if name not in self._before or not _same(self._before[name], fingerprint)
+        ]
+        self.mutated += [name for name in self._before if name not in now]
+        return self
+
+    def __bool__(self) -> bool:
+        return bool(self.hooks or self.mutated)
+
+    def describe(self) -> str:
+        parts = []
+        if self.hooks:
+            parts.append(
+                "hooks ran during the capture and their Python code does not run on a replay "
+                "(their tensor ops do): " + "; ".join(self.hooks)
+            )
+        if self.mutated:
+            parts.append(
+                "the forward changed these attributes, which a replay leaves as they are: "
+                + ", ".join(self.mutated)
+            )
+        return "; ".join(parts)
