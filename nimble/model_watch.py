@@ -1,10 +1,10 @@
 """What a replay knows of the model it was prepared from, and what it cannot repeat.
 
 `watch` fingerprints the module tree for the C++ check that runs before every call
-(csrc/python/model_watch.h): parameters, buffers, submodules and hooks entry by entry, each
-module's attributes by count and its `training` flag, and the global module hooks. A change
-there raises `StaleModelError` before anything runs; `Nimble` then prepares again or, with
-`prepare(..., on_change="error")`, hands the error on.
+(csrc/python/model_watch.h, which says what is compared how); torch's global registration
+hooks, installed once, report assignments to it. A change raises `StaleModelError` before
+anything runs; `Nimble` then prepares again or, with `prepare(..., on_change="error")`,
+hands the error on.
 
 `PythonSideEffects` names what a replay does not repeat: hooks that ran during the capture
 (their tensor ops are in the trace; their Python side effects are not) and attributes the
@@ -14,16 +14,19 @@ forward changed (a call counter, a cache dict).
 from __future__ import annotations
 
 import copy
+import inspect
+import weakref
 from dataclasses import dataclass, field
 
 import torch
 from torch.nn.modules import module as _module_globals
+from torch.utils.hooks import RemovableHandle
 
-# Per module: (dictionary attribute, what its entries are, compared entry by entry).
+# Per module: (dictionary attribute, what its entries are, its keys are hook ids).
 _MODULE_DICTS = (
-    ("_parameters", "parameters", True),
-    ("_buffers", "buffers", True),
-    ("_modules", "submodules", True),
+    ("_parameters", "parameters", False),
+    ("_buffers", "buffers", False),
+    ("_modules", "submodules", False),
     ("_forward_hooks", "forward hooks", True),
     ("_forward_pre_hooks", "forward pre-hooks", True),
     ("_backward_hooks", "backward hooks", True),
@@ -45,33 +48,87 @@ _MACHINERY = {name for name, _, _ in _MODULE_DICTS} | {
     "_forward_pre_hooks_with_kwargs",
     "_is_full_backward_hook",
     "_state_dict_hooks",
+    "_state_dict_pre_hooks",
     "_load_state_dict_pre_hooks",
     "_load_state_dict_post_hooks",
     "_compiled_call_impl",
 }
+
+# Module -> [(weak reference to a ModelWatch, the module's path in that watch's model)].
+_WATCHED: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
+_HOOKS_INSTALLED = []
+
+
+def _registered(kind: str):
+    """A global registration hook: tells the watches of `module` that `name` changed."""
+
+    def hook(module, name, value):
+        watches = _WATCHED.get(module)
+        if watches:
+            existed = name in getattr(module, f"_{kind}s", {}) or name in module.__dict__
+            for ref, prefix in watches:
+                watch = ref()
+                if watch is not None:
+                    watch.mark_changed(f"{prefix}{name} {'replaced' if existed else 'added'}")
+        return None
+
+    return hook
+
+
+def _install_registration_hooks() -> None:
+    """Once per process: assignments of parameters, buffers and submodules anywhere reach
+    the watches of the modules they are made on (a dictionary lookup per assignment)."""
+    if _HOOKS_INSTALLED:
+        return
+    _module_globals.register_module_parameter_registration_hook(_registered("parameter"))
+    _module_globals.register_module_buffer_registration_hook(_registered("buffer"))
+    _module_globals.register_module_module_registration_hook(_registered("module"))
+    _HOOKS_INSTALLED.append(True)
+
+
+def _reads_training(cls: type) -> bool:
+    """Whether a method the class defines (not nn.Module's own) reads `self.training`."""
+    for klass in cls.__mro__:
+        if klass is torch.nn.Module or klass is object:
+            continue
+        for fn in vars(klass).values():
+            code = getattr(inspect.unwrap(fn) if callable(fn) else fn, "__code__", None)
+            if code is not None and "training" in code.co_names:
+                return True
+    return False
 
 
 def _where(path: str) -> str:
     return path or "the model"
 
 
-def watch(module: torch.nn.Module):
-    """A `nimble._C.ModelWatch` over `module` as it is now."""
+def watch(module: torch.nn.Module, owner: torch.nn.Module | None = None):
+    """A `nimble._C.ModelWatch` over `module` as it is now; `owner` (the Nimble wrapping
+    it): its submodules too, so that replacing the wrapped module is seen."""
     from . import _C
 
+    _install_registration_hooks()
     w = _C.ModelWatch()
+    ref = weakref.ref(w)
+    if owner is not None:
+        _WATCHED.setdefault(owner, []).append((ref, "the wrapper's "))
+        w.watch_dict("the wrapper's submodules", "the wrapper's ", owner._modules, False, True)
     for path, mod in module.named_modules():
         prefix = f"{path}." if path else ""
-        for attribute, kind, entries in _MODULE_DICTS:
+        _WATCHED.setdefault(mod, []).append((ref, prefix))
+        for attribute, kind, hooks in _MODULE_DICTS:
             d = mod.__dict__.get(attribute)
             if d is None:
                 continue
-            key_prefix = f"{_where(path)}: {kind[:-1]} #" if attribute in _HOOK_DICTS else prefix
-            w.watch_dict(f"{kind} of {_where(path)}", key_prefix, d, entries)
-        w.watch_dict(f"attributes of {_where(path)}", prefix, mod.__dict__, False)
-        w.watch_item(f"{_where(path)}.training (train/eval mode)", mod.__dict__, "training")
+            key_prefix = f"{_where(path)}: {kind[:-1]} #" if hooks else prefix
+            # Additions of hooks show in RemovableHandle's ids; only removals need the size.
+            w.watch_dict(f"{kind} of {_where(path)}", key_prefix, d, hooks, not hooks or bool(d))
+        w.watch_dict(f"attributes of {_where(path)}", prefix, mod.__dict__, False, True)
+        if not path or _reads_training(type(mod)):
+            w.watch_item(f"{_where(path)}.training (train/eval mode)", mod.__dict__, "training")
     for attribute, kind in _GLOBAL_HOOKS.items():
-        w.watch_dict(kind, f"{kind[:-1]} #", getattr(_module_globals, attribute), True)
+        w.watch_dict(kind, f"{kind[:-1]} #", getattr(_module_globals, attribute), True, True)
+    w.watch_hook_ids(RemovableHandle)
     return w
 
 

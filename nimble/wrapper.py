@@ -185,8 +185,7 @@ class Nimble(torch.nn.Module):
     def _watch(self, program) -> None:
         """Names the program's parameters and buffers, and has its entry replay check the
         model's structure before every call (nimble/model_watch.py)."""
-        watch = model_watch.watch(self.module)
-        watch.watch_dict("the wrapped module", "", self._modules, True)
+        watch = model_watch.watch(self.module, owner=self)
         names = model_watch.state_names(self.module)
         for replay in program.replays:
             replay.set_state_names(names)

@@ -2,9 +2,11 @@
 // hands over the trace; everything after that happens here, in C++.
 #include <ATen/ScalarOps.h>
 #include <pybind11/stl.h>
+#include <time.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "csrc/program/program_builder.h"
@@ -119,6 +121,25 @@ void bind_runtime(py::module_& m) {
            })
       .def("set_scalars", &Replay::set_scalars)
       .def("set_state_names", &Replay::set_state_names)
+      .def(
+          "time_checks",
+          [](Replay& r, int repeats) {
+            // The thread's own CPU time: other processes on the machine do not count.
+            const auto cpu_ns = [] {
+              timespec t{};
+              clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+              return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
+            };
+            const double start = cpu_ns();
+            for (int i = 0; i < repeats; ++i) {
+              if (PreReplayCheck* check = r.pre_check()) check->check();
+              r.check_state();
+            }
+            return (cpu_ns() - start) / std::max(1, repeats);
+          },
+          py::arg("repeats") = 10000,
+          "CPU nanoseconds per call of what every run checks first (the model's structure, "
+          "its parameters and buffers), without running anything.")
       .def(
           "set_watch",
           [](Replay& r, std::shared_ptr<ModelWatch> watch) { r.set_pre_check(std::move(watch)); },

@@ -1,7 +1,5 @@
 #include "csrc/python/model_watch.h"
 
-#include <torch/csrc/autograd/python_variable.h>
-
 #include "csrc/errors.h"
 
 namespace py = pybind11;
@@ -10,30 +8,7 @@ namespace nimble::python {
 
 namespace {
 
-const c10::TensorImpl* tensor_of(PyObject* value) {
-  return THPVariable_Check(value) ? THPVariable_Unpack(value).unsafeGetTensorImpl() : nullptr;
-}
-
 std::string key_text(PyObject* key) { return py::str(key).cast<std::string>(); }
-
-}  // namespace
-
-void ModelWatch::watch_dict(std::string what, std::string prefix, py::dict dict, bool entries) {
-  Dict d{std::move(what),         std::move(prefix), dict,
-         PyDict_Size(dict.ptr()), entries,           entries_.size()};
-  if (entries) {
-    PyObject* key = nullptr;
-    PyObject* value = nullptr;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(dict.ptr(), &pos, &key, &value)) {
-      entries_.push_back({py::reinterpret_borrow<py::object>(key),
-                          py::reinterpret_borrow<py::object>(value), tensor_of(value)});
-    }
-  }
-  dicts_.push_back(std::move(d));
-}
-
-namespace {
 
 // Where PyDict_Next finds `key` in `dict` (-1: not there).
 Py_ssize_t position_of(PyObject* dict, PyObject* key) {
@@ -50,11 +25,49 @@ Py_ssize_t position_of(PyObject* dict, PyObject* key) {
 
 }  // namespace
 
+void ModelWatch::watch_dict(std::string what, std::string prefix, py::dict dict, bool hooks,
+                            bool sized) {
+  const Py_ssize_t size = PyDict_Size(dict.ptr());
+  if (sized) {
+    sized_.push_back(dict.ptr());
+    sizes_.push_back(size);
+    sized_dict_.push_back(dicts_.size());
+  }
+  const size_t first = entries_.size();
+  PyObject* key = nullptr;
+  PyObject* value = nullptr;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(dict.ptr(), &pos, &key, &value)) {
+    entries_.push_back(
+        {py::reinterpret_borrow<py::object>(key), py::reinterpret_borrow<py::object>(value)});
+  }
+  dicts_.push_back({std::move(what), std::move(prefix), std::move(dict), size, hooks, first});
+}
+
 void ModelWatch::watch_item(std::string what, py::dict dict, py::object key) {
   PyObject* value = PyDict_GetItem(dict.ptr(), key.ptr());
   if (value == nullptr) throw std::invalid_argument("watch_item: " + what + " is not there");
   const Py_ssize_t pos = position_of(dict.ptr(), key.ptr());
-  items_.push_back({std::move(what), dict, key, py::reinterpret_borrow<py::object>(value), pos});
+  items_.push_back({std::move(what), std::move(dict), std::move(key),
+                    py::reinterpret_borrow<py::object>(value), pos});
+}
+
+void ModelWatch::watch_hook_ids(py::object handle_class) {
+  handle_class_ = std::move(handle_class);
+  next_id_name_ = py::str("next_id");
+  next_hook_id_ = hook_id_now();
+}
+
+void ModelWatch::mark_changed(std::string what) {
+  if (!changed_) changed_ = std::move(what);
+}
+
+long ModelWatch::hook_id_now() const {
+  PyObject* id = PyObject_GetAttr(handle_class_.ptr(), next_id_name_.ptr());
+  if (id == nullptr) throw py::error_already_set();
+  const long now = PyLong_AsLong(id);
+  Py_DECREF(id);
+  return now;
 }
 
 bool ModelWatch::unchanged(Item& item) {
@@ -69,40 +82,47 @@ bool ModelWatch::unchanged(Item& item) {
   return true;
 }
 
-void ModelWatch::mark_changed(std::string what) {
-  if (!changed_) changed_ = std::move(what);
+void ModelWatch::find_new_hooks() {
+  // Hooks registered since prepare have ids from next_hook_id_ on: one of those in a
+  // watched dictionary is a hook the trace never saw.
+  for (const Dict& d : dicts_) {
+    if (!d.hooks) continue;
+    PyObject* key = nullptr;
+    PyObject* value = nullptr;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(d.dict.ptr(), &pos, &key, &value)) {
+      if (PyLong_Check(key) && PyLong_AsLong(key) >= next_hook_id_) {
+        mark_changed(d.prefix + key_text(key) + " added");
+        return;
+      }
+    }
+  }
+  next_hook_id_ = hook_id_now();
 }
 
-bool ModelWatch::unchanged(const Dict& d) const {
+bool ModelWatch::entries_unchanged(const Dict& d) const {
   if (PyDict_GET_SIZE(d.dict.ptr()) != d.size) return false;
-  if (!d.entries) return true;
   PyObject* key = nullptr;
   PyObject* value = nullptr;
   Py_ssize_t pos = 0;
   const Entry* e = entries_.data() + d.first;
   while (PyDict_Next(d.dict.ptr(), &pos, &key, &value)) {
     if (key != e->key.ptr() || value != e->value.ptr()) return false;
-    if (e->tensor != nullptr && THPVariable_Unpack(value).unsafeGetTensorImpl() != e->tensor)
-      return false;
     ++e;
   }
   return true;
 }
 
 std::string ModelWatch::describe_change(const Dict& d) const {
-  if (!d.entries) return d.what + " changed";
-  const py::dict now = d.dict;
   const Entry* first = entries_.data() + d.first;
   const Entry* last = first + d.size;
   for (const Entry* e = first; e != last; ++e) {
-    PyObject* value = PyDict_GetItem(now.ptr(), e->key.ptr());
+    PyObject* value = PyDict_GetItem(d.dict.ptr(), e->key.ptr());
     const std::string name = d.prefix + key_text(e->key.ptr());
     if (value == nullptr) return name + " removed";
     if (value != e->value.ptr()) return name + " replaced";
-    if (e->tensor != nullptr && tensor_of(value) != e->tensor)
-      return name + " swapped for another tensor (torch.utils.swap_tensors)";
   }
-  for (const auto& [key, value] : now) {
+  for (const auto& [key, value] : d.dict) {
     bool known = false;
     for (const Entry* e = first; e != last && !known; ++e) known = e->key.ptr() == key.ptr();
     if (!known) return d.prefix + key_text(key.ptr()) + " added";
@@ -110,36 +130,51 @@ std::string ModelWatch::describe_change(const Dict& d) const {
   return d.what + " reordered";
 }
 
-void ModelWatch::check() {
-  if (!changed_) {
-    for (const Dict& d : dicts_) {
-      if (!unchanged(d)) {
-        mark_changed(describe_change(d));
-        break;
-      }
-    }
-  }
-  if (!changed_) {
-    for (Item& item : items_) {
-      if (!unchanged(item)) {
-        mark_changed(item.what + " changed");
-        break;
-      }
-    }
-  }
+void ModelWatch::raise_if_changed() const {
   if (changed_) throw StaleModel("the model changed since prepare: " + *changed_);
+}
+
+void ModelWatch::check() {
+  raise_if_changed();
+  for (size_t i = 0; i < sized_.size(); ++i) {
+    if (PyDict_GET_SIZE(sized_[i]) != sizes_[i]) {
+      mark_changed(describe_change(dicts_[sized_dict_[i]]));
+      raise_if_changed();
+    }
+  }
+  for (Item& item : items_) {
+    if (!unchanged(item)) {
+      mark_changed(item.what + " changed");
+      raise_if_changed();
+    }
+  }
+  if (handle_class_ && hook_id_now() != next_hook_id_) find_new_hooks();
+  raise_if_changed();
+}
+
+void ModelWatch::check_all() {
+  py::gil_scoped_acquire gil;  // a replay asks from its C++ side, without the GIL
+  check();
+  for (const Dict& d : dicts_) {
+    if (!entries_unchanged(d)) {
+      mark_changed(describe_change(d));
+      break;
+    }
+  }
+  raise_if_changed();
 }
 
 void bind_model_watch(py::module_& m) {
   py::class_<ModelWatch, std::shared_ptr<ModelWatch>>(m, "ModelWatch")
       .def(py::init<>())
       .def("watch_dict", &ModelWatch::watch_dict, py::arg("what"), py::arg("prefix"),
-           py::arg("dict"), py::arg("entries"))
+           py::arg("dict"), py::arg("hooks"), py::arg("sized"))
       .def("watch_item", &ModelWatch::watch_item, py::arg("what"), py::arg("dict"), py::arg("key"))
+      .def("watch_hook_ids", &ModelWatch::watch_hook_ids)
       .def("mark_changed", &ModelWatch::mark_changed)
       .def_property_readonly("changed", &ModelWatch::changed)
-      .def_property_readonly("num_entries", &ModelWatch::num_entries)
-      .def("check", &ModelWatch::check);
+      .def("check", &ModelWatch::check)
+      .def("check_all", &ModelWatch::check_all);
 }
 
 }  // namespace nimble::python

@@ -139,6 +139,11 @@ std::string describe_layout(c10::ScalarType dtype, c10::Device device, c10::IntA
 
 }  // namespace
 
+void Replay::check_state() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  follow_state();
+}
+
 void Replay::follow_state() {
   bool moved = false;
   for (size_t i = 0; i < watched_state_.size(); ++i) {
@@ -160,6 +165,8 @@ void Replay::follow_state() {
                                        t.strides(), t.storage_offset()) +
                        " now; the program reads it with the old layout");
     }
+    // The conversion that moved it may have replaced buffers too: the caller looks first.
+    if (!moved && pre_check_) pre_check_->check_all();
     follow_moved_storage(i);
     moved = true;
   }

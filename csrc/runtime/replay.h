@@ -27,7 +27,11 @@ namespace nimble {
 class PreReplayCheck {
  public:
   virtual ~PreReplayCheck() = default;
+  // The cheap check, before every call (the caller runs it).
   virtual void check() = 0;
+  // Everything, when a parameter's storage moved (the replay runs it, from any thread):
+  // the conversion that moved it may have replaced other tensors.
+  virtual void check_all() = 0;
 };
 
 class Replay {
@@ -65,6 +69,9 @@ class Replay {
   void register_scalars(const std::vector<ScalarPlace>& places);
   void set_scalars(const std::vector<double>& values);
 
+  // What `run` checks of the parameters and buffers before it runs (it follows moved
+  // storages, or throws StaleModel), alone: for measuring what the check costs.
+  void check_state();
   // Names for the model's parameters and buffers in messages ("fc.weight"), by tensor.
   void set_state_names(const std::vector<std::pair<at::Tensor, std::string>>& names);
   // What the caller checks before each call (not called by `run` itself: the caller holds

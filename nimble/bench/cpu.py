@@ -92,6 +92,10 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
     replay_peak = fast.memory["resident_bytes"] + peak_allocated_bytes(lambda: fast(x))
     eager_ms, nimble_ms = median_ms(eager_times), median_ms(replay_times)
     multi_ms = median_ms(multi_times)
+    # What every call checks of the model before it runs (its structure, parameters and
+    # buffers), alone: the median of several timings of many checks each.
+    params = sum(1 for _ in model.parameters())
+    check_ns = statistics.median(fast.replay.time_checks(2000) for _ in range(7))
     schedule = multi.schedule
     return {
         "model": spec,
@@ -118,6 +122,9 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
         # Per call, outside the kernels (the same timed replays): never a difference of
         # two medians from different runs, which noise could make negative.
         "call_overhead_us": round(statistics.median(outside), 1),
+        "parameters": params,
+        "check_us": round(check_ns / 1e3, 3),
+        "check_us_per_100_params": round(check_ns / 1e3 / params * 100, 3),
         "threads": torch.get_num_threads(),
     }
 
@@ -128,5 +135,6 @@ COLUMNS = [
     ("multi_vs_single", "{:.2f}x"), ("logical_streams", "{}"), ("physical_streams", "{}"),
     ("buffers_mb", "{:.1f}"), ("unplanned_mb", "{:.1f}"), ("eager_peak_mb", "{:.3f}"),
     ("pool_mb", "{:.3f}"), ("replay_peak_mb", "{:.3f}"), ("prepare_s", "{:.2f}"), ("ops", "{}"),
-    ("overhead_us_per_op", "{:.3f}"), ("of_which_free_us", "{:.3f}"),
+    ("overhead_us_per_op", "{:.3f}"), ("of_which_free_us", "{:.3f}"), ("check_us", "{:.2f}"),
+    ("check_us_per_100_params", "{:.2f}"),
 ]

@@ -1,0 +1,298 @@
+"""Random sequences of changes to a prepared model, each followed by a call: the replay equals
+eager, or both fail, or (with on_change="error") the replay raises StaleModelError or
+BadInputError; never a silent difference. NIMBLE_FUZZ_SEQUENCES sets the sequences per case
+(CI: 500 per case, 2,000 in all)."""
+
+import copy
+import os
+import random
+import types
+import warnings
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.utils.parametrize as parametrize
+import torch.nn.utils.prune as prune
+import torchvision
+
+import nimble
+
+SEQUENCES = int(os.environ.get("NIMBLE_FUZZ_SEQUENCES", "500"))
+
+
+class Scale(torch.nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, w):
+        return w * self.factor
+
+
+class Encoder(torch.nn.Module):
+    """A small transformer encoder over a token sequence."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(12, 32)
+        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(32, 5)
+
+    def forward(self, x):
+        return self.head(self.encoder(self.embed(x)).mean(1))
+
+
+def _perturbed(t: torch.Tensor, rng: random.Random) -> torch.Tensor:
+    if not t.is_floating_point():
+        return t.clone()
+    return t.detach() * (1 + 0.05 * rng.uniform(-1, 1)) + 0.01 * rng.uniform(-1, 1)
+
+
+def _parent(model, path):
+    *parents, name = path.split(".")
+    module = model
+    for p in parents:
+        module = getattr(module, p)
+    return module, name
+
+
+class Changes:
+    """The kinds of change a user makes to a model between calls, each applied to a random
+    part of it. `pending` holds what must be undone later (hooks, a dtype)."""
+
+    def __init__(self, model, rng):
+        self.model = model
+        self.rng = rng
+        self.hooks = []
+        self.global_hooks = []
+        self.double = False
+
+    def _param(self):
+        return self.rng.choice(list(self.model.named_parameters()))
+
+    def _weighted(self, plain_weight: bool):
+        found = [
+            m
+            for m in self.model.modules()
+            if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))
+            and ("weight" in m._parameters) == plain_weight
+            and (plain_weight or parametrize.is_parametrized(m, "weight"))
+            # torch's pruning views the weight flat: a channels_last one cannot be pruned
+            and (not plain_weight or m.weight.is_contiguous())
+        ]
+        return self.rng.choice(found) if found else None
+
+    # Each returns a short name for the tally.
+    def inplace(self):
+        _, p = self._param()
+        with torch.no_grad():
+            p.mul_(1 + 0.05 * self.rng.uniform(-1, 1))
+        return "in-place"
+
+    def load_state_dict(self):
+        sd = {k: _perturbed(v, self.rng) for k, v in self.model.state_dict().items()}
+        assign = self.rng.random() < 0.5
+        self.model.load_state_dict(sd, assign=assign)
+        return "load_state_dict assign" if assign else "load_state_dict"
+
+    def data(self):
+        _, p = self._param()
+        p.data = _perturbed(p, self.rng)
+        return ".data ="
+
+    def set_(self):
+        _, p = self._param()
+        with torch.no_grad():
+            p.set_(_perturbed(p, self.rng))
+        return "set_"
+
+    def memory_format(self):
+        fmt = self.rng.choice([torch.channels_last, torch.contiguous_format])
+        self.model.to(memory_format=fmt)
+        return "memory format"
+
+    def dtype(self):
+        if self.double:
+            self.model.float()
+            self.double = False
+            return "float()"
+        if self.rng.random() < 0.7:
+            self.model.double().float()
+            return "double().float()"
+        self.model.double()
+        self.double = True
+        return "double()"
+
+    def parameter(self):
+        path, p = self._param()
+        module, name = _parent(self.model, path)
+        setattr(module, name, torch.nn.Parameter(_perturbed(p, self.rng), p.requires_grad))
+        return "new Parameter"
+
+    def buffer(self):
+        buffers = [(n, b) for n, b in self.model.named_buffers() if b is not None]
+        if not buffers:
+            return self.parameter()
+        path, b = self.rng.choice(buffers)
+        module, name = _parent(self.model, path)
+        setattr(module, name, _perturbed(b, self.rng))
+        return "new buffer"
+
+    def submodule(self):
+        leaves = [
+            (n, m)
+            for n, m in self.model.named_modules()
+            if n and not list(m.children()) and list(m.parameters(recurse=False))
+            and not parametrize.is_parametrized(m) and not m._forward_pre_hooks
+        ]
+        path, m = self.rng.choice(leaves)
+        clone = copy.deepcopy(m)
+        with torch.no_grad():
+            for p in clone.parameters():
+                p.copy_(_perturbed(p, self.rng))
+        parent, name = _parent(self.model, path)
+        setattr(parent, name, clone)
+        return "new submodule"
+
+    def parametrization(self):
+        m = self._weighted(plain_weight=False)
+        if m is not None and self.rng.random() < 0.5:
+            parametrize.remove_parametrizations(m, "weight", leave_parametrized=True)
+            return "parametrization removed"
+        m = self._weighted(plain_weight=True)
+        if m is None:
+            return self.inplace()
+        parametrize.register_parametrization(m, "weight", Scale(1 + 0.1 * self.rng.random()))
+        return "parametrization"
+
+    def pruning(self):
+        pruned = [m for m in self.model.modules() if prune.is_pruned(m) and hasattr(m, "weight_mask")]
+        if pruned and self.rng.random() < 0.5:
+            prune.remove(self.rng.choice(pruned), "weight")
+            return "pruning removed"
+        m = self._weighted(plain_weight=True)
+        if m is None:
+            return self.inplace()
+        prune.l1_unstructured(m, "weight", amount=0.3)
+        return "pruning"
+
+    def hook(self):
+        if self.hooks and self.rng.random() < 0.5:
+            self.hooks.pop(self.rng.randrange(len(self.hooks))).remove()
+            return "hook removed"
+        _, m = self.rng.choice(list(self.model.named_modules()))
+        factor = 1 + 0.1 * self.rng.random()
+        if self.rng.random() < 0.5:
+            handle = m.register_forward_hook(
+                lambda mod, i, o: o * factor if isinstance(o, torch.Tensor) else o
+            )
+        else:
+            handle = m.register_forward_pre_hook(
+                lambda mod, i: tuple(t * factor if isinstance(t, torch.Tensor) else t for t in i)
+            )
+        self.hooks.append(handle)
+        return "hook added"
+
+    def global_hook(self):
+        if self.global_hooks:
+            self.global_hooks.pop().remove()
+            return "global hook removed"
+        self.global_hooks.append(
+            torch.nn.modules.module.register_module_forward_hook(lambda mod, i, o: o)
+        )
+        return "global hook added"
+
+    def mode(self):
+        _, m = self.rng.choice(list(self.model.named_modules()))
+        m.train(not m.training)
+        return "train/eval"
+
+    def forward_method(self):
+        _, m = self.rng.choice([(n, m) for n, m in self.model.named_modules() if n])
+        if "forward" in vars(m):
+            del m.forward
+            return "forward restored"
+        original = type(m).forward
+        m.forward = types.MethodType(lambda self, *a: original(self, *a), m)
+        return "forward assigned"
+
+    KINDS = [
+        "inplace", "load_state_dict", "data", "set_", "memory_format", "dtype", "parameter",
+        "buffer", "submodule", "parametrization", "pruning", "hook", "global_hook", "mode",
+        "forward_method",
+    ]
+
+    def random(self):
+        kind = "dtype" if self.double else self.rng.choice(self.KINDS)
+        return getattr(self, kind)()
+
+    def undo_global(self):
+        while self.global_hooks:
+            self.global_hooks.pop().remove()
+
+
+def _model(name):
+    torch.manual_seed(0)
+    if name == "encoder":
+        return Encoder().eval(), torch.randn(2, 6, 12)
+    model = getattr(torchvision.models, name)(num_classes=10).eval()
+    return model, torch.randn(2, 3, 32, 32)
+
+
+CASES = [
+    ("resnet18", 1, "reprepare"),
+    ("mobilenet_v3_small", 2, "reprepare"),
+    ("encoder", 1, "reprepare"),
+    ("resnet18", 3, "error"),
+]
+
+
+@pytest.mark.parametrize("name,streams,on_change", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
+def test_no_silent_difference_after_random_changes(name, streams, on_change):
+    rng = random.Random(f"{name}-{streams}-{on_change}")
+    model, x = _model(name)
+    fast = nimble.Nimble(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast.prepare(x, streams=streams, on_change=on_change)
+    changes = Changes(model, rng)
+    tally, outcomes = Counter(), Counter()
+    try:
+        for sequence in range(SEQUENCES):
+            applied = [changes.random() for _ in range(rng.randint(1, 3))]
+            tally.update(applied)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    with torch.no_grad():
+                        want = model(x)
+                    eager_error = None
+                except Exception as e:  # the change broke the model for eager too
+                    eager_error = e
+                try:
+                    got = fast(x)
+                except (nimble.StaleModelError, nimble.BadInputError) as e:
+                    assert on_change == "error" or eager_error is not None, (sequence, applied, e)
+                    outcomes["refused"] += 1
+                    if eager_error is None:
+                        fast.prepare(x, streams=streams, on_change=on_change)
+                        got = fast(x)
+                    else:
+                        continue
+                except Exception as e:
+                    assert eager_error is not None, (sequence, applied, repr(e))
+                    outcomes["both failed"] += 1
+                    continue
+            assert eager_error is None, (sequence, applied, "the replay ran where eager failed", eager_error)
+            scale = max(1.0, float(want.abs().max()))
+            torch.testing.assert_close(
+                got, want, rtol=1e-4, atol=1e-4 * scale, msg=lambda m: f"sequence {sequence} {applied}: {m}"
+            )
+            outcomes["equal"] += 1
+    finally:
+        changes.undo_global()
+    print(f"\n{name} streams={streams} on_change={on_change}: {dict(outcomes)}; changes {dict(tally)}")
+    assert sum(outcomes.values()) == SEQUENCES
+    assert outcomes["equal"] >= SEQUENCES // 2  # the model stayed usable for most sequences
