@@ -419,7 +419,7 @@ void bind_tuning(py::module_& m) {
       py::arg("resume") = true, py::arg("progress") = py::none(), py::arg("pool") = py::none(),
       py::arg("finish_when_cold") = false,
       "Tune a simulated model (see tuning/README.md); returns the report as a dict. `pool`: "
-      "measure on workers (nimble.distributed) instead of in this process.");
+      "measure on workers (nimble.tuning.distributed) instead of in this process.");
 
   py::class_<SimulatedModelMeasurer>(
       t, "SimulatedModelMeasurer",

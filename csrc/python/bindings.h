@@ -19,7 +19,7 @@ pybind11::dict tuning_report_to_dict(const tuning::TuningReport& report);
 // Checks for Ctrl-C and calls `callback` (None: nothing) with a dict per slot.
 tuning::ProgressCallback python_progress(const pybind11::object& callback);
 
-// A measure pool written in Python (nimble/distributed.py): an object with capacity() -> int,
+// A measure pool written in Python (nimble/tuning/distributed.py): an object with capacity() -> int,
 // submit(ticket, task, configs, repeats: dict) and take() -> (ticket, results | None,
 // wall_seconds), results as measured_batch_to_python gives them. None: no pool.
 std::unique_ptr<tuning::MeasurePool> python_measure_pool(const pybind11::object& pool);

@@ -68,7 +68,7 @@ def _peaks(model, fast, x):
     The fused path's peak is another model's: the unfused attention's scratch space grows
     with the thread count (README, Current numbers)."""
     from nimble.bench.cpu import peak_allocated_bytes
-    from nimble.capture import HostReadGuard
+    from nimble.replay.capture import HostReadGuard
 
     with torch.no_grad(), HostReadGuard():
         eager = peak_allocated_bytes(lambda: model(x))

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .errors import NotPreparedError
+from ..errors import NotPreparedError
 from .inference import InferenceReplay
 from .streams import choose_streams
 from .structure import ExampleCall
@@ -139,10 +139,10 @@ class Nimble(torch.nn.Module):
         (0: bind every correct one). `use_tuned(None)` returns to ATen's kernels. Returns
         `tuned_report()`.
         """
-        from ._C import kernels
-        from .tune import _inference_replay
+        from .._C import kernels
+        from .tunable import inference_replay
 
-        replay = _inference_replay(self)
+        replay = inference_replay(self)
         if database is None:
             kernels.unbind(replay)
             self._tuned_report = []
