@@ -71,7 +71,7 @@ void bind_simulator(py::module_& t) {
       py::arg("mcmc_steps") = 500, py::arg("mcmc_samples") = 200, py::arg("database") = py::none(),
       py::arg("resume") = true, py::arg("progress") = py::none(), py::arg("pool") = py::none(),
       py::arg("finish_when_cold") = false,
-      "Tune a simulated model (see tuning/README.md); returns the report as a dict. `pool`: "
+      "Tune a simulated model (see docs/tuning.md); returns the report as a dict. `pool`: "
       "measure on workers (nimble.tuning.distributed) instead of in this process.");
 
   py::class_<SimulatedModelMeasurer>(
@@ -151,7 +151,7 @@ void bind_simulator(py::module_& t) {
       py::arg("mcmc_steps") = 500, py::arg("mcmc_samples") = 200, py::arg("threads") = 2,
       py::arg("finish_when_cold") = false,
       "Every scheduler on the same simulated models, one per seed; medians over seeds. "
-      "finish_when_cold: a task finishes once every candidate left is cold (tuning/README.md).");
+      "finish_when_cold: a task finishes once every candidate left is cold (docs/tuning.md).");
 }
 
 }  // namespace nimble::python

@@ -26,7 +26,7 @@ from .curves import (PLOT_INSTALL_HINT, plotting_available, print_curve, schedul
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m nimble tune",
-        description="Tune a model's kernels; --simulate tunes a synthetic model (see tuning/README.md).",
+        description="Tune a model's kernels; --simulate tunes a synthetic model (see docs/tuning.md).",
     )
     p.add_argument("--model", default=None,
                    help="tune this model's kernels on this machine: torchvision:NAME (see nimble/zoo.py)")
@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cold-filter", action="store_true", help="disable Trimmer's cold-candidate filter")
     p.add_argument("--finish-when-cold", action="store_true",
                    help="finish a task once every candidate left is cold (cheaper tuning, a "
-                        "slightly worse final; see tuning/README.md)")
+                        "slightly worse final; see docs/tuning.md)")
     p.add_argument("--mcmc-steps", type=int, default=500, help="ensemble sampler steps")
     p.add_argument("--db", default=None, help="SQLite tuning database to write (and resume from)")
     p.add_argument("--no-resume", action="store_true", help="do not start from the database's records")

@@ -66,7 +66,7 @@ def _peaks(model, fast, x):
     capture's function mode, as the recorded run did: a module with a fused fast path that
     such a mode turns off (nn.TransformerEncoderLayer's) runs the same ops as the trace.
     The fused path's peak is another model's: the unfused attention's scratch space grows
-    with the thread count (README, Current numbers)."""
+    with the thread count (docs/numbers.md, "Peak memory")."""
     from nimble.bench.cpu import peak_allocated_bytes
     from nimble.replay.capture import HostReadGuard
 
