@@ -2,7 +2,7 @@
 model's operators; prints progress, the latency curve and writes it as a PNG.
 (`python -m nimble tune --simulate --compare` compares every scheduler.)"""
 
-from nimble import tuning_cli
+from nimble.tuning import curves
 from nimble._C import tuning
 
 report = tuning.simulate(
@@ -11,6 +11,6 @@ report = tuning.simulate(
                              f"model {e['model_ms']:.2f} ms"),
 )
 print(f"model latency {report['initial_model_ms']:.2f} ms -> {report['final_model_ms']:.2f} ms")
-tuning_cli.write_plot("tune.png", {"dynatune": report["curve"]}, title="simulated model")
+curves.write_plot("tune.png", {"dynatune": report["curve"]}, title="simulated model")
 db = tuning.TuningDatabase("tune.db")
 print(f"{db.count()} measurements in tune.db; best per task via db.best(signature, device)")

@@ -9,9 +9,9 @@ from .errors import (
     StaleModelError,
     UnsupportedOpError,
 )
-from .tune import tune
-from .wrapper import Nimble
-from .compile_backend import register as _register_compile_backend
+from .replay.wrapper import Nimble
+from .tuning.tune import tune
+from .compile.backend import register as _register_compile_backend
 
 _register_compile_backend()  # torch.compile(model, backend="nimble")
 

@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
     if command == "bench":
         from .bench import main as run
     elif command == "tune":
-        from .tuning_cli import main as run
+        from .tuning.cli import main as run
     else:
         print(f"unknown command '{command}'\n\n{USAGE}", file=sys.stderr)
         return 2

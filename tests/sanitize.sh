@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The C++ suites and the Python suite under sanitizers (README.md, "Sanitizers"):
+# The C++ suites and the Python suite under sanitizers (docs/testing.md, "Sanitizers"):
 #
 #   bash tests/sanitize.sh [asan] [tsan] [python]     (no argument: all three)
 #
@@ -36,7 +36,7 @@ timed() {  # part name, command...
 }
 
 # A finding fails the test that triggers it, with every frame in the report. No
-# suppressions: none of these runs reports anything (README.md); should one be needed for
+# suppressions: none of these runs reports anything (docs/testing.md); should one be needed for
 # a library we do not build, it goes in a file here with a comment saying why.
 export ASAN_OPTIONS="halt_on_error=1:detect_stack_use_after_return=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

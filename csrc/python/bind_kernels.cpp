@@ -30,7 +30,7 @@ kernels::MeasureOptions measure_options(double min_repeat_seconds, double timeou
 }
 
 // A replay's tunable ops' measurers by signature, where a worker measures for a tuner elsewhere
-// (nimble/distributed.py): the worker prepared the same model, so it has the same tasks.
+// (nimble/tuning/distributed.py): the worker prepared the same model, so it has the same tasks.
 class ReplayMeasurer {
  public:
   ReplayMeasurer(const Replay& replay, const kernels::MeasureOptions& options) {
@@ -161,7 +161,7 @@ void bind_kernels(py::module_& m) {
       py::arg("on_baseline") = py::none(), py::arg("pool") = py::none(),
       py::arg("finish_when_cold") = false,
       "Tune the replay's tunable ops on this machine (or on the workers of `pool`, see "
-      "nimble/distributed.py); every measurement goes to `database`.");
+      "nimble/tuning/distributed.py); every measurement goes to `database`.");
 
   py::class_<ReplayMeasurer>(k, "ReplayMeasurer",
                              "A replay's tunable ops' measurers by signature, for a worker.")

@@ -1,4 +1,4 @@
-// Binds the program builder and the replay to Python. The capture glue (nimble/capture.py)
+// Binds the program builder and the replay to Python. The capture glue (nimble/replay/capture.py)
 // hands over the trace; everything after that happens here, in C++.
 #include <ATen/ScalarOps.h>
 #include <pybind11/stl.h>

@@ -4,7 +4,9 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <vector>
 
+#include "tuning/task/task.h"
 #include "tuning/tuner/model_tuner.h"
 #include "tuning/tuner/tuning_report.h"
 
@@ -14,18 +16,29 @@ void bind_scheduling(pybind11::module_& m);
 void bind_tuning(pybind11::module_& m);
 void bind_kernels(pybind11::module_& m);
 void bind_model_watch(pybind11::module_& m);
+// Parts of nimble._C.tuning that bind_tuning hands its submodule to.
+void bind_simulator(pybind11::module_& tuning);
+void bind_tuning_database(pybind11::module_& tuning);
+void bind_belief(pybind11::module_& tuning);
 
-// Shared by the tuning entry points (bind_tuning.cpp).
+// Shared by the tuning entry points (nimble._C.tuning and nimble._C.kernels); defined in
+// tuning_to_python.cpp and run_callbacks.cpp.
 pybind11::dict tuning_report_to_dict(const tuning::TuningReport& report);
+// A number, or None where it is not finite (a latency never reached).
+pybind11::object finite_or_none(double v);
 // Checks for Ctrl-C and calls `callback` (None: nothing) with a dict per slot.
 tuning::ProgressCallback python_progress(const pybind11::object& callback);
 
-// A measure pool written in Python (nimble/distributed.py): an object with capacity() -> int,
-// submit(ticket, task, configs, repeats: dict) and take() -> (ticket, results | None,
+// A measure pool written in Python (nimble/tuning/distributed.py): an object with capacity() ->
+// int, submit(ticket, task, configs, repeats: dict) and take() -> (ticket, results | None,
 // wall_seconds), results as measured_batch_to_python gives them. None: no pool.
 std::unique_ptr<tuning::MeasurePool> python_measure_pool(const pybind11::object& pool);
 // A batch's results as plain tuples (seconds, error, message, cost_seconds, cut_short), to
 // cross process boundaries; and the repeat settings as a dict, both ways.
 pybind11::list measured_batch_to_python(const std::vector<tuning::MeasureResult>& results);
 tuning::RepeatSettings repeat_settings_from_python(const pybind11::dict& d);
+pybind11::dict repeat_settings_to_python(const tuning::RepeatSettings& r);
+// Tasks defined in Python (python_tasks.cpp): dicts with name, flops, knobs, measure and
+// optional signature, group, weight, baseline_seconds, constraints.
+std::vector<tuning::Task> tasks_from_python(const pybind11::list& specs);
 }  // namespace nimble::python

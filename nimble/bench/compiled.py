@@ -21,10 +21,10 @@ from typing import Any, Callable
 import torch
 
 from ..errors import NimbleError
-from ..wrapper import Nimble
+from ..replay.wrapper import Nimble
 from ..zoo import build_call
 from .cuda import max_abs_diff
-from .timing import alternate, median_ms
+from ..timing import alternate, median_ms
 
 # (variant, how to compile the model)
 COMPILERS: list[tuple[str, Callable[[torch.nn.Module], Any]]] = [

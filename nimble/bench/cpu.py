@@ -9,9 +9,9 @@ import time
 
 import torch
 
-from ..wrapper import Nimble
+from ..replay.wrapper import Nimble
 from ..zoo import build
-from .timing import alternate, median_ms
+from ..timing import alternate, median_ms
 
 
 def _quiet_profiler_without_gpu() -> None:

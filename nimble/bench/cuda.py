@@ -21,10 +21,10 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_leaves
 
-from ..wrapper import Nimble
+from ..replay.wrapper import Nimble
 from ..zoo import build
 from .report import print_table
-from .timing import CudaTimer, alternate, median_ms
+from ..timing import CudaTimer, alternate, median_ms
 
 # float32 on a GPU: the variants may run other kernels than eager (torch.compile's fused
 # ones), whose sums round differently.

@@ -27,9 +27,9 @@ import signal
 import threading
 import time
 
-from .. import distributed, survey, tuning_workers
+from ..tuning import distributed, survey, workers
 from .._C import kernels, tuning
-from ..tuning_cli import time_to_reach
+from ..tuning.curves import time_to_reach
 
 
 def _pool(group, seed: int, tasks: int, sleep_scale: float, name: str = "sim"):
@@ -150,7 +150,7 @@ def survey_bench(args, cpus: int) -> None:
 
 def survey_zoo(args, cpus: int, scratch: str) -> None:
     names = args.models.split(",")
-    replays, described = tuning_workers.prepare_zoo(args, names)
+    replays, described = workers.prepare_zoo(args, names)
 
     def options(database: str) -> dict:
         return dict(budget_seconds=args.budget_seconds, slot_seconds=args.slot_seconds,
@@ -160,7 +160,7 @@ def survey_zoo(args, cpus: int, scratch: str) -> None:
     alone, walls = {}, {}
     started = time.monotonic()
     for i, name in enumerate(names):
-        # A group of its own: no other model's measurements to reuse (nimble/distributed.py).
+        # A group of its own: no other model's measurements to reuse (nimble/tuning/distributed.py).
         with _group(args.survey_workers, cpus) as group:
             alone[name] = kernels.tune(replays[name], pool=group.pool(name, *described[name]),
                                        **options(f"alone-{i}.db"))
@@ -170,7 +170,7 @@ def survey_zoo(args, cpus: int, scratch: str) -> None:
     started = time.monotonic()
     with _group(args.survey_workers, cpus) as group:
         together = survey.survey_tune(
-            described, group, tuning_workers.zoo_run_model(replays, options("survey.db")),
+            described, group, workers.zoo_run_model(replays, options("survey.db")),
             round_seconds=round_seconds, patience=args.plateau, log=lambda line: None)
     walls["survey"] = time.monotonic() - started
     rows = {}

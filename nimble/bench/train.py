@@ -17,9 +17,9 @@ from collections import defaultdict
 
 import torch
 
-from ..wrapper import Nimble
+from ..replay.wrapper import Nimble
 from ..zoo import build
-from .timing import alternate, median_ms
+from ..timing import alternate, median_ms
 
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=1e-4),

@@ -330,7 +330,7 @@ def run_case(seed: int, streams: int) -> str:
             # differently).
             exact = False
         if case.aliasing in ("noncontig", "expanded"):
-            # The replay reads inputs as values in their prepared layout (README: where
+            # The replay reads inputs as values in their prepared layout (docs/replays.md: where
             # eager's choice of a view or a copy depends on strides, it follows prepare's).
             eager_inputs = [t.contiguous() for t in eager_inputs]
         eager_state = [t.detach().clone() for t in eager.state()]

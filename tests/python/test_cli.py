@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from nimble.bench import cli, cuda
-from nimble.bench.timing import CudaTimer, alternate, median_ms, wall_seconds
+from nimble.timing import CudaTimer, alternate, median_ms, wall_seconds
 
 FIELDS = {"model", "eager_ms", "nimble_ms", "speedup", "prepare_s", "ops", "overhead_us_per_op",
           "multi_ms", "logical_streams", "physical_streams", "buffers_mb"}

@@ -1,4 +1,4 @@
-"""Tuning with measurements on Ray workers (nimble/distributed.py): a local Ray instance with
+"""Tuning with measurements on Ray workers (nimble/tuning/distributed.py): a local Ray instance with
 2 CPUs on loopback, started once for the module. Simulated models, so that runs are
 reproducible: the tuner's results with workers are checked against the in-process run, and
 faults (a killed worker, a hanging one, a killed driver) against the database."""
@@ -19,7 +19,7 @@ from nimble._C import tuning
 
 ray = pytest.importorskip("ray")
 
-from nimble import distributed  # noqa: E402
+from nimble.tuning import distributed  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = dict(tasks=3, mcmc_steps=50, slot_seconds=20.0)
@@ -72,7 +72,7 @@ def test_without_ray_workers_name_the_extra(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray now fails
     with pytest.raises(ImportError, match=r"pip install nimble\[ray\]"):
         distributed.WorkerGroup(2)
-    from nimble.tuning_cli import main
+    from nimble.tuning.cli import main
 
     assert main(["tune", "--simulate", "--workers", "2", "--tasks", "2"]) == 2
     assert "pip install nimble[ray]" in capsys.readouterr().err
@@ -239,7 +239,7 @@ def test_survey_tuning_of_two_zoo_models_measures_shared_tasks_once(ray_address,
     ("simulated:0,torchvision:resnet18", "mixes simulated and zoo models"),
 ])
 def test_survey_tuning_names_what_it_accepts(models, message):
-    from nimble.tuning_cli import main
+    from nimble.tuning.cli import main
 
     with pytest.raises(SystemExit) as raised:
         main(["tune", "--models", models, "--workers", "2"])

@@ -66,9 +66,9 @@ def _peaks(model, fast, x):
     capture's function mode, as the recorded run did: a module with a fused fast path that
     such a mode turns off (nn.TransformerEncoderLayer's) runs the same ops as the trace.
     The fused path's peak is another model's: the unfused attention's scratch space grows
-    with the thread count (README, Current numbers)."""
+    with the thread count (docs/numbers.md, "Peak memory")."""
     from nimble.bench.cpu import peak_allocated_bytes
-    from nimble.capture import HostReadGuard
+    from nimble.replay.capture import HostReadGuard
 
     with torch.no_grad(), HostReadGuard():
         eager = peak_allocated_bytes(lambda: model(x))

@@ -13,7 +13,7 @@ import torch.nn.utils.parametrize as parametrize
 import torch.nn.utils.prune as prune
 
 import nimble
-from nimble.capture import MAX_RECORDINGS
+from nimble.replay.capture import MAX_RECORDINGS
 
 
 class Net(torch.nn.Module):

@@ -144,7 +144,7 @@ class _FakeProgram:
 
 @pytest.mark.parametrize("on_cuda", [False, True])
 def test_stream_choice_synchronizes_cuda_around_each_timed_run(monkeypatch, on_cuda):
-    from nimble import streams
+    from nimble.replay import streams
 
     events: list = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))

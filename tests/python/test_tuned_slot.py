@@ -215,7 +215,7 @@ def test_a_second_run_resumes_and_never_measures_a_config_twice(tmp_path):
 
 
 def test_tuning_on_a_busy_machine_warns_that_timings_will_be_disturbed(tmp_path, monkeypatch):
-    from nimble.tune import busy_warning
+    from nimble.tuning.tune import busy_warning
 
     assert busy_warning(load=1.9, cores=2) is None
     assert busy_warning(load=4.5, cores=2) == (

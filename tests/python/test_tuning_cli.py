@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from nimble import tuning_cli
+from nimble.tuning import cli as tuning_cli
+from nimble.tuning import curves
 from nimble._C import tuning
 
 SMALL = ["--tasks", "3", "--trials-per-task", "24", "--mcmc-steps", "100"]
@@ -20,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def cli(*args):
     """Runs the tune command in a fresh interpreter, as `python -m nimble tune` does."""
-    code = "import sys; from nimble.tuning_cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from nimble.tuning.cli import main; sys.exit(main(sys.argv[1:]))"
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-c", code, "tune", *args], capture_output=True,
                           text=True, env=env, cwd=ROOT)
@@ -85,11 +86,11 @@ def test_plot_without_matplotlib_names_the_extra_before_tuning(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert "pip install nimble[plot]" in err and not png.exists()
     with pytest.raises(ImportError, match=r"pip install nimble\[plot\]"):
-        tuning_cli.write_plot(str(png), {"a": [(0.0, 1, 1.0)]})
+        curves.write_plot(str(png), {"a": [(0.0, 1, 1.0)]})
 
 
 def test_tuning_progress_shows_the_budget_rate_and_latency(capsys):
-    from nimble.tune import TuningProgress
+    from nimble.tuning.tune import TuningProgress
 
     shown = TuningProgress(budget_seconds=10.0)
     shown.baseline(0, 2)

@@ -17,8 +17,8 @@ struct AdaptiveEvaluatorOptions {
   double slower_than_best_factor = 1.5;
   // ... or once its first sample is this many times the best, the line past which the cold
   // filter calls a candidate cold: such a candidate then costs one timed call, not two. (Cutting
-  // at 3x, as before, left 14.4% of tuning time on cold candidates in 12 real-model runs; at
-  // 2x, 12.8%, with tuned replays as fast; main README, "Tuned kernels".)
+  // at 3x left 14.4% of tuning time on cold candidates in 12 real-model runs; at 2x, 12.8%,
+  // with tuned replays as fast.)
   double one_sample_cut_factor = 2.0;
   double confidence_z = 2.0;  // "optimistic" = mean lowered by z standard errors
 };

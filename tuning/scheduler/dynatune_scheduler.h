@@ -21,12 +21,12 @@ namespace nimble::tuning {
 struct DynaTuneOptions {
   // Exploration constant, rewards being shares of the initial model latency. Chosen on the
   // simulator's seeds 0-9 and checked on ten other seeds and on real models
-  // (tuning/README.md).
+  // (docs/numbers.md, "The tuner on the simulator").
   double c = 3e-5;
   // A warm-up slot ends at its first batch that does not improve its task's best. A first
   // slot only has to take a task's easy early gains and start its curve for the belief; on a
   // model of many small tasks a full slot each made the warm-up round most of the time to
-  // 99% (chosen on mnasnet0_5 and mobilenet_v3_small, tuning/README.md).
+  // 99% (chosen on mnasnet0_5 and mobilenet_v3_small, docs/numbers.md "Warm-up slots").
   bool warm_up_ends_when_flat = true;
   BeliefOptions belief;
 };

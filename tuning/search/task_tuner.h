@@ -25,7 +25,7 @@ struct SearchOptions {
   // unmeasured configs) is cold by the filter's judgement: what is left to measure would
   // only cost time (Trimmer's cold candidates), so the budget goes to other tasks. Off by
   // default: on the simulator's held-out seeds it cut every scheduler's time to 99% by
-  // 35-41% for a final latency 0.4% worse (tuning/README.md, "Finishing cold tasks").
+  // 35-41% for a final latency 0.4% worse (docs/tuning.md, "Finishing cold tasks").
   bool finish_when_all_cold = false;
   // ... and only after this many trials without improvement: a model that has just found a
   // new best region may call everything else cold too early.

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from . import model_watch
-from .errors import NotPreparedError, SideEffectError, StaleModelError
+from ..errors import NotPreparedError, SideEffectError, StaleModelError
 from .inference import InferenceReplay
 from .streams import choose_streams
 from .structure import ExampleCall
@@ -219,10 +219,10 @@ class Nimble(torch.nn.Module):
         (0: bind every correct one). `use_tuned(None)` returns to ATen's kernels. Returns
         `tuned_report()`.
         """
-        from ._C import kernels
-        from .tune import _inference_replay
+        from .._C import kernels
+        from .tunable import inference_replay
 
-        replay = _inference_replay(self)
+        replay = inference_replay(self)
         self._tuned_args = (database, any_device, min_speedup)
         if database is None:
             kernels.unbind(replay)

@@ -8,7 +8,7 @@ measurements never share a core). Each actor rebuilds a model's measurers from a
 completion order for the tuner (through a `ModelPool`, the pool the C++ tuner sees).
 
 A (task signature, config) is measured once per group: records are keyed by signature and
-device, so when several models share an op shape (Trimmer's survey, nimble/survey.py), a
+device, so when several models share an op shape (Trimmer's survey, nimble/tuning/survey.py), a
 model whose tuner proposes a config another model has had measured, or has in flight, gets
 that result at no cost (its tuner records it with cost 0) instead of measuring it again.
 
@@ -65,16 +65,16 @@ def zoo_model(name: str, batch: int = 1, image_size: int = 64, streams: int = 1,
 def _build_measurer(description: dict):
     """What a worker measures with: an object with measure(signature, configs, repeats)."""
     if description["kind"] == "simulated":
-        from ._C import tuning
+        from .._C import tuning
 
         return tuning.SimulatedModelMeasurer(description["seed"], description["tasks"],
                                              description["peak_gflops"])
     if description["kind"] == "zoo":
         import torch
 
-        from . import zoo
-        from ._C import kernels
-        from .wrapper import Nimble
+        from .. import zoo
+        from .._C import kernels
+        from ..replay.wrapper import Nimble
 
         torch.set_num_threads(description["threads"])
         model, example = zoo.build(description["name"], batch=description["batch"],

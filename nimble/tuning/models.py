@@ -25,8 +25,8 @@ import torch
 def prepared(args, name: str):
     """(model, example input, prepared Nimble) of zoo model `name` at the command line's
     --batch, --image-size and --streams."""
-    from . import zoo
-    from .wrapper import Nimble
+    from .. import zoo
+    from ..replay.wrapper import Nimble
 
     model, example = zoo.build(name, batch=args.batch, image_size=args.image_size)
     return model, example, Nimble(model).prepare(example, streams=args.streams)
@@ -57,7 +57,7 @@ def _tune(fast, args, scheduler: str, database: str, seed: int, progress: bool) 
 def side_by_side(model, example, untuned, tuned, rounds: int = 60) -> dict:
     """Median wall time of the untuned and the tuned replay, alternating call by call, and
     the tuned replay's largest difference from eager relative to eager's largest value."""
-    from .bench.timing import alternate, median_ms
+    from ..timing import alternate, median_ms
 
     with torch.no_grad():
         reference = model(example)
@@ -69,10 +69,10 @@ def side_by_side(model, example, untuned, tuned, rounds: int = 60) -> dict:
 
 
 def tune_model(args) -> int:
-    from .tuning_cli import print_curve, time_to_reach, write_plot
-    from .wrapper import Nimble
+    from ..replay.wrapper import Nimble
+    from .curves import print_curve, time_to_reach, write_plot
 
-    from .tuning_cost import cost_summary, energy_counters, energy_delta, format_cost
+    from .cost import cost_summary, energy_counters, energy_delta, format_cost
 
     database = args.db or "tune.db"
     model, example, fast = prepared(args, args.model)
@@ -123,7 +123,7 @@ def tune_model(args) -> int:
 
 def _run_records(database: str, signatures: list[str], device: str) -> list[dict]:
     """A run's measurements in the order the tuner recorded them (its trials)."""
-    from ._C import tuning
+    from .._C import tuning
 
     db = tuning.TuningDatabase(database)
     records = [r for sig in signatures for r in db.records(sig, device)]
@@ -151,10 +151,10 @@ def remeasured_curves(fast, runs: list[dict], rounds: int = 5, repeats: int = 3,
     """Adds "curve_remeasured" to every run (with "database" and "report"): the tuner's curve
     with each task's best-so-far config timed again, all of them side by side (`rounds`
     rounds over every task's ATen kernel and configs, the median of the rounds)."""
-    from ._C import kernels, tuning
-    from .tune import _inference_replay
+    from .._C import kernels, tuning
+    from ..replay.tunable import inference_replay
 
-    replay = _inference_replay(fast)
+    replay = inference_replay(fast)
     tasks = kernels.tasks(replay)
     signatures = [t["signature"] for t in tasks]
     weight = {t["signature"]: len(t["ops"]) for t in tasks}
@@ -197,8 +197,8 @@ def remeasured_curves(fast, runs: list[dict], rounds: int = 5, repeats: int = 3,
 
 
 def compare_on_model(args) -> int:
-    from . import tuning_cli
-    from ._C import tuning
+    from . import curves
+    from .._C import tuning
 
     schedulers = [s for s in args.schedulers.split(",") if s] or tuning.scheduler_names()
     _, _, fast = prepared(args, args.model)
@@ -220,8 +220,8 @@ def compare_on_model(args) -> int:
         curve = r["curve_remeasured"]
         r["final_ms"] = curve[-1][2]
         level = max(x["curve_remeasured"][-1][2] for x in runs if x["seed"] == r["seed"])
-        r["time_to_95_s"] = tuning_cli.time_to_reach(curve, level / 0.95)
-        r["time_to_99_s"] = tuning_cli.time_to_reach(curve, level / 0.99)
+        r["time_to_95_s"] = curves.time_to_reach(curve, level / 0.95)
+        r["time_to_99_s"] = curves.time_to_reach(curve, level / 0.99)
     for name in schedulers:
         mine = [r for r in runs if r["scheduler"] == name]
 
@@ -234,11 +234,11 @@ def compare_on_model(args) -> int:
             "scheduler": name, "time_to_95_s": med("time_to_95_s"), "time_to_99_s": med("time_to_99_s"),
             "final_ms": statistics.median(r["final_ms"] for r in mine),
             "estimated_final_ms": statistics.median(x["final_model_ms"] for x in rep),
-            "overhead_share": statistics.median(tuning_cli.scheduler_overhead(x) for x in rep),
+            "overhead_share": statistics.median(curves.scheduler_overhead(x) for x in rep),
             "cold_time_share": statistics.median(x["cold_time_share"] for x in rep),
         })
     if args.plot:
-        tuning_cli.write_plot(args.plot, {r["scheduler"]: r["curve_remeasured"] for r in runs
+        curves.write_plot(args.plot, {r["scheduler"]: r["curve_remeasured"] for r in runs
                                           if r["seed"] == 0}, title=args.model)
     if args.json:
         print(json.dumps({"model": args.model, "rows": rows, "runs": [
@@ -253,12 +253,12 @@ def compare_on_model(args) -> int:
           f"(ms) | overhead | cold time |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['scheduler']} | {tuning_cli._fmt(r['time_to_95_s'], '')} | "
-              f"{tuning_cli._fmt(r['time_to_99_s'], '')} | {r['final_ms']:.3f} | "
+        print(f"| {r['scheduler']} | {curves.format_seconds(r['time_to_95_s'], '')} | "
+              f"{curves.format_seconds(r['time_to_99_s'], '')} | {r['final_ms']:.3f} | "
               f"{r['estimated_final_ms']:.3f} | {100 * r['overhead_share']:.2f}% | "
               f"{100 * r['cold_time_share']:.1f}% |")
     print("\ntime to 99% (s) per seed:")
     for name in schedulers:
-        times = [tuning_cli._fmt(r["time_to_99_s"], "") for r in runs if r["scheduler"] == name]
+        times = [curves.format_seconds(r["time_to_99_s"], "") for r in runs if r["scheduler"] == name]
         print(f"  {name:<12} " + "  ".join(times))
     return 0

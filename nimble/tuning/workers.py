@@ -1,6 +1,6 @@
 """`python -m nimble tune ... --workers N [--ray-address ADDR]` and `--models A,B,C`: the
-command line's side of measuring on Ray workers (nimble/distributed.py) and of Trimmer's
-multi-model survey tuning (nimble/survey.py)."""
+command line's side of measuring on Ray workers (nimble/tuning/distributed.py) and of Trimmer's
+multi-model survey tuning (nimble/tuning/survey.py)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def worker_group(args):
 
 def simulated(seed: int, args) -> tuple[dict, list[str]]:
     """A simulated model's description for the workers, and its task signatures."""
-    from ._C import tuning
+    from .._C import tuning
     from .distributed import simulated_model
 
     signatures = tuning.SimulatedModelMeasurer(seed, args.tasks).signatures()
@@ -73,7 +73,7 @@ def simulated_pool(group, args):
 def parse_models(args) -> tuple[str, list[str]]:
     """The kind of --models ("simulated" or "zoo") and their names; a clear error for a name
     that is neither, or for a list mixing the two."""
-    from . import zoo
+    from .. import zoo
 
     accepted = ("--models takes comma-separated zoo models (torchvision:NAME, e.g. "
                 "torchvision:resnet18, see nimble/zoo.py; transformer:encoder) or simulated:SEED")
@@ -118,7 +118,7 @@ class _BaselinesFirst:
 
     def tune(self, replay, **options) -> dict:
         """nimble._C.kernels.tune(replay, **options), its baselines timed in their turn."""
-        from ._C import kernels
+        from .._C import kernels
 
         timed = False
 
@@ -139,7 +139,7 @@ class _BaselinesFirst:
 
 
 def _simulated_survey(args, names: list[str], common: dict):
-    from ._C import tuning
+    from .._C import tuning
 
     def run_model(name: str, pool, progress) -> dict:
         return tuning.simulate(scheduler=args.scheduler, seed=int(name.split(":", 1)[1]),
@@ -152,9 +152,9 @@ def _simulated_survey(args, names: list[str], common: dict):
 def prepare_zoo(args, names: list[str]) -> tuple[dict, dict]:
     """Zoo models prepared at --batch, --image-size and --streams: their replays, and their
     descriptions for the workers with their task signatures, by name."""
-    from ._C import kernels
+    from .._C import kernels
     from .distributed import zoo_model
-    from .tuning_models import prepared
+    from .models import prepared
 
     replays, described = {}, {}
     for name in names:
@@ -170,7 +170,7 @@ def prepare_zoo(args, names: list[str]) -> tuple[dict, dict]:
 
 def zoo_run_model(replays: dict, options: dict):
     """survey_tune's run_model for prepared zoo models: nimble._C.kernels.tune with `options`
-    (tuning_models.tune_options), the survey's pool and progress, baselines timed first."""
+    (models.tune_options), the survey's pool and progress, baselines timed first."""
     baselines = _BaselinesFirst(len(replays))
 
     def run_model(name: str, pool, progress) -> dict:
@@ -180,7 +180,7 @@ def zoo_run_model(replays: dict, options: dict):
 
 
 def _zoo_survey(args, names: list[str]):
-    from .tuning_models import tune_options
+    from .models import tune_options
 
     replays, described = prepare_zoo(args, names)
     options = tune_options(args, args.scheduler, args.db or "tune.db", args.seed)
@@ -190,7 +190,7 @@ def _zoo_survey(args, names: list[str]):
 def run_survey(args, kind: str, names: list[str], common: dict) -> int:
     """--models: every model tuned at once over the workers, the worst suspended each round."""
     from . import survey
-    from .tuning_cost import cost_summary, energy_counters, energy_delta, format_cost
+    from .cost import cost_summary, energy_counters, energy_delta, format_cost
 
     described, run_model = (_simulated_survey(args, names, common) if kind == "simulated"
                             else _zoo_survey(args, names))

@@ -40,7 +40,7 @@ def survey_tune(models: dict[str, tuple[dict, list[str]]], group, run_model: Cal
     workers, task signatures in the tuner's order). `run_model(name, pool, progress)` runs one
     model's tuner (e.g. nimble._C.tuning.simulate with pool=...) and returns its report.
     Returns {"rounds": n, "models": {name: summary with its report}}."""
-    from ._C import tuning
+    from .._C import tuning
 
     state = {name: _Progress() for name in models}
     # Trimmer's rate criterion per model, one round at a time (patience 1: the strikes are

@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 import torch
 
-from .errors import BadInputError, NimbleError
-from .wrapper import Nimble
+from ..errors import BadInputError, NimbleError
+from ..replay.wrapper import Nimble
 
 # `torch.compile(..., options={...})` keys, each a `Nimble.prepare` argument.
 PREPARE_OPTIONS = (

@@ -16,21 +16,7 @@ import os
 import sys
 import warnings
 
-from .errors import NotPreparedError
-
-
-def _inference_replay(fast):
-    from .inference import InferenceReplay
-
-    program = getattr(fast, "_program", None)
-    if program is None:
-        raise NotPreparedError("tune/use_tuned need a prepared Nimble: call fast.prepare(x) first")
-    if not isinstance(program, InferenceReplay):
-        raise NotImplementedError(
-            "tuned kernels are bound into inference replays only; this Nimble was prepared "
-            "with training=True"
-        )
-    return fast.replay
+from ..replay.tunable import inference_replay
 
 
 class TuningProgress:
@@ -125,17 +111,17 @@ def tune(
     `nimble._C.kernels.tune` (c, adaptive, cold_filter, batch_size, min_repeat_seconds, ...).
 
     With `workers` > 1 (or a `ray_address`), candidates are measured on that many Ray workers
-    (nimble/distributed.py; `pip install nimble[ray]`), each of which rebuilds the model from
-    `model` (`nimble.distributed.zoo_model("torchvision:NAME", batch, image_size, streams)`);
+    (nimble/tuning/distributed.py; `pip install nimble[ray]`), each of which rebuilds the model from
+    `model` (`nimble.tuning.distributed.zoo_model("torchvision:NAME", batch, image_size, streams)`);
     the workers must be machines of the kind this one is (records are keyed by its device).
     """
-    from ._C import kernels, tuning
+    from .._C import kernels, tuning
 
     if scheduler not in tuning.scheduler_names():
         raise ValueError(f"scheduler must be one of {tuning.scheduler_names()}, got {scheduler!r}")
     if not (budget_seconds > 0 or budget_trials > 0):
         raise ValueError("give a positive budget_seconds or budget_trials")
-    replay = _inference_replay(fast)
+    replay = inference_replay(fast)
     tasks = kernels.tasks(replay)
     if not tasks:
         raise ValueError("the model has no op a kernel family can replace (2-D float "
@@ -170,7 +156,7 @@ def _workers(replay, workers: int, ray_address: str | None, model: dict | None, 
 
     require_ray()
     if model is None or model.get("kind") != "zoo":
-        raise ValueError("tuning on workers needs model=nimble.distributed.zoo_model(...): "
+        raise ValueError("tuning on workers needs model=nimble.tuning.distributed.zoo_model(...): "
                          "each worker rebuilds the model from it")
     for key in ("min_repeat_seconds", "timeout_seconds"):
         if key in options and options[key] != model[key]:

@@ -105,7 +105,7 @@ def _where(path: str) -> str:
 def watch(module: torch.nn.Module, owner: torch.nn.Module | None = None):
     """A `nimble._C.ModelWatch` over `module` as it is now; `owner` (the Nimble wrapping
     it): its submodules too, so that replacing the wrapped module is seen."""
-    from . import _C
+    from .. import _C
 
     _install_registration_hooks()
     w = _C.ModelWatch()

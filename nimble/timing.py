@@ -1,6 +1,6 @@
-"""The one way the benchmarks time calls: compared calls alternate, round after round, after
-a warm-up, so that every mode sees the same machine state (clock boosts, caches, load from
-elsewhere); the reports take medians.
+"""The one way the benchmarks (and the tuner's before/after check) time calls: compared calls
+alternate, round after round, after a warm-up, so that every mode sees the same machine state
+(clock boosts, caches, load from elsewhere); the reports take medians.
 
 A `measure` turns one call into one sample. On the CPU it is `wall_seconds` (a sample is
 seconds); on a GPU `CudaTimer` waits for the device and gives wall and device seconds.

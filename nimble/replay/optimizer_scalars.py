@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from .errors import StaleModelError, UnsupportedOpError
+from ..errors import StaleModelError, UnsupportedOpError
 
 # Group entries that change which ops a step runs.
 _STRUCTURE = {

@@ -24,7 +24,7 @@ from .capture import (
     schema_arguments,
     unique,
 )
-from .errors import NotPreparedError, StaleModelError, UnsupportedOpError
+from ..errors import NotPreparedError, StaleModelError, UnsupportedOpError
 from .optimizer_scalars import OptimizerScalars, scalar_candidates
 from .structure import ExampleCall, OutputStructure, describe, describe_all
 

@@ -18,13 +18,15 @@ import math
 import sys
 import time
 
-from . import tuning_workers
+from . import workers
+from .curves import (PLOT_INSTALL_HINT, plotting_available, print_curve, scheduler_overhead,
+                     time_to_reach, write_csv, write_plot)
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m nimble tune",
-        description="Tune a model's kernels; --simulate tunes a synthetic model (see tuning/README.md).",
+        description="Tune a model's kernels; --simulate tunes a synthetic model (see docs/tuning.md).",
     )
     p.add_argument("--model", default=None,
                    help="tune this model's kernels on this machine: torchvision:NAME (see nimble/zoo.py)")
@@ -54,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cold-filter", action="store_true", help="disable Trimmer's cold-candidate filter")
     p.add_argument("--finish-when-cold", action="store_true",
                    help="finish a task once every candidate left is cold (cheaper tuning, a "
-                        "slightly worse final; see tuning/README.md)")
+                        "slightly worse final; see docs/tuning.md)")
     p.add_argument("--mcmc-steps", type=int, default=500, help="ensemble sampler steps")
     p.add_argument("--db", default=None, help="SQLite tuning database to write (and resume from)")
     p.add_argument("--no-resume", action="store_true", help="do not start from the database's records")
@@ -74,15 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None,
                    help="plot the latency-over-time curve(s) to a PNG file (needs nimble[plot])")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    tuning_workers.add_arguments(p)
+    workers.add_arguments(p)
     return p
-
-
-def time_to_reach(curve, latency_ms: float) -> float | None:
-    for seconds, _trials, model_ms in curve:
-        if model_ms is not None and model_ms <= latency_ms:
-            return seconds
-    return None
 
 
 def _common_kwargs(args) -> dict:
@@ -95,10 +90,6 @@ def _common_kwargs(args) -> dict:
     )
 
 
-def _fmt(v, unit="s") -> str:
-    return "never" if v is None else f"{v:.0f} {unit}"
-
-
 def _run_one(args) -> int:
     from nimble._C import tuning
 
@@ -109,16 +100,16 @@ def _run_one(args) -> int:
         trials = args.budget_trials or args.tasks * args.trials_per_task
         shown = TuningProgress(args.budget_seconds, trials)
 
-    from .tuning_cost import cost_summary, energy_counters, energy_delta, format_cost
+    from .cost import cost_summary, energy_counters, energy_delta, format_cost
 
     before, started = energy_counters(), time.monotonic()
     try:
-        with tuning_workers.worker_group(args) as group:
+        with workers.worker_group(args) as group:
             report = tuning.simulate(
                 scheduler=args.scheduler, seed=args.seed, survey_stop=args.survey_stop,
                 phi=args.phi, goal_ms=args.goal_ms, database=args.db,
                 resume=not args.no_resume, progress=shown.slot if shown else None,
-                pool=tuning_workers.simulated_pool(group, args), **_common_kwargs(args))
+                pool=workers.simulated_pool(group, args), **_common_kwargs(args))
     finally:
         if shown:
             shown.done()
@@ -129,7 +120,7 @@ def _run_one(args) -> int:
     t99 = time_to_reach(curve, final / 0.99)
     overhead = scheduler_overhead(report)
     if args.curve:
-        _write_csv(args.curve, curve)
+        write_csv(args.curve, curve)
     if args.plot:
         write_plot(args.plot, {report["scheduler"]: curve},
                    title=f"simulated model seed {args.seed}")
@@ -150,35 +141,6 @@ def _run_one(args) -> int:
     print_curve(report)
     print(format_cost(cost))
     return 0
-
-
-def scheduler_overhead(report: dict) -> float:
-    """The scheduler's own wall time as a share of the tuning time it scheduled (slots that end
-    early, when their task finishes, count for what they took, not for their nominal length)."""
-    return report["scheduler_wall_seconds"] / max(report["tuning_seconds"], 1e-9)
-
-
-def print_curve(report: dict) -> None:
-    """The model latency at each tenth of the tuning time, then times to 95%/99% of the final
-    latency, scheduler overhead and the share of time on cold and failing candidates."""
-    curve, final = report["curve"], report["final_model_ms"]
-    t95 = time_to_reach(curve, final / 0.95)
-    t99 = time_to_reach(curve, final / 0.99)
-    overhead = scheduler_overhead(report)
-    print(f"{'tuning time (s)':>16} {'trials':>7} {'model latency (ms)':>19}")
-    marks = [i * report["tuning_seconds"] / 10 for i in range(11)]
-    shown = 0
-    for seconds, trials, model_ms in curve:
-        if shown < len(marks) and seconds >= marks[shown]:
-            print(f"{seconds:16.0f} {trials:7d} {model_ms:19.3f}")
-            while shown < len(marks) and seconds >= marks[shown]:
-                shown += 1
-    print(f"initial {report['initial_model_ms']:.3f} ms, final {final:.3f} ms")
-    print(f"time to 95% of the final latency: {_fmt(t95)}; to 99%: {_fmt(t99)}")
-    print(f"scheduler overhead {100 * overhead:.3f}% of the tuning time; "
-          f"{100 * report['cold_time_share']:.1f}% of measurement time on cold candidates, "
-          f"{100 * report['failed_time_share']:.1f}% on failing ones; "
-          f"{report['cut_short']} candidates cut short")
 
 
 def _run_compare(args) -> int:
@@ -241,49 +203,6 @@ def _database_command(args) -> int:
     return 0
 
 
-def _write_csv(path: str, curve) -> None:
-    with open(path, "w") as f:
-        f.write("seconds,trials,model_ms\n")
-        for s, t, ms in curve:
-            f.write(f"{s:.6g},{t},{ms:.9g}\n")
-
-
-PLOT_INSTALL_HINT = "plots need matplotlib: pip install nimble[plot]"
-
-
-def plotting_available() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def write_plot(path: str, curves: dict, title: str = "") -> None:
-    """Model latency (ms) over tuning time (s), one step line per curve, to a 900x540 PNG file."""
-    try:
-        from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global figure state
-    except ImportError as e:
-        raise ImportError(PLOT_INSTALL_HINT) from e
-    if not any(ms is not None for c in curves.values() for _s, _t, ms in c):
-        raise ValueError("nothing to plot")
-    fig = Figure(figsize=(9, 5.4), dpi=100, layout="constrained")
-    ax = fig.add_subplot()
-    for name, curve in curves.items():
-        points = [(s, ms) for s, _t, ms in curve if ms is not None]
-        # A step: the best latency so far holds until the next measurement improves it.
-        ax.step([s for s, _ in points], [ms for _, ms in points], where="post", label=name,
-                linewidth=2)
-    ax.set_xlabel("tuning time (s)")
-    ax.set_ylabel("model latency (ms)")
-    ax.set_xlim(left=0)
-    ax.grid(color="0.85")
-    if title:
-        ax.set_title(title)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    fig.savefig(path, format="png")
-
-
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "tune":  # accept both `tune ...` and the arguments after it
         argv = argv[1:]
@@ -308,7 +227,7 @@ def main(argv: list[str]) -> int:
         if name not in names and name != "ansor":
             print(f"unknown scheduler '{name}' (known: {', '.join(names)})", file=sys.stderr)
             return 2
-    if args.compare and tuning_workers.uses_workers(args):
+    if args.compare and workers.uses_workers(args):
         print("python -m nimble tune: --compare runs in this process; drop --workers",
               file=sys.stderr)
         return 2
@@ -321,12 +240,12 @@ def main(argv: list[str]) -> int:
 
 def _dispatch(args) -> int:
     if args.models:
-        kind, names = tuning_workers.parse_models(args)
+        kind, names = workers.parse_models(args)
         if args.slot_seconds is None:
             args.slot_seconds = 20.0 if kind == "simulated" else 3.0
-        return tuning_workers.run_survey(args, kind, names, _common_kwargs(args))
+        return workers.run_survey(args, kind, names, _common_kwargs(args))
     if args.model:
-        from .tuning_models import compare_on_model, tune_model
+        from .models import compare_on_model, tune_model
 
         args.slot_seconds = 3.0 if args.slot_seconds is None else args.slot_seconds
         args.seeds = 1 if args.seeds is None else args.seeds

@@ -19,7 +19,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .errors import NotStaticError, UnsupportedOpError
+from ..errors import NotStaticError, UnsupportedOpError
 from .model_watch import PythonSideEffects
 
 aten = torch.ops.aten
@@ -451,7 +451,7 @@ def build_replay(ops, inputs, state, outputs, **options):
     `inputs` are the tensors the caller's arguments replace on every replay, `state` the
     tensors used in place (parameters, buffers, optimizer state), `outputs` the tensors
     handed back; `options` go to `ProgramBuilder.finish`."""
-    from . import _C
+    from .. import _C
 
     builder = _C.ProgramBuilder()
     for tensor in inputs:

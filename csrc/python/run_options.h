@@ -1,0 +1,40 @@
+#pragma once
+// Options shared by nimble._C.tuning's simulate(), compare() and tune(), from their keyword
+// arguments, applied to the tuner's and the scheduler's options.
+#include <cstdint>
+#include <limits>
+#include <optional>
+
+#include "tuning/scheduler/scheduler_factory.h"
+#include "tuning/tuner/model_tuner.h"
+
+namespace nimble::python {
+
+// Options shared by simulate(), compare() and tune(), from keyword arguments.
+struct RunOptions {
+  double slot_seconds = 20;
+  long budget_trials = 0;
+  double budget_seconds = std::numeric_limits<double>::infinity();
+  long early_stop_trials = 200;
+  std::optional<double> c;
+  bool survey_stop = false;
+  double phi = -0.25;
+  double goal_ms = 0;
+  bool adaptive = true;
+  bool cold_filter = true;
+  bool finish_when_cold = false;
+  int batch_size = 8;
+  int mcmc_walkers = 10;
+  int mcmc_steps = 500;
+  int mcmc_samples = 200;
+  uint64_t seed = 0;
+
+  void apply(tuning::TunerOptions& t, tuning::SchedulerOptions& s) const;
+};
+
+RunOptions run_options(double slot_seconds, long budget_trials, double budget_seconds,
+                       long early_stop_trials, std::optional<double> c, bool survey_stop,
+                       double phi, double goal_ms, bool adaptive, bool cold_filter, int batch_size,
+                       int mcmc_walkers, int mcmc_steps, int mcmc_samples);
+
+}  // namespace nimble::python

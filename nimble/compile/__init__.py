@@ -1,0 +1,2 @@
+"""torch.compile(model, backend="nimble"): `backend` prepares and replays each graph that
+Dynamo hands over."""

@@ -1,0 +1,12 @@
+"""The replay API and the programs `Nimble.prepare` builds, in the order data flows through them:
+
+    wrapper            Nimble: prepare, call, use_tuned, the public face
+    structure          how example inputs and outputs are flattened and rebuilt
+    capture            recording a model's ATen ops once and building a C++ replay of them
+    inference          the inference program: one forward replay
+    training           the training programs: forward + backward, or the whole step
+    optimizer_scalars  the optimizer's step-dependent scalars, fed to a whole-step replay
+    streams            choosing how many streams a replay runs on
+    tunable            which prepared models take tuned kernels
+    visualize          the program as a Graphviz graph or a Chrome trace
+"""
