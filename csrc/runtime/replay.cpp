@@ -67,6 +67,7 @@ Replay::Replay(BuiltProgram built, const ExecutorOptions& options, ExecutorFacto
     w.sizes = t.sizes().vec();
     w.strides = t.strides().vec();
     by_storage.emplace(w.storage.unsafeGetStorageImpl(), watched_state_.size());
+    state_keys_.emplace_back(w);
     watched_state_.push_back(std::move(w));
   }
   for (size_t s = 0; s < program_.slots.size(); ++s) {
@@ -89,10 +90,37 @@ void Replay::set_state_names(const std::vector<std::pair<at::Tensor, std::string
   }
 }
 
+Replay::StateKey::StateKey(const WatchedState& w)
+    : tensor(w.tensor),
+      storage(w.storage.unsafeGetStorageImpl()),
+      data(w.data),
+      offset(w.offset),
+      dtype(c10::scalarTypeToTypeMeta(w.dtype)) {
+  if (w.sizes.size() > static_cast<size_t>(kDims)) return;
+  dim = static_cast<int>(w.sizes.size());
+  std::copy(w.sizes.begin(), w.sizes.end(), sizes_strides.begin());
+  std::copy(w.strides.begin(), w.strides.end(), sizes_strides.begin() + kDims);
+}
+
+bool Replay::StateKey::unchanged(bool compare_data) const {
+  const c10::TensorImpl& t = *tensor;
+  const c10::StorageImpl* now = t.unsafe_storage().unsafeGetStorageImpl();
+  if (now != storage || t.storage_offset() != offset || t.dtype() != dtype) return false;
+  if (compare_data && now != nullptr && now->data() != data) return false;
+  const c10::IntArrayRef sizes = t.sizes();
+  if (dim < 0 || static_cast<int>(sizes.size()) != dim) return false;
+  const c10::IntArrayRef strides = t.strides();
+  for (int d = 0; d < dim; ++d) {
+    if (sizes[d] != sizes_strides[d] || strides[d] != sizes_strides[kDims + d]) return false;
+  }
+  return true;
+}
+
 void Replay::rebuild_executor() {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   executor_.reset();  // its worker threads and streams go before the new ones start
   executor_ = make_executor_(program_, state_, options_);
+  addresses_recorded_ = executor_->reuses_outputs();
   // An executor that reuses its outputs has its input addresses baked in too (a graph):
   // inputs are copied there instead of bound.
   binding_ = executor_->reuses_outputs() ? nullptr
@@ -147,6 +175,7 @@ void Replay::check_state() {
 void Replay::follow_state() {
   bool moved = false;
   for (size_t i = 0; i < watched_state_.size(); ++i) {
+    if (state_keys_[i].unchanged(addresses_recorded_)) continue;
     const WatchedState& w = watched_state_[i];
     const c10::TensorImpl& t = *w.tensor;
     const c10::StorageImpl* storage = t.unsafe_storage().unsafeGetStorageImpl();
@@ -192,6 +221,7 @@ void Replay::follow_moved_storage(size_t index) {
   }
   w.storage = now;
   w.data = now.data();
+  state_keys_[index] = StateKey(w);
 }
 
 void Replay::copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound) {

@@ -6,6 +6,7 @@
 // mutates), hands outputs out, and serializes concurrent calls on one object.
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -134,6 +135,23 @@ class Replay {
     std::vector<int64_t> sizes, strides;
     std::vector<int> views;  // view slots computed at prepare that read its storage
   };
+  // What every call compares of one, kept apart and together: a few cache lines per tensor.
+  struct StateKey {
+    static constexpr int kDims = 4;  // more dims: compared through WatchedState
+    explicit StateKey(const WatchedState& w);
+    bool unchanged(bool compare_data) const;
+    const c10::TensorImpl* tensor = nullptr;
+    const c10::StorageImpl* storage = nullptr;
+    const void* data = nullptr;
+    int64_t offset = 0;
+    caffe2::TypeMeta dtype;
+    int dim = -1;  // -1: more than kDims
+    std::array<int64_t, 2 * kDims> sizes_strides{};
+  };
+  std::vector<StateKey> state_keys_;  // one per watched_state_
+  // The executor reads data addresses it recorded (a CUDA graph): a storage whose data moved
+  // under the same storage object must be seen too.
+  bool addresses_recorded_ = false;
   std::vector<WatchedState> watched_state_;
   std::shared_ptr<PreReplayCheck> pre_check_;
   // Per registered place: its op (`traced_op`), the index of its entry in that op's

@@ -121,8 +121,9 @@ def watch(module: torch.nn.Module, owner: torch.nn.Module | None = None):
             if d is None:
                 continue
             key_prefix = f"{_where(path)}: {kind[:-1]} #" if hooks else prefix
-            # Additions of hooks show in RemovableHandle's ids; only removals need the size.
-            w.watch_dict(f"{kind} of {_where(path)}", key_prefix, d, hooks, not hooks or bool(d))
+            # Additions show in the registration hooks and RemovableHandle's ids: the size is
+            # compared for removals, which an empty dictionary cannot have.
+            w.watch_dict(f"{kind} of {_where(path)}", key_prefix, d, hooks, bool(d))
         w.watch_dict(f"attributes of {_where(path)}", prefix, mod.__dict__, False, True)
         if not path or _reads_training(type(mod)):
             w.watch_item(f"{_where(path)}.training (train/eval mode)", mod.__dict__, "training")
