@@ -1,7 +1,7 @@
 """Random sequences of changes to a prepared model, each followed by a call: the replay equals
 eager, or both fail, or (with on_change="error") the replay raises StaleModelError or
-BadInputError; never a silent difference. NIMBLE_FUZZ_SEQUENCES sets the sequences per case
-(CI: 500 per case, 2,000 in all)."""
+BadInputError; never a silent difference. 2,000 sequences in all in CI (most on small models,
+where preparing again is cheap); NIMBLE_FUZZ_SCALE multiplies every case's count."""
 
 import copy
 import os
@@ -18,7 +18,7 @@ import torchvision
 
 import nimble
 
-SEQUENCES = int(os.environ.get("NIMBLE_FUZZ_SEQUENCES", "500"))
+SCALE = float(os.environ.get("NIMBLE_FUZZ_SCALE", "1"))
 
 
 class Scale(torch.nn.Module):
@@ -42,6 +42,25 @@ class Encoder(torch.nn.Module):
 
     def forward(self, x):
         return self.head(self.encoder(self.embed(x)).mean(1))
+
+
+class SmallNet(torch.nn.Module):
+    """Convolutions with batch norm, two branches, dropout and a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()
+        )
+        self.left = torch.nn.Conv2d(8, 8, 1)
+        self.right = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.Hardswish())
+        self.drop = torch.nn.Dropout(0.2)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = self.stem(x)
+        y = self.left(y) + self.right(y)
+        return self.fc(self.drop(y.mean((2, 3))))
 
 
 def _perturbed(t: torch.Tensor, rng: random.Random) -> torch.Tensor:
@@ -215,7 +234,7 @@ class Changes:
             del m.forward
             return "forward restored"
         original = type(m).forward
-        m.forward = types.MethodType(lambda self, *a: original(self, *a), m)
+        m.forward = types.MethodType(lambda self, *a, **kw: original(self, *a, **kw), m)
         return "forward assigned"
 
     KINDS = [
@@ -237,20 +256,65 @@ def _model(name):
     torch.manual_seed(0)
     if name == "encoder":
         return Encoder().eval(), torch.randn(2, 6, 12)
+    if name == "small":
+        return SmallNet().eval(), torch.randn(2, 3, 8, 8)
     model = getattr(torchvision.models, name)(num_classes=10).eval()
     return model, torch.randn(2, 3, 32, 32)
 
 
+def _call(fast, model, x, sequence, applied, on_change, outcomes) -> str:
+    """One call after a sequence of changes, eager and replayed from the same random state
+    (dropout in train mode draws alike): 'equal' or 'both failed'; anything else fails."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(sequence)
+        try:
+            with torch.no_grad():
+                want = model(x)
+            eager_error = None
+        except Exception as e:  # the change broke the model for eager too
+            eager_error = e
+        torch.manual_seed(sequence)
+        try:
+            got = fast(x)
+        except (nimble.StaleModelError, nimble.BadInputError) as e:
+            assert on_change == "error" or eager_error is not None, (sequence, applied, e)
+            outcomes["refused"] += 1
+            if eager_error is not None:
+                return "both failed"
+            fast.prepare(x, **{k: fast._options[k] for k in ("streams", "on_change")})
+            torch.manual_seed(sequence)
+            got = fast(x)
+        except Exception as e:
+            assert eager_error is not None, (sequence, applied, repr(e))
+            return "both failed"
+    assert eager_error is None, (sequence, applied, "the replay ran where eager failed", eager_error)
+    # Several streams give each op fewer threads, so sums are blocked differently: rounding,
+    # which the perturbed weights can grow to 1e-4 relative. A stale replay is off by the
+    # size of a change (a few percent at least).
+    scale = max(1.0, float(want.nan_to_num().abs().max()))
+    torch.testing.assert_close(
+        got, want, rtol=1e-3, atol=1e-3 * scale, equal_nan=True,
+        msg=lambda m: f"sequence {sequence} {applied}: {m}",
+    )
+    return "equal"
+
+
+# (model, streams, on_change, sequences)
 CASES = [
-    ("resnet18", 1, "reprepare"),
-    ("mobilenet_v3_small", 2, "reprepare"),
-    ("encoder", 1, "reprepare"),
-    ("resnet18", 3, "error"),
+    ("resnet18", 1, "reprepare", 300),
+    ("mobilenet_v3_small", 2, "reprepare", 200),
+    ("encoder", 1, "reprepare", 500),
+    ("small", 2, "reprepare", 600),
+    ("small", 3, "error", 400),
 ]
 
 
-@pytest.mark.parametrize("name,streams,on_change", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
-def test_no_silent_difference_after_random_changes(name, streams, on_change):
+@pytest.mark.parametrize(
+    "name,streams,on_change,count", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES]
+)
+def test_no_silent_difference_after_random_changes(name, streams, on_change, count):
+    sequences = max(1, round(count * SCALE))
     rng = random.Random(f"{name}-{streams}-{on_change}")
     model, x = _model(name)
     fast = nimble.Nimble(model)
@@ -260,39 +324,12 @@ def test_no_silent_difference_after_random_changes(name, streams, on_change):
     changes = Changes(model, rng)
     tally, outcomes = Counter(), Counter()
     try:
-        for sequence in range(SEQUENCES):
+        for sequence in range(sequences):
             applied = [changes.random() for _ in range(rng.randint(1, 3))]
             tally.update(applied)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                try:
-                    with torch.no_grad():
-                        want = model(x)
-                    eager_error = None
-                except Exception as e:  # the change broke the model for eager too
-                    eager_error = e
-                try:
-                    got = fast(x)
-                except (nimble.StaleModelError, nimble.BadInputError) as e:
-                    assert on_change == "error" or eager_error is not None, (sequence, applied, e)
-                    outcomes["refused"] += 1
-                    if eager_error is None:
-                        fast.prepare(x, streams=streams, on_change=on_change)
-                        got = fast(x)
-                    else:
-                        continue
-                except Exception as e:
-                    assert eager_error is not None, (sequence, applied, repr(e))
-                    outcomes["both failed"] += 1
-                    continue
-            assert eager_error is None, (sequence, applied, "the replay ran where eager failed", eager_error)
-            scale = max(1.0, float(want.abs().max()))
-            torch.testing.assert_close(
-                got, want, rtol=1e-4, atol=1e-4 * scale, msg=lambda m: f"sequence {sequence} {applied}: {m}"
-            )
-            outcomes["equal"] += 1
+            outcomes[_call(fast, model, x, sequence, applied, on_change, outcomes)] += 1
     finally:
         changes.undo_global()
     print(f"\n{name} streams={streams} on_change={on_change}: {dict(outcomes)}; changes {dict(tally)}")
-    assert sum(outcomes.values()) == SEQUENCES
-    assert outcomes["equal"] >= SEQUENCES // 2  # the model stayed usable for most sequences
+    assert outcomes["equal"] + outcomes["both failed"] == sequences
+    assert outcomes["equal"] >= sequences // 2  # the model stayed usable for most sequences
