@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -94,10 +95,16 @@ Replay::StateKey::StateKey(const WatchedState& w)
     : tensor(w.tensor),
       storage(w.storage.unsafeGetStorageImpl()),
       data(w.data),
-      offset(w.offset),
       dtype(c10::scalarTypeToTypeMeta(w.dtype)) {
-  if (w.sizes.size() > static_cast<size_t>(kDims)) return;
-  dim = static_cast<int>(w.sizes.size());
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  const auto fits = [&](int64_t v) { return v >= 0 && v <= kMax; };
+  if (w.sizes.size() > static_cast<size_t>(kDims) || !fits(w.offset) ||
+      !std::all_of(w.sizes.begin(), w.sizes.end(), fits) ||
+      !std::all_of(w.strides.begin(), w.strides.end(), fits)) {
+    return;
+  }
+  offset = static_cast<int32_t>(w.offset);
+  dim = static_cast<int16_t>(w.sizes.size());
   std::copy(w.sizes.begin(), w.sizes.end(), sizes_strides.begin());
   std::copy(w.strides.begin(), w.strides.end(), sizes_strides.begin() + kDims);
 }
@@ -105,10 +112,12 @@ Replay::StateKey::StateKey(const WatchedState& w)
 bool Replay::StateKey::unchanged(bool compare_data) const {
   const c10::TensorImpl& t = *tensor;
   const c10::StorageImpl* now = t.unsafe_storage().unsafeGetStorageImpl();
-  if (now != storage || t.storage_offset() != offset || t.dtype() != dtype) return false;
+  if (dim < 0 || now != storage || t.storage_offset() != offset || t.dtype() != dtype) {
+    return false;
+  }
   if (compare_data && now != nullptr && now->data() != data) return false;
   const c10::IntArrayRef sizes = t.sizes();
-  if (dim < 0 || static_cast<int>(sizes.size()) != dim) return false;
+  if (static_cast<int>(sizes.size()) != dim) return false;
   const c10::IntArrayRef strides = t.strides();
   for (int d = 0; d < dim; ++d) {
     if (sizes[d] != sizes_strides[d] || strides[d] != sizes_strides[kDims + d]) return false;
@@ -174,7 +183,16 @@ void Replay::check_state() {
 
 void Replay::follow_state() {
   bool moved = false;
-  for (size_t i = 0; i < watched_state_.size(); ++i) {
+  // The loads chase pointers into TensorImpls all over the heap: fetch a few ahead.
+  constexpr size_t kAhead = 4;
+  const size_t n = state_keys_.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) {
+      const char* ahead = reinterpret_cast<const char*>(state_keys_[i + kAhead].tensor);
+      __builtin_prefetch(ahead);
+      __builtin_prefetch(ahead + 64);
+      __builtin_prefetch(ahead + 128);
+    }
     if (state_keys_[i].unchanged(addresses_recorded_)) continue;
     const WatchedState& w = watched_state_[i];
     const c10::TensorImpl& t = *w.tensor;

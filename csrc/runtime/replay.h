@@ -135,19 +135,21 @@ class Replay {
     std::vector<int64_t> sizes, strides;
     std::vector<int> views;  // view slots computed at prepare that read its storage
   };
-  // What every call compares of one, kept apart and together: a few cache lines per tensor.
-  struct StateKey {
-    static constexpr int kDims = 4;  // more dims: compared through WatchedState
+  // What every call compares of one, kept apart and together: one cache line per tensor
+  // here (sizes and strides as 32-bit numbers where they fit), its TensorImpl's there.
+  struct alignas(64) StateKey {
+    static constexpr int kDims = 4;  // more dims, or larger numbers: compared by WatchedState
     explicit StateKey(const WatchedState& w);
     bool unchanged(bool compare_data) const;
     const c10::TensorImpl* tensor = nullptr;
     const c10::StorageImpl* storage = nullptr;
     const void* data = nullptr;
-    int64_t offset = 0;
+    int32_t offset = 0;
     caffe2::TypeMeta dtype;
-    int dim = -1;  // -1: more than kDims
-    std::array<int64_t, 2 * kDims> sizes_strides{};
+    int16_t dim = -1;  // -1: compared by WatchedState
+    std::array<int32_t, 2 * kDims> sizes_strides{};
   };
+  static_assert(sizeof(StateKey) == 64, "one cache line per tensor");
   std::vector<StateKey> state_keys_;  // one per watched_state_
   // The executor reads data addresses it recorded (a CUDA graph): a storage whose data moved
   // under the same storage object must be seen too.
