@@ -17,7 +17,8 @@ FIELDS = {"model", "eager_ms", "nimble_ms", "speedup", "prepare_s", "ops", "over
 # The CPU row, exactly: scripts read these keys.
 CPU_FIELDS = FIELDS | {
     "batch", "image_size", "multi_vs_single", "syncs", "unplanned_mb", "eager_peak_mb", "pool_mb",
-    "replay_peak_mb", "ops_own_ms", "of_which_free_us", "call_overhead_us", "threads"}
+    "replay_peak_mb", "ops_own_ms", "of_which_free_us", "call_overhead_us", "threads",
+    "parameters", "check_us", "check_us_per_100_params"}
 
 
 def run(*args):
@@ -39,6 +40,8 @@ def test_bench_json():
     # (Against eager: at most eager's peak on the same ops, test_memory_plan.py; this
     # model's eager takes a fused path the replay does not, whose peak can be lower.)
     assert row["eager_peak_mb"] > 0 and 0 < row["pool_mb"] <= row["replay_peak_mb"]
+    # The model checks before every call: timed, and far below the replay itself.
+    assert row["parameters"] > 0 and 0 < row["check_us"] < row["nimble_ms"] * 1e3
 
 
 def test_bench_without_out_buffers_preallocates_nothing():
