@@ -48,6 +48,7 @@ class Nimble(torch.nn.Module):
         copy_outputs: bool = True,
         streams: int | str = 1,
         fold_batchnorm: bool = False,
+        lower_for_cpu: bool = True,
         plan_memory: bool = True,
         use_out_variants: bool = True,
         out_variant_max_bytes: int = 0,
@@ -77,6 +78,10 @@ class Nimble(torch.nn.Module):
         `example_targets` as well, the whole step (forward, `loss_fn(output, *targets)`,
         backward, `optimizer.step()`) is one program run by `fast.step(x, targets)`.
 
+        `lower_for_cpu` (inference on the CPU): convolutions become oneDNN calls with weights
+        packed once and the residual add and activation after them fused (batch norms
+        are folded into them first); False replays ATen's convolutions as captured.
+
         `tuned`: a tuning database (`nimble.tune`); binds its kernels as `use_tuned` does.
         """
         if not (streams == "auto" or (isinstance(streams, int) and streams >= 1)):
@@ -97,6 +102,7 @@ class Nimble(torch.nn.Module):
             precompute_views=precompute_views,
             plan_memory=plan_memory,
             fold_batchnorm=fold_batchnorm,
+            lower_for_cpu=lower_for_cpu and not training,
             # An inference pass: training programs keep every copy they captured.
             drop_noop_ops=drop_noop_ops and not training,
             # The same for every device: the backend decides what a stream count means.

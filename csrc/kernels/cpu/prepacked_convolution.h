@@ -1,0 +1,73 @@
+#pragma once
+// A 2-d convolution lowered for CPU inference (passes/cpu_lowering.h makes them): oneDNN's
+// convolution (`mkldnn::_convolution_pointwise`) with its weight reordered once into the
+// blocked layout oneDNN prefers, and the residual add and activation that followed it in
+// the model fused as post-ops. The packed weight is derived state: it is packed again,
+// before the call that would read it, whenever one of its sources (the convolution's weight,
+// or the parameters and buffers of a folded batch norm) changed since (source_version.h).
+//
+// A program calls it through the op `nimble::convolution_prepacked(input, other, packed)`,
+// whose third argument is this object; `other` is the residual (None without one).
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/custom_class.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "csrc/program/program.h"
+#include "csrc/program/source_version.h"
+
+namespace nimble::kernels {
+
+struct ConvolutionGeometry {
+  std::vector<int64_t> padding, stride, dilation;
+  int64_t groups = 1;
+};
+
+// What runs after the convolution, in oneDNN's post-op terms.
+struct ConvolutionEpilogue {
+  bool add_residual = false;        // y = conv(x) + other, before the activation
+  std::string activation = "none";  // oneDNN's unary attribute: relu, hardtanh, swish, ...
+  std::vector<std::optional<at::Scalar>> scalars;  // the activation's (hardtanh's bounds)
+  std::optional<std::string> algorithm;            // gelu: "none" or "tanh"
+  std::string describe() const;
+};
+
+class PrepackedConvolution : public torch::CustomClassHolder {
+ public:
+  // `weight` and `bias` are what the convolution reads (a folded batch norm's tensors when
+  // one was folded); `sources` are the tensors they derive from, watched for changes.
+  // `input_sizes` is the activation's shape (oneDNN picks the weight layout for it);
+  // `out_strides` the layout the result must have (empty: oneDNN's own).
+  PrepackedConvolution(at::Tensor weight, at::Tensor bias, std::vector<at::Tensor> sources,
+                       ConvolutionGeometry geometry, ConvolutionEpilogue epilogue,
+                       std::vector<int64_t> input_sizes, std::vector<int64_t> out_strides);
+
+  at::Tensor run(const at::Tensor& input, const std::optional<at::Tensor>& other);
+  // Bytes of the packed weight (its logical size: oneDNN may pad blocks beyond it).
+  int64_t packed_bytes() const;
+  std::string describe() const;
+
+ private:
+  void pack();
+
+  at::Tensor weight_, bias_;
+  std::vector<at::Tensor> sources_;
+  std::vector<SourceVersion> versions_;
+  ConvolutionGeometry geometry_;
+  ConvolutionEpilogue epilogue_;
+  std::vector<int64_t> input_sizes_;
+  std::vector<int64_t> out_strides_;
+  at::Tensor packed_;
+  c10::OperatorHandle unary_, binary_, reorder_;
+};
+
+// The handle of `nimble::convolution_prepacked` (registered with this file).
+c10::OperatorHandle convolution_prepacked_op();
+
+// Bytes of the packed weights the program's prepacked convolutions hold.
+int64_t prepacked_weight_bytes(const Program& program);
+
+}  // namespace nimble::kernels
