@@ -127,7 +127,7 @@ struct FusedConvolution {
   ConvolutionEpilogue epilogue;
   at::Tensor result;                // what the last replaced op returned
   std::vector<at::Tensor> aliases;  // what in-place ops returned for it, if other tensors
-  bool keep_channels_last = false;
+  bool keep_kernel_layout = false;  // result in the kernel's own layout, not the model's
   size_t last() const { return fused.empty() ? convolution : fused.back(); }
 };
 
@@ -228,8 +228,10 @@ bool inputs_unchanged(const FusedConvolution& conv, const TraceAccess& access) {
   return true;
 }
 
-// Results that only lowered convolutions read stay in oneDNN's channels_last: a new
-// tensor of that layout replaces them, in their readers too.
+// Results that only lowered convolutions read stay in the layout their kernel gives
+// (oneDNN's channels_last, or the product's input layout): a new tensor of that layout
+// replaces them, in their readers too. Convolutions are visited in trace order, so a
+// reader's input layout is settled before its own result's is.
 void plan_layouts(std::vector<FusedConvolution>& convs, const TraceAccess& access,
                   const CpuLoweringCallbacks& callbacks) {
   // Per op index, the lowered convolution reading it as input or residual.
@@ -264,18 +266,24 @@ void plan_layouts(std::vector<FusedConvolution>& convs, const TraceAccess& acces
       only_lowered = only_lowered && used;
     }
     if (!only_lowered || uses.empty()) continue;
-    at::Tensor channels_last =
-        at::empty(result.sizes(), result.options().memory_format(at::MemoryFormat::ChannelsLast));
-    for (at::Tensor* t : uses) *t = channels_last;
-    conv.result = channels_last;
-    conv.keep_channels_last = true;
+    const bool gemm = kernels::PrepackedConvolution::choose(conv.weight.sizes(), conv.geometry) ==
+                      kernels::PrepackedConvolution::Kernel::kGemm;
+    const bool channels_last = !gemm || (!conv.input.is_contiguous() &&
+                                         conv.input.is_contiguous(at::MemoryFormat::ChannelsLast));
+    at::Tensor planned =
+        at::empty(result.sizes(),
+                  result.options().memory_format(channels_last ? at::MemoryFormat::ChannelsLast
+                                                               : at::MemoryFormat::Contiguous));
+    for (at::Tensor* t : uses) *t = planned;
+    conv.result = planned;
+    conv.keep_kernel_layout = true;
   }
 }
 
 RecordedOp make_fused_op(const FusedConvolution& conv) {
   auto packed = c10::make_intrusive<kernels::PrepackedConvolution>(
-      conv.weight, conv.bias, conv.sources, conv.geometry, conv.epilogue, conv.input.sizes().vec(),
-      conv.keep_channels_last ? std::vector<int64_t>{} : conv.result.strides().vec());
+      conv.weight, conv.bias, conv.sources, conv.geometry, conv.epilogue, conv.input,
+      conv.keep_kernel_layout ? std::vector<int64_t>{} : conv.result.strides().vec());
   RecordedOp op{kernels::convolution_prepacked_op(), {}, {}};
   op.args = {conv.input, conv.other.defined() ? c10::IValue(conv.other) : c10::IValue(),
              c10::IValue(std::move(packed))};

@@ -4,6 +4,7 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <sstream>
 
 namespace nimble::kernels {
@@ -20,6 +21,17 @@ std::string join(const std::vector<int64_t>& values) {
   return out.str();
 }
 
+int64_t output_pixels(c10::IntArrayRef input, c10::IntArrayRef weight,
+                      const ConvolutionGeometry& g) {
+  int64_t pixels = 1;
+  for (size_t d = 0; d < 2; ++d) {
+    pixels *=
+        (input[2 + d] + 2 * g.padding[d] - g.dilation[d] * (weight[2 + d] - 1) - 1) / g.stride[d] +
+        1;
+  }
+  return pixels;
+}
+
 }  // namespace
 
 std::string ConvolutionEpilogue::describe() const {
@@ -28,18 +40,59 @@ std::string ConvolutionEpilogue::describe() const {
   return out.empty() ? "none" : out;
 }
 
+void ConvolutionEpilogue::activate_in_place(at::Tensor& y) const {
+  if (activation == "relu") {
+    y.relu_();
+  } else if (activation == "hardtanh") {
+    at::hardtanh_(y, *scalars.at(0), *scalars.at(1));
+  } else if (activation == "swish") {
+    at::silu_(y);
+  } else if (activation == "hardswish") {
+    at::hardswish_(y);
+  } else if (activation == "gelu") {
+    at::gelu_(y, algorithm.value_or("none"));
+  } else if (activation == "sigmoid") {
+    y.sigmoid_();
+  } else if (activation == "tanh") {
+    y.tanh_();
+  } else if (activation == "leaky_relu") {
+    at::leaky_relu_(y, *scalars.at(0));
+  } else if (activation == "hardsigmoid") {
+    at::hardsigmoid_(y);
+  } else {
+    TORCH_CHECK(activation == "none", "nimble::convolution_prepacked: unknown activation ",
+                activation);
+  }
+}
+
+PrepackedConvolution::Kernel PrepackedConvolution::choose(c10::IntArrayRef weight_sizes,
+                                                          const ConvolutionGeometry& geometry) {
+  const auto all = [](const std::vector<int64_t>& values, int64_t v) {
+    return std::all_of(values.begin(), values.end(), [&](int64_t x) { return x == v; });
+  };
+  const bool pointwise = weight_sizes.size() == 4 && weight_sizes[2] == 1 && weight_sizes[3] == 1 &&
+                         geometry.groups == 1 && all(geometry.stride, 1) &&
+                         all(geometry.padding, 0) && all(geometry.dilation, 1);
+  constexpr int64_t kMostGemmWeights = 128 * 1024;
+  return pointwise && weight_sizes[0] * weight_sizes[1] <= kMostGemmWeights ? Kernel::kGemm
+                                                                            : Kernel::kOneDnn;
+}
+
 PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
                                            std::vector<at::Tensor> sources,
                                            ConvolutionGeometry geometry,
-                                           ConvolutionEpilogue epilogue,
-                                           std::vector<int64_t> input_sizes,
+                                           ConvolutionEpilogue epilogue, const at::Tensor& input,
                                            std::vector<int64_t> out_strides)
     : weight_(std::move(weight)),
       bias_(std::move(bias)),
       sources_(std::move(sources)),
       geometry_(std::move(geometry)),
       epilogue_(std::move(epilogue)),
-      input_sizes_(std::move(input_sizes)),
+      kernel_(choose(weight_.sizes(), geometry_)),
+      input_sizes_(input.sizes().vec()),
+      single_pixel_(output_pixels(input.sizes(), weight_.sizes(), geometry_) == 1),
+      input_channels_last_(!input.is_contiguous() &&
+                           input.is_contiguous(at::MemoryFormat::ChannelsLast)),
       out_strides_(std::move(out_strides)),
       unary_(mkldnn_op("mkldnn::_convolution_pointwise", "")),
       binary_(mkldnn_op("mkldnn::_convolution_pointwise", "binary")),
@@ -49,41 +102,85 @@ PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
 
 void PrepackedConvolution::pack() {
   at::NoGradGuard no_grad;
+  versions_ = versions_of(sources_);
+  if (kernel_ == Kernel::kGemm) {
+    // channels_last: [HW, C] x [C, K]; contiguous: [K, C] x [C, HW].
+    const at::Tensor matrix = weight_.reshape({weight_.size(0), weight_.size(1)});
+    packed_ = (input_channels_last_ ? matrix.t() : matrix).contiguous();
+    return;
+  }
   std::vector<c10::IValue> stack = {weight_,          geometry_.padding,
                                     geometry_.stride, geometry_.dilation,
                                     geometry_.groups, c10::IValue(input_sizes_)};
   reorder_.callBoxed(stack);
   packed_ = stack[0].toTensor();
-  versions_ = versions_of(sources_);
 }
 
 at::Tensor PrepackedConvolution::run(const at::Tensor& input,
                                      const std::optional<at::Tensor>& other) {
   if (versions_of(sources_) != versions_) pack();
+  TORCH_CHECK(!epilogue_.add_residual || other.has_value(),
+              "nimble::convolution_prepacked: the residual is missing");
+  at::Tensor y = kernel_ == Kernel::kGemm ? run_gemm(input, other) : run_onednn(input, other);
+  if (out_strides_.empty() || y.strides() == c10::IntArrayRef(out_strides_)) return y;
+  return at::empty_strided(y.sizes(), out_strides_, y.options()).copy_(y);
+}
+
+at::Tensor PrepackedConvolution::run_gemm(const at::Tensor& input,
+                                          const std::optional<at::Tensor>& other) const {
+  const int64_t n = input.size(0), c = input.size(1), h = input.size(2), w = input.size(3);
+  const int64_t k = weight_.size(0);
+  at::Tensor y;
+  if (input_channels_last_) {
+    const at::Tensor x =
+        input.contiguous(at::MemoryFormat::ChannelsLast).permute({0, 2, 3, 1}).reshape({-1, c});
+    const at::Tensor product = bias_.defined() ? at::addmm(bias_, x, packed_) : at::mm(x, packed_);
+    y = product.view({n, h, w, k}).permute({0, 3, 1, 2});
+  } else if (n == 1) {
+    const at::Tensor x = input.contiguous().view({c, h * w});
+    y = (bias_.defined() ? at::addmm(bias_.view({k, 1}), packed_, x) : at::mm(packed_, x))
+            .view({1, k, h, w});
+  } else {
+    y = at::matmul(packed_, input.contiguous().view({n, c, h * w})).view({n, k, h, w});
+    if (bias_.defined()) y.add_(bias_.view({1, k, 1, 1}));
+  }
+  if (epilogue_.add_residual) y.add_(*other);
+  epilogue_.activate_in_place(y);
+  return y;
+}
+
+at::Tensor PrepackedConvolution::run_onednn(const at::Tensor& input,
+                                            const std::optional<at::Tensor>& other) {
+  // oneDNN (torch 2.11) cannot make the residual's memory for a binary post-op when the
+  // result has one pixel: there the add and the activation run after it, in ATen.
+  const bool fuse_add = epilogue_.add_residual && !single_pixel_;
+  const bool fuse_activation = !epilogue_.add_residual || fuse_add;
   c10::List<std::optional<at::Scalar>> scalars;
-  for (const auto& s : epilogue_.scalars) scalars.push_back(s);
+  if (fuse_activation)
+    for (const auto& s : epilogue_.scalars) scalars.push_back(s);
+  const std::string activation = fuse_activation ? epilogue_.activation : "none";
+  const std::optional<std::string> algorithm = fuse_activation ? epilogue_.algorithm : std::nullopt;
   // Both overloads: (input, [other,] weight, bias, padding, stride, dilation, groups, ...).
   std::vector<c10::IValue> stack = {input};
-  if (epilogue_.add_residual) {
-    TORCH_CHECK(other.has_value(), "nimble::convolution_prepacked: the residual is missing");
-    stack.push_back(*other);
-  }
+  if (fuse_add) stack.push_back(*other);
   stack.insert(stack.end(),
                {packed_, bias_.defined() ? c10::IValue(bias_) : c10::IValue(), geometry_.padding,
                 geometry_.stride, geometry_.dilation, geometry_.groups});
-  if (epilogue_.add_residual) {
+  if (fuse_add) {
     const std::optional<std::string> unary =
-        epilogue_.activation == "none" ? std::nullopt : std::optional(epilogue_.activation);
-    stack.insert(stack.end(),
-                 {std::string("add"), c10::IValue(), unary, scalars, epilogue_.algorithm});
+        activation == "none" ? std::nullopt : std::optional(activation);
+    stack.insert(stack.end(), {std::string("add"), c10::IValue(), unary, scalars, algorithm});
     binary_.callBoxed(stack);
   } else {
-    stack.insert(stack.end(), {epilogue_.activation, scalars, epilogue_.algorithm});
+    stack.insert(stack.end(), {activation, scalars, algorithm});
     unary_.callBoxed(stack);
   }
   at::Tensor y = stack[0].toTensor();
-  if (out_strides_.empty() || y.strides() == c10::IntArrayRef(out_strides_)) return y;
-  return at::empty_strided(y.sizes(), out_strides_, y.options()).copy_(y);
+  if (!fuse_activation) {
+    y.add_(*other);
+    epilogue_.activate_in_place(y);
+  }
+  return y;
 }
 
 int64_t PrepackedConvolution::packed_bytes() const {
@@ -92,9 +189,9 @@ int64_t PrepackedConvolution::packed_bytes() const {
 
 std::string PrepackedConvolution::describe() const {
   std::ostringstream out;
-  out << "onednn_prepacked weight=" << join(weight_.sizes().vec())
-      << " stride=" << join(geometry_.stride) << " groups=" << geometry_.groups
-      << " epilogue=" << epilogue_.describe();
+  out << (kernel_ == Kernel::kGemm ? "gemm_1x1" : "onednn_prepacked")
+      << " weight=" << join(weight_.sizes().vec()) << " stride=" << join(geometry_.stride)
+      << " groups=" << geometry_.groups << " epilogue=" << epilogue_.describe();
   return out.str();
 }
 

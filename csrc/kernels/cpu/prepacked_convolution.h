@@ -1,10 +1,18 @@
 #pragma once
-// A 2-d convolution lowered for CPU inference (passes/cpu_lowering.h makes them): oneDNN's
-// convolution (`mkldnn::_convolution_pointwise`) with its weight reordered once into the
-// blocked layout oneDNN prefers, and the residual add and activation that followed it in
-// the model fused as post-ops. The packed weight is derived state: it is packed again,
-// before the call that would read it, whenever one of its sources (the convolution's weight,
-// or the parameters and buffers of a folded batch norm) changed since (source_version.h).
+// A 2-d convolution lowered for CPU inference (passes/cpu_lowering.h makes them), with its
+// weight packed once and the residual add and activation that followed it in the model
+// fused. Two kernels, by a rule on the shape (`choose`):
+// - onednn_prepacked: oneDNN's convolution (`mkldnn::_convolution_pointwise`) with the weight
+//   reordered into the blocked layout oneDNN prefers and the add and activation as post-ops.
+//   Its result is channels_last.
+// - gemm_1x1: a pointwise convolution as one matrix product (MKL) on the activation as it
+//   lies, the weight kept as the [C, K] or [K, C] matrix the product wants, then the add and
+//   the activation in place. oneDNN costs 20-30 us a call on this project's machines
+//   whatever the size (primitive lookup, reorders), which small pointwise layers of mobile
+//   nets cannot earn back. Its result has the input's layout.
+// The packed weight is derived state: it is packed again, before the call that would read
+// it, whenever one of its sources (the convolution's weight, or the parameters and buffers
+// of a folded batch norm) changed since (source_version.h).
 //
 // A program calls it through the op `nimble::convolution_prepacked(input, other, packed)`,
 // whose third argument is this object; `other` is the residual (None without one).
@@ -33,17 +41,27 @@ struct ConvolutionEpilogue {
   std::vector<std::optional<at::Scalar>> scalars;  // the activation's (hardtanh's bounds)
   std::optional<std::string> algorithm;            // gelu: "none" or "tanh"
   std::string describe() const;
+  // The activation as ATen's in-place op on `y`.
+  void activate_in_place(at::Tensor& y) const;
 };
 
 class PrepackedConvolution : public torch::CustomClassHolder {
  public:
+  enum class Kernel { kOneDnn, kGemm };
+  // The kernel for a weight of these sizes: gemm_1x1 for pointwise convolutions (stride 1,
+  // no padding, ungrouped) of at most 128 Ki weights, where MKL's product beat oneDNN's
+  // call on mobilenet_v2's and resnet's layers at batch 1 (AVX-512 and AVX2 machines);
+  // oneDNN for everything else.
+  static Kernel choose(c10::IntArrayRef weight_sizes, const ConvolutionGeometry& geometry);
+
   // `weight` and `bias` are what the convolution reads (a folded batch norm's tensors when
   // one was folded); `sources` are the tensors they derive from, watched for changes.
-  // `input_sizes` is the activation's shape (oneDNN picks the weight layout for it);
-  // `out_strides` the layout the result must have (empty: oneDNN's own).
+  // `input` is the activation at capture (oneDNN picks the weight layout for its shape, the
+  // product its matrix layout); `out_strides` the layout the result must have (empty: the
+  // kernel's own).
   PrepackedConvolution(at::Tensor weight, at::Tensor bias, std::vector<at::Tensor> sources,
                        ConvolutionGeometry geometry, ConvolutionEpilogue epilogue,
-                       std::vector<int64_t> input_sizes, std::vector<int64_t> out_strides);
+                       const at::Tensor& input, std::vector<int64_t> out_strides);
 
   at::Tensor run(const at::Tensor& input, const std::optional<at::Tensor>& other);
   // Bytes of the packed weight (its logical size: oneDNN may pad blocks beyond it).
@@ -52,13 +70,18 @@ class PrepackedConvolution : public torch::CustomClassHolder {
 
  private:
   void pack();
+  at::Tensor run_onednn(const at::Tensor& input, const std::optional<at::Tensor>& other);
+  at::Tensor run_gemm(const at::Tensor& input, const std::optional<at::Tensor>& other) const;
 
   at::Tensor weight_, bias_;
   std::vector<at::Tensor> sources_;
   std::vector<SourceVersion> versions_;
   ConvolutionGeometry geometry_;
   ConvolutionEpilogue epilogue_;
+  Kernel kernel_;
   std::vector<int64_t> input_sizes_;
+  bool single_pixel_;  // the result has one pixel per channel
+  bool input_channels_last_;
   std::vector<int64_t> out_strides_;
   at::Tensor packed_;
   c10::OperatorHandle unary_, binary_, reorder_;
