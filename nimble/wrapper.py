@@ -80,7 +80,8 @@ class Nimble(torch.nn.Module):
 
         `lower_for_cpu` (inference on the CPU): convolutions become oneDNN calls with weights
         packed once and the residual add and activation after them fused (batch norms
-        are folded into them first); False replays ATen's convolutions as captured.
+        are folded into them first); False replays ATen's convolutions as captured, which
+        is what `nimble.tune` tunes and `tuned` binds to (so `tuned` turns it off).
 
         `tuned`: a tuning database (`nimble.tune`); binds its kernels as `use_tuned` does.
         """
@@ -102,7 +103,7 @@ class Nimble(torch.nn.Module):
             precompute_views=precompute_views,
             plan_memory=plan_memory,
             fold_batchnorm=fold_batchnorm,
-            lower_for_cpu=lower_for_cpu and not training,
+            lower_for_cpu=lower_for_cpu and not training and tuned is None,
             # An inference pass: training programs keep every copy they captured.
             drop_noop_ops=drop_noop_ops and not training,
             # The same for every device: the backend decides what a stream count means.

@@ -152,9 +152,12 @@ at::Tensor PrepackedConvolution::run_gemm(const at::Tensor& input,
 at::Tensor PrepackedConvolution::run_onednn(const at::Tensor& input,
                                             const std::optional<at::Tensor>& other) {
   // oneDNN (torch 2.11) cannot make the residual's memory for a binary post-op when the
-  // result has one pixel: there the add and the activation run after it, in ATen.
+  // result has one pixel, and takes no activation but relu after a binary post-op: what
+  // it cannot fuse runs after it, in ATen.
   const bool fuse_add = epilogue_.add_residual && !single_pixel_;
-  const bool fuse_activation = !epilogue_.add_residual || fuse_add;
+  const bool fuse_activation =
+      !epilogue_.add_residual ||
+      (fuse_add && (epilogue_.activation == "relu" || epilogue_.activation == "none"));
   c10::List<std::optional<at::Scalar>> scalars;
   if (fuse_activation)
     for (const auto& s : epilogue_.scalars) scalars.push_back(s);
@@ -176,10 +179,8 @@ at::Tensor PrepackedConvolution::run_onednn(const at::Tensor& input,
     unary_.callBoxed(stack);
   }
   at::Tensor y = stack[0].toTensor();
-  if (!fuse_activation) {
-    y.add_(*other);
-    epilogue_.activate_in_place(y);
-  }
+  if (epilogue_.add_residual && !fuse_add) y.add_(*other);
+  if (!fuse_activation) epilogue_.activate_in_place(y);
   return y;
 }
 
