@@ -287,3 +287,20 @@ def test_cli_compares_schedulers_on_a_model_with_bests_remeasured_side_by_side()
         assert all(0 < p[2] <= mine[0][2] for p in mine) and run["final_ms"] == mine[-1][2]
         # Times are to the worst final of the seed: every run gets there.
         assert run["time_to_99_s"] is not None and run["time_to_95_s"] <= run["time_to_99_s"]
+
+
+def test_device_key_names_the_vector_extension_and_the_cores():
+    """A database tuned on an AVX2 machine is not applied on an AVX-512 one of the same
+    model name: the key says which vector unit the CPU has, read at run time."""
+    import os
+
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    widest = ("avx512" if "avx512f" in flags else "avx2" if "avx2" in flags
+              else "avx" if "avx" in flags else "sse")
+    key = kernels.device_key()
+    assert f" {widest} {os.cpu_count()} cores x{torch.get_num_threads()} threads" in key, key
