@@ -228,10 +228,8 @@ bool inputs_unchanged(const FusedConvolution& conv, const TraceAccess& access) {
   return true;
 }
 
-// Results that only lowered convolutions read stay in the layout their kernel gives
-// (oneDNN's channels_last, or the product's input layout): a new tensor of that layout
-// replaces them, in their readers too. Convolutions are visited in trace order, so a
-// reader's input layout is settled before its own result's is.
+// Results that only lowered convolutions read stay in the channels_last layout their
+// kernels give: a new tensor of that layout replaces them, in their readers too.
 void plan_layouts(std::vector<FusedConvolution>& convs, const TraceAccess& access,
                   const CpuLoweringCallbacks& callbacks) {
   // Per op index, the lowered convolution reading it as input or residual.
@@ -266,14 +264,8 @@ void plan_layouts(std::vector<FusedConvolution>& convs, const TraceAccess& acces
       only_lowered = only_lowered && used;
     }
     if (!only_lowered || uses.empty()) continue;
-    const bool gemm = kernels::PrepackedConvolution::choose(conv.weight.sizes(), conv.geometry) ==
-                      kernels::PrepackedConvolution::Kernel::kGemm;
-    const bool channels_last = !gemm || (!conv.input.is_contiguous() &&
-                                         conv.input.is_contiguous(at::MemoryFormat::ChannelsLast));
     at::Tensor planned =
-        at::empty(result.sizes(),
-                  result.options().memory_format(channels_last ? at::MemoryFormat::ChannelsLast
-                                                               : at::MemoryFormat::Contiguous));
+        at::empty(result.sizes(), result.options().memory_format(at::MemoryFormat::ChannelsLast));
     for (at::Tensor* t : uses) *t = planned;
     conv.result = planned;
     conv.keep_kernel_layout = true;

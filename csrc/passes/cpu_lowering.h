@@ -7,10 +7,9 @@
 // hardsigmoid). The fused op sits where the last op it replaces was and returns that op's
 // result, so every later reader is unchanged.
 //
-// Layouts: oneDNN's convolution hands back channels_last, the pointwise product the layout
-// of its input. A lowered convolution whose result only other lowered convolutions read
-// keeps its kernel's layout (no conversion between them); any other result is converted
-// to the layout the model gave it.
+// Layouts: lowered convolutions hand back channels_last. One whose result only other
+// lowered convolutions read keeps it so (no conversion between them); any other result is
+// converted to the layout the model gave it.
 #include <ATen/core/Tensor.h>
 
 #include <functional>

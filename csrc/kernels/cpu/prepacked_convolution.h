@@ -5,11 +5,11 @@
 // - onednn_prepacked: oneDNN's convolution (`mkldnn::_convolution_pointwise`) with the weight
 //   reordered into the blocked layout oneDNN prefers and the add and activation as post-ops.
 //   Its result is channels_last.
-// - gemm_1x1: a pointwise convolution as one matrix product (MKL) on the activation as it
-//   lies, the weight kept as the [C, K] or [K, C] matrix the product wants, then the add and
-//   the activation in place. oneDNN costs 20-30 us a call on this project's machines
-//   whatever the size (primitive lookup, reorders), which small pointwise layers of mobile
-//   nets cannot earn back. Its result has the input's layout.
+// - gemm_1x1: a pointwise convolution as one matrix product (MKL), [pixels, C] x [C, K],
+//   on the activation as it lies, then the add and the activation in place. oneDNN costs
+//   20-30 us a call on this project's machines whatever the size (primitive lookup,
+//   reorders), which small pointwise layers of mobile nets cannot earn back.
+// Both give channels_last results.
 // The packed weight is derived state: it is packed again, before the call that would read
 // it, whenever one of its sources (the convolution's weight, or the parameters and buffers
 // of a folded batch norm) changed since (source_version.h).
@@ -48,17 +48,17 @@ struct ConvolutionEpilogue {
 class PrepackedConvolution : public torch::CustomClassHolder {
  public:
   enum class Kernel { kOneDnn, kGemm };
-  // The kernel for a weight of these sizes: gemm_1x1 for pointwise convolutions (stride 1,
-  // no padding, ungrouped) of at most 128 Ki weights, where MKL's product beat oneDNN's
-  // call on mobilenet_v2's and resnet's layers at batch 1 (AVX-512 and AVX2 machines);
-  // oneDNN for everything else.
-  static Kernel choose(c10::IntArrayRef weight_sizes, const ConvolutionGeometry& geometry);
+  // The kernel for this weight and input, by a rule measured per vector extension of the
+  // CPU this runs on (cpu_features.h): gemm_1x1 for pointwise convolutions (stride 1, no
+  // padding, ungrouped) with few weights and little arithmetic, oneDNN for the rest.
+  static Kernel choose(c10::IntArrayRef weight_sizes, const ConvolutionGeometry& geometry,
+                       c10::IntArrayRef input_sizes);
 
   // `weight` and `bias` are what the convolution reads (a folded batch norm's tensors when
   // one was folded); `sources` are the tensors they derive from, watched for changes.
-  // `input` is the activation at capture (oneDNN picks the weight layout for its shape, the
-  // product its matrix layout); `out_strides` the layout the result must have (empty: the
-  // kernel's own).
+  // `input` is the activation at capture (the kernel and oneDNN's weight layout are picked
+  // for its shape); `out_strides` the layout the result must have (empty: channels_last,
+  // the kernels' own).
   PrepackedConvolution(at::Tensor weight, at::Tensor bias, std::vector<at::Tensor> sources,
                        ConvolutionGeometry geometry, ConvolutionEpilogue epilogue,
                        const at::Tensor& input, std::vector<int64_t> out_strides);
@@ -81,7 +81,6 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   Kernel kernel_;
   std::vector<int64_t> input_sizes_;
   bool single_pixel_;  // the result has one pixel per channel
-  bool input_channels_last_;
   std::vector<int64_t> out_strides_;
   at::Tensor packed_;
   c10::OperatorHandle unary_, binary_, reorder_;
