@@ -228,49 +228,125 @@ bool inputs_unchanged(const FusedConvolution& conv, const TraceAccess& access) {
   return true;
 }
 
-// Results that only lowered convolutions read stay in the channels_last layout their
-// kernels give: a new tensor of that layout replaces them, in their readers too.
-void plan_layouts(std::vector<FusedConvolution>& convs, const TraceAccess& access,
-                  const CpuLoweringCallbacks& callbacks) {
-  // Per op index, the lowered convolution reading it as input or residual.
-  std::unordered_map<size_t, FusedConvolution*> reader_of;
-  for (FusedConvolution& conv : convs) {
-    reader_of[conv.convolution] = &conv;
-    for (size_t f : conv.fused) reader_of[f] = &conv;
-  }
-  for (FusedConvolution& conv : convs) {
-    const at::Tensor& result = conv.result;
-    if (callbacks.is_output(result) || !conv.aliases.empty()) continue;
-    bool only_lowered = true;
-    std::vector<at::Tensor*> uses;
-    const auto readers = access.readers.find(storage_of(result));
-    if (readers == access.readers.end()) continue;
-    for (size_t r : readers->second) {
-      if (r <= conv.last()) continue;
-      auto it = reader_of.find(r);
-      if (it == reader_of.end()) {
-        only_lowered = false;
-        break;
-      }
-      FusedConvolution& reader = *it->second;
-      bool used = false;
-      for (at::Tensor* t : {&reader.input, &reader.other}) {
-        if (t->defined() && storage_of(*t) == storage_of(result)) {
-          used = same_values(*t, result);
-          if (used) uses.push_back(t);
-          only_lowered = only_lowered && used;
-        }
-      }
-      only_lowered = only_lowered && used;
-    }
-    if (!only_lowered || uses.empty()) continue;
-    at::Tensor planned =
-        at::empty(result.sizes(), result.options().memory_format(at::MemoryFormat::ChannelsLast));
-    for (at::Tensor* t : uses) *t = planned;
-    conv.result = planned;
-    conv.keep_kernel_layout = true;
-  }
+// Whether the op is a pooling that computes the same in channels_last (much faster there:
+// 3x3 max pooling of 64 channels on 32x32 pixels, 350 us contiguous, 23 us channels_last).
+bool is_layout_free_pooling(const RecordedOp& op) {
+  const auto& name = op.handle.operator_name();
+  return (name.name == "aten::max_pool2d_with_indices" || name.name == "aten::avg_pool2d") &&
+         name.overload_name.empty() && op.args[0].isTensor() && op.args[0].toTensor().dim() == 4 &&
+         !op.returns.empty() && op.returns[0].isTensor();
 }
+
+// Plans channels_last across lowered convolutions and the poolings between them: a value one
+// of them produces stays channels_last (a new tensor of that layout replaces it) where a
+// lowered convolution or a pooling reads it; any other reader (and a program output) gets
+// the model's layout back from a conversion (`clone`) right after the producer, which
+// returns the original tensor, so those readers are unchanged.
+class LayoutPlanner {
+ public:
+  LayoutPlanner(std::vector<RecordedOp>& ops, std::vector<FusedConvolution>& convs,
+                const TraceAccess& access, const CpuLoweringCallbacks& callbacks)
+      : ops_(ops), access_(access), callbacks_(callbacks) {
+    for (FusedConvolution& conv : convs) {
+      reader_of_[conv.convolution] = &conv;
+      for (size_t f : conv.fused) reader_of_[f] = &conv;
+    }
+  }
+
+  void plan(std::vector<FusedConvolution>& convs) {
+    for (FusedConvolution& conv : convs) {
+      if (!conv.aliases.empty() || !worth_planning(conv.result, conv.last())) continue;
+      at::Tensor planned = channels_last_like(conv.result);
+      route(conv.result, planned, conv.last());
+      conv.result = planned;
+      conv.keep_kernel_layout = true;
+    }
+  }
+
+  // Conversions to insert, by the index of the op they follow.
+  std::unordered_map<size_t, std::vector<RecordedOp>> conversions;
+
+ private:
+  static at::Tensor channels_last_like(const at::Tensor& t) {
+    return at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::ChannelsLast));
+  }
+
+  std::vector<size_t> readers_after(const at::Tensor& value, size_t position) const {
+    std::vector<size_t> out;
+    const auto it = access_.readers.find(storage_of(value));
+    if (it == access_.readers.end()) return out;
+    for (size_t r : it->second)
+      if (r > position) out.push_back(r);
+    return out;
+  }
+
+  bool layout_free_reader(size_t r, const at::Tensor& value) const {
+    if (reader_of_.count(r)) return true;
+    return is_layout_free_pooling(ops_[r]) && same_values(ops_[r].args[0].toTensor(), value) &&
+           !writes_first_argument(ops_[r]);
+  }
+
+  // Planned only where some reader gains from it and no reader writes it in place (readers
+  // after that write would otherwise see the planned copy, not the written one).
+  bool worth_planning(const at::Tensor& value, size_t position) const {
+    bool gains = false;
+    for (size_t r : readers_after(value, position)) {
+      auto writers = access_.writers.find(storage_of(value));
+      if (writers != access_.writers.end() &&
+          std::find(writers->second.begin(), writers->second.end(), r) != writers->second.end())
+        return false;
+      gains = gains || layout_free_reader(r, value);
+    }
+    return gains;
+  }
+
+  // Readers of `original` after `position` read `planned` where they can; the rest read
+  // `original`, converted from `planned` right after `position`.
+  void route(const at::Tensor& original, const at::Tensor& planned, size_t position) {
+    bool convert = callbacks_.is_output(original);
+    for (size_t r : readers_after(original, position)) {
+      auto lowered = reader_of_.find(r);
+      if (lowered != reader_of_.end()) {
+        bool replaced = false;
+        for (at::Tensor* t : {&lowered->second->input, &lowered->second->other}) {
+          if (t->defined() && same_values(*t, original)) {
+            *t = planned;
+            replaced = true;
+          }
+        }
+        convert = convert || !replaced;
+      } else if (layout_free_reader(r, original)) {
+        route_pooling(r, planned);
+      } else {
+        convert = true;
+      }
+    }
+    if (convert) {
+      RecordedOp to_model_layout{clone_, {planned, c10::MemoryFormat::Contiguous}, {original}};
+      conversions[position].push_back(std::move(to_model_layout));
+    }
+  }
+
+  // A pooling reading a planned value runs in channels_last: its results are planned too.
+  void route_pooling(size_t r, const at::Tensor& planned_input) {
+    RecordedOp& pool = ops_[r];
+    pool.args[0] = planned_input;
+    for (c10::IValue& ret : pool.returns) {
+      if (!ret.isTensor() || !ret.toTensor().defined()) continue;
+      const at::Tensor original = ret.toTensor();
+      at::Tensor planned = channels_last_like(original);
+      ret = planned;
+      route(original, planned, r);
+    }
+  }
+
+  std::vector<RecordedOp>& ops_;
+  const TraceAccess& access_;
+  const CpuLoweringCallbacks& callbacks_;
+  std::unordered_map<size_t, FusedConvolution*> reader_of_;
+  const c10::OperatorHandle clone_ =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::clone", "");
+};
 
 RecordedOp make_fused_op(const FusedConvolution& conv) {
   auto packed = c10::make_intrusive<kernels::PrepackedConvolution>(
@@ -305,7 +381,8 @@ int lower_convolutions_for_cpu(std::vector<RecordedOp>& ops,
     taken[i] = true;
     convs.push_back(std::move(*conv));
   }
-  plan_layouts(convs, access, callbacks);
+  LayoutPlanner layouts(ops, convs, access, callbacks);
+  layouts.plan(convs);
 
   std::vector<bool> drop(ops.size(), false);
   for (const FusedConvolution& conv : convs) {
@@ -318,6 +395,9 @@ int lower_convolutions_for_cpu(std::vector<RecordedOp>& ops,
   std::vector<RecordedOp> kept;
   for (size_t i = 0; i < ops.size(); ++i) {
     if (!drop[i]) kept.push_back(std::move(ops[i]));
+    auto conversions = layouts.conversions.find(i);
+    if (conversions == layouts.conversions.end()) continue;
+    for (RecordedOp& conversion : conversions->second) kept.push_back(std::move(conversion));
   }
   ops = std::move(kept);
   return static_cast<int>(convs.size());

@@ -244,3 +244,26 @@ def test_lowered_zoo_matches_eager(name, batch, image_size):
         with torch.no_grad():
             expected = model(x)
         assert (fast(x) - expected).abs().max().item() <= 1e-3
+
+
+def test_poolings_between_convolutions_stay_channels_last_and_outputs_keep_eagers_layout():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(3, 16, 3, padding=1)
+            self.b = torch.nn.Conv2d(16, 16, 3, padding=1)
+
+        def forward(self, x):
+            pooled = F.max_pool2d(torch.relu(self.a(x)), 3, 2, ceil_mode=True)
+            y = self.b(F.avg_pool2d(pooled, 2))
+            return y, pooled  # the pooled value is also returned: it is converted back
+
+    model, x = Net().eval(), torch.randn(1, 3, 20, 20)
+    fast = nimble.Nimble(model).prepare(x)
+    names = fast.schedule["ops"]
+    assert names.count(LOWERED) == 2
+    assert sum(n.startswith("aten::clone") for n in names) == 1, names
+    with torch.no_grad():
+        for got, want in zip(fast(x), model(x)):
+            assert got.stride() == want.stride()
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
