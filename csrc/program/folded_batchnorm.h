@@ -20,10 +20,11 @@ class FoldedBatchNorm {
   const at::Tensor& folded_bias() const { return folded_bias_; }
   // Recomputes the folded tensors in place if any source changed since the last time.
   void refresh_if_stale();
+  // What the folded tensors are computed from: weight, bias, gamma, beta, mean, var.
+  std::vector<at::Tensor> sources() const;
 
  private:
   void compute();
-  std::vector<at::Tensor> sources() const;
 
   at::Tensor weight_, bias_, gamma_, beta_, mean_, var_;  // bias/gamma/beta may be undefined
   double eps_;

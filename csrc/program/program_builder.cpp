@@ -12,6 +12,7 @@
 
 #include "csrc/errors.h"
 #include "csrc/passes/batchnorm_folding.h"
+#include "csrc/passes/cpu_lowering.h"
 #include "csrc/passes/memory_plan.h"
 #include "csrc/passes/noop_elimination.h"
 #include "csrc/program/dependencies.h"
@@ -243,31 +244,58 @@ void ProgramBuilder::set_outputs(const std::vector<at::Tensor>& outputs) {
 std::vector<FoldedBatchNorm> ProgramBuilder::fold_batchnorms() {
   std::vector<FoldedBatchNorm> folds =
       fold_batchnorm(raw_ops_, [&](const at::Tensor& from, const at::Tensor& to) {
-        const int old_slot = slot_by_impl_.at(from.unsafeGetTensorImpl());
-        const int new_slot = slot_by_impl_.at(to.unsafeGetTensorImpl());
-        slot_by_impl_[from.unsafeGetTensorImpl()] = new_slot;
-        std::replace(outputs_.begin(), outputs_.end(), old_slot, new_slot);
+        redirect_reads(from, to);
       });
   // Folded weights are new constants; op indices moved, so producers are found anew.
-  for (const RecordedOp& raw : raw_ops_) {
-    for (const c10::IValue& arg : raw.args)
-      for_each_tensor(arg, [&](const at::Tensor& t) {
-        if (t.defined()) slot_of(t);
-      });
-  }
+  renumber_rewritten_ops();
+  return folds;
+}
+
+void ProgramBuilder::lower_for_cpu(const std::vector<FoldedBatchNorm>& folds) {
+  const std::set<const void*> outputs = output_storages();
+  CpuLoweringCallbacks callbacks;
+  callbacks.is_output = [&](const at::Tensor& t) {
+    return t.has_storage() && outputs.count(t.storage().unsafeGetStorageImpl()) > 0;
+  };
+  callbacks.redirect = [&](const at::Tensor& from, const at::Tensor& to) {
+    redirect_reads(from, to);
+  };
+  if (lower_convolutions_for_cpu(raw_ops_, folds, callbacks) > 0) renumber_rewritten_ops();
+}
+
+void ProgramBuilder::redirect_reads(const at::Tensor& from, const at::Tensor& to) {
+  const int old_slot = slot_by_impl_.at(from.unsafeGetTensorImpl());
+  const int new_slot = slot_by_impl_.at(to.unsafeGetTensorImpl());
+  slot_by_impl_[from.unsafeGetTensorImpl()] = new_slot;
+  std::replace(outputs_.begin(), outputs_.end(), old_slot, new_slot);
+}
+
+bool ProgramBuilder::on_cpu() const {
+  return std::all_of(slots_.begin(), slots_.end(), [](const SlotInfo& slot) {
+    return slot.dtype == c10::ScalarType::Undefined || slot.device.is_cpu();
+  });
+}
+
+void ProgramBuilder::renumber_rewritten_ops() {
   for (SlotInfo& slot : slots_) {
     if (slot.role == SlotRole::kTransient) slot.producer = -1;
   }
+  // In trace order: a tensor a pass introduced is produced before it is read.
   for (size_t i = 0; i < raw_ops_.size(); ++i) {
+    for (const c10::IValue& arg : raw_ops_[i].args)
+      for_each_tensor(arg, [&](const at::Tensor& t) {
+        if (t.defined()) slot_of(t);
+      });
     for (const c10::IValue& ret : raw_ops_[i].returns)
       for_each_tensor(ret, [&](const at::Tensor& t) {
         if (!t.defined()) return;
-        SlotInfo& slot = slots_[slot_by_impl_.at(t.unsafeGetTensorImpl())];
+        auto known = slot_by_impl_.find(t.unsafeGetTensorImpl());
+        SlotInfo& slot = slots_[known != slot_by_impl_.end() ? known->second
+                                                             : new_slot(t, SlotRole::kTransient)];
         if (slot.role == SlotRole::kTransient && slot.producer < 0)
           slot.producer = static_cast<int>(i);
       });
   }
-  return folds;
 }
 
 BuiltProgram ProgramBuilder::start_program() const {
@@ -635,7 +663,9 @@ void plan_memory(Program& program, std::vector<c10::IValue>& values, bool share)
 
 BuiltProgram ProgramBuilder::finish(const BuildOptions& options) {
   std::vector<FoldedBatchNorm> folds;
-  if (options.fold_batchnorm) folds = fold_batchnorms();
+  const bool lower_cpu = options.lower_for_cpu && on_cpu();
+  if (options.fold_batchnorm || lower_cpu) folds = fold_batchnorms();
+  if (lower_cpu) lower_for_cpu(folds);
   BuiltProgram built = start_program();
   built.state.folds = std::move(folds);
   Program& program = built.program;

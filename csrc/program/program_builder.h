@@ -32,6 +32,9 @@ struct BuildOptions {
   bool precompute_views = true;
   // Fold eval-mode batch norms into the convolutions before them.
   bool fold_batchnorm = false;
+  // CPU inference: lower convolutions to prepacked oneDNN calls with fused post-ops
+  // (passes/cpu_lowering.h), folding batch norms into them first.
+  bool lower_for_cpu = false;
   // Let `.out` buffers whose lifetimes cannot overlap share storage.
   bool plan_memory = true;
   // Drop copies and aliases readers cannot tell from their input (noop_elimination.h).
@@ -62,6 +65,15 @@ class ProgramBuilder {
   // Eval-mode batch norms after convolutions are gone from the recorded ops; readers of
   // their outputs read the convolutions' outputs; producers match the remaining ops.
   std::vector<FoldedBatchNorm> fold_batchnorms();
+  // Convolutions of a CPU program are prepacked oneDNN calls (passes/cpu_lowering.h).
+  void lower_for_cpu(const std::vector<FoldedBatchNorm>& folds);
+  // After a pass rewrote the recorded ops: tensors they introduced have slots (results as
+  // transients), and transient slots name the op that now produces them.
+  void renumber_rewritten_ops();
+  // Readers of `from` read `to` (its slot), program outputs included.
+  void redirect_reads(const at::Tensor& from, const at::Tensor& to);
+  // Whether every tensor the trace holds lives on the CPU.
+  bool on_cpu() const;
   // The program's slots, inputs and outputs as recorded; every stable slot holds its
   // capture-time tensor; no ops yet.
   BuiltProgram start_program() const;

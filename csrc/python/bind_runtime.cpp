@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "csrc/kernels/cpu/prepacked_convolution.h"
 #include "csrc/program/program_builder.h"
 #include "csrc/python/bindings.h"
 #include "csrc/python/model_watch.h"
@@ -88,7 +89,7 @@ void bind_runtime(py::module_& m) {
           "finish",
           [](ProgramBuilder& b, bool use_out_variants, bool precompute_views, bool fold_batchnorm,
              bool plan_memory, int streams, int cores, int64_t out_variant_max_bytes,
-             bool drop_noop_ops) {
+             bool drop_noop_ops, bool lower_for_cpu) {
             BuildOptions options;
             options.drop_noop_ops = drop_noop_ops;
             options.out_variant_max_bytes = out_variant_max_bytes;
@@ -96,13 +97,14 @@ void bind_runtime(py::module_& m) {
             options.use_out_variants = use_out_variants;
             options.precompute_views = precompute_views;
             options.fold_batchnorm = fold_batchnorm;
+            options.lower_for_cpu = lower_for_cpu;
             return std::make_shared<Replay>(b.finish(options),
                                             ExecutorOptions{streams, cores, plan_memory});
           },
           py::arg("use_out_variants") = true, py::arg("precompute_views") = true,
           py::arg("fold_batchnorm") = false, py::arg("plan_memory") = true, py::arg("streams") = 1,
           py::arg("cores") = 0, py::arg("out_variant_max_bytes") = 0,
-          py::arg("drop_noop_ops") = true);
+          py::arg("drop_noop_ops") = true, py::arg("lower_for_cpu") = false);
 
   py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
       .def(
@@ -198,6 +200,7 @@ void bind_runtime(py::module_& m) {
              d["buffer_bytes"] = r.program().buffer_bytes;
              d["buffer_bytes_unplanned"] = r.program().buffer_bytes_unplanned;
              d["resident_bytes"] = m.resident_bytes;
+             d["prepacked_weight_bytes"] = kernels::prepacked_weight_bytes(r.program());
              if (m.pool) {
                py::dict pool;
                pool["planned"] = m.pool->planned;

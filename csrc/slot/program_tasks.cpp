@@ -2,9 +2,10 @@
 
 #include <ATen/Parallel.h>
 
-#include <fstream>
 #include <map>
 #include <sstream>
+
+#include "csrc/kernels/cpu/cpu_features.h"
 
 namespace nimble::slot {
 namespace {
@@ -25,17 +26,6 @@ std::string short_name(const kernels::TunableOp& op) {
   if (op.epilogue.activation == kernels::Epilogue::Activation::kRelu) out << " +relu";
   if (op.epilogue.activation == kernels::Epilogue::Activation::kHardtanh) out << " +clamp";
   return out.str();
-}
-
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const size_t colon = line.find(':');
-    if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
-  }
-  return "unknown CPU";
 }
 
 }  // namespace
@@ -64,7 +54,9 @@ std::vector<ProgramTask> program_tasks(const Program& program, const kernels::Fa
 std::string device_key(c10::DeviceType device) {
   if (device != c10::DeviceType::CPU) return c10::DeviceTypeName(device, true);
   std::ostringstream out;
-  out << "cpu " << cpu_model() << " x" << at::get_num_threads() << " threads";
+  const kernels::CpuFeatures& cpu = kernels::this_cpu();
+  out << "cpu " << cpu.model << " " << kernels::vector_extension_name(cpu.vector_extension) << " "
+      << cpu.cores << " cores x" << at::get_num_threads() << " threads";
   return out.str();
 }
 

@@ -22,8 +22,10 @@ struct ProgramTask {
 
 std::vector<ProgramTask> program_tasks(const Program& program, const kernels::Families& families);
 
-// What a measurement is only valid on: the CPU model and torch's thread count, e.g.
-// "cpu AMD EPYC 9R14 x2 threads" (a GPU's name and compute capability once CUDA kernels come).
+// What a measurement is only valid on: the CPU model, its widest vector extension, its
+// logical cores and torch's thread count, e.g. "cpu AMD EPYC avx512 2 cores x2 threads" (a
+// GPU's name and compute capability once CUDA kernels come). A CPU model name alone does
+// not tell an AVX-512 machine from an AVX2 one.
 std::string device_key(c10::DeviceType device);
 
 // The tuner's tasks, each measuring its op's candidates; `baseline` is called once per task

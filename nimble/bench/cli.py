@@ -12,6 +12,10 @@ user would write instead of nimble), nimble on one stream and on several and, wi
 prepare (or capture, or compile) seconds, nimble's streams and syncs, and the ratios
 between them. Every variant is checked against eager first.
 
+`--peers` times eager, nimble (with and without its CPU lowering), torch.compile with
+inductor (with and without freezing), ONNX Runtime and OpenVINO (`pip install
+nimble[peers]`; skipped with a message when absent) on the CPU; `--runtime` picks some.
+
 `--compile-backend` times eager, torch.compile with inductor (default and reduce-overhead
 modes), torch.compile(backend="nimble") and nimble's prepare (where the model allows it),
 with compile seconds; `hf:` models (HuggingFace transformers from small configs) run here.
@@ -27,7 +31,7 @@ import sys
 import torch
 from tqdm import tqdm
 
-from . import compiled, cpu, cuda, train
+from . import compiled, cpu, cuda, peers, train
 from .report import print_table
 from ..zoo import ALL_MODELS, HF_MODELS, check_spec
 
@@ -48,6 +52,8 @@ def _measure_apart(spec: str, args: argparse.Namespace, streams) -> tuple[dict |
         argv += ["--compile"]
     if args.compile_backend:
         argv += ["--compile-backend", "--sequence", str(args.sequence)]
+    if args.peers:
+        argv += ["--peers"] + [a for r in args.runtime or [] for a in ("--runtime", r)]
     if args.train:
         argv += ["--train", "--optimizer", args.optimizer] + (["--breakdown"] if args.breakdown else [])
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
@@ -87,6 +93,12 @@ def main(argv: list[str]) -> int:
                         help="eager, torch.compile (inductor default and reduce-overhead), "
                              "torch.compile(backend='nimble') and nimble's prepare, with compile "
                              "seconds (CPU)")
+    parser.add_argument("--peers", action="store_true",
+                        help="eager, nimble (lowered and not), inductor (with and without "
+                             "freezing), ONNX Runtime and OpenVINO, alternating (CPU)")
+    parser.add_argument("--runtime", action="append",
+                        choices=[name for name, _, _ in peers.RUNTIMES],
+                        help="with --peers: time only these runtimes besides eager; repeatable")
     parser.add_argument("--sequence", type=int, default=32,
                         help="with --compile-backend: tokens per sequence of hf: models")
     parser.add_argument("--out-variant-max-bytes", type=int, default=0, metavar="N",
@@ -121,6 +133,11 @@ def main(argv: list[str]) -> int:
         parser.error("--compile needs --device cuda")
     if args.compile_backend and (args.device == "cuda" or args.train):
         parser.error("--compile-backend times inference on the CPU")
+    if args.peers and (args.device == "cuda" or args.train or args.compile_backend):
+        parser.error("--peers times inference on the CPU, apart from --train and "
+                     "--compile-backend")
+    if args.runtime and not args.peers:
+        parser.error("--runtime goes with --peers")
     streams = args.streams
     if streams is not None and streams != "auto":
         if not streams.isdigit() or int(streams) < 1:
@@ -152,7 +169,10 @@ def main(argv: list[str]) -> int:
                 return code
         else:
             try:
-                if args.compile_backend:
+                if args.peers:
+                    row = peers.measure_peers(spec, args.batch, args.image_size, args.runs,
+                                              args.warmup, args.runtime)
+                elif args.compile_backend:
                     row = compiled.measure_compile_backend(
                         spec, args.batch, args.image_size, args.sequence, args.runs, args.warmup)
                 elif args.device == "cuda":
@@ -172,6 +192,8 @@ def main(argv: list[str]) -> int:
             tqdm.write(f"measured {spec}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
+    elif args.peers:
+        peers.print_report(rows)
     elif args.compile_backend:
         print_table(rows, compiled.COLUMNS)
     elif args.device == "cuda":

@@ -25,6 +25,7 @@ from ..replay.wrapper import Nimble
 # `torch.compile(..., options={...})` keys, each a `Nimble.prepare` argument.
 PREPARE_OPTIONS = (
     "streams", "plan_memory", "fold_batchnorm", "drop_noop_ops", "out_variant_max_bytes", "tuned",
+    "lower_for_cpu",
 )
 # Beyond prepare's: `strict` raises where nimble cannot replay a graph, instead of running
 # that graph eagerly with a warning.
@@ -149,7 +150,9 @@ class GraphReplay:
         # `torch._dynamo.disable`, whose `functools.wraps` copies the instance's dict only.
         self._boxed_call = True
         self.graph = graph
-        self.options = options
+        # The CPU lowering is an inference pass: a training forward's results are saved for
+        # its backward, which ATen's kernels must see as eager computed them.
+        self.options = options if kind == "inference" else {**options, "lower_for_cpu": False}
         self.strict = strict
         self.kind = kind
         self.programs: collections.OrderedDict[tuple, _Program] = collections.OrderedDict()
@@ -239,7 +242,8 @@ def nimble_backend(
 ) -> Callable:
     """The dynamo backend: `torch.compile(model, backend="nimble", options={...})`, with
     options `streams`, `plan_memory`, `fold_batchnorm`, `drop_noop_ops`,
-    `out_variant_max_bytes`, `tuned` (as for `Nimble.prepare`) and `strict`."""
+    `out_variant_max_bytes`, `tuned`, `lower_for_cpu` (as for `Nimble.prepare`; the lowering
+    applies to inference graphs) and `strict`."""
     from torch._dynamo.backends.common import aot_autograd
 
     prepare_options, strict = _check_options(options)

@@ -66,6 +66,7 @@ class Nimble(torch.nn.Module):
         copy_outputs: bool = True,
         streams: int | str = 1,
         fold_batchnorm: bool = False,
+        lower_for_cpu: bool = True,
         plan_memory: bool = True,
         use_out_variants: bool = True,
         out_variant_max_bytes: int = 0,
@@ -96,6 +97,11 @@ class Nimble(torch.nn.Module):
         parameter's `.grad` as eager does. With `loss_fn`, `optimizer` and
         `example_targets` as well, the whole step (forward, `loss_fn(output, *targets)`,
         backward, `optimizer.step()`) is one program run by `fast.step(x, targets)`.
+
+        `lower_for_cpu` (inference on the CPU): convolutions become oneDNN calls with weights
+        packed once and the residual add and activation after them fused (batch norms
+        are folded into them first); False replays ATen's convolutions as captured, which
+        is what `nimble.tune` tunes and `tuned` binds to (so `tuned` turns it off).
 
         `tuned`: a tuning database (`nimble.tune`); binds its kernels as `use_tuned` does.
 
@@ -130,6 +136,7 @@ class Nimble(torch.nn.Module):
             precompute_views=precompute_views,
             plan_memory=plan_memory,
             fold_batchnorm=fold_batchnorm,
+            lower_for_cpu=lower_for_cpu and not training and tuned is None,
             # An inference pass: training programs keep every copy they captured.
             drop_noop_ops=drop_noop_ops and not training,
             # The same for every device: the backend decides what a stream count means.

@@ -29,7 +29,9 @@ def prepared(args, name: str):
     from ..replay.wrapper import Nimble
 
     model, example = zoo.build(name, batch=args.batch, image_size=args.image_size)
-    return model, example, Nimble(model).prepare(example, streams=args.streams)
+    # The kernel families tune ATen's convolutions, which the CPU lowering replaces.
+    return model, example, Nimble(model).prepare(example, streams=args.streams,
+                                                 lower_for_cpu=False)
 
 
 def tune_options(args, scheduler: str, database: str, seed: int) -> dict:
@@ -80,7 +82,7 @@ def tune_model(args) -> int:
     report = _tune(fast, args, args.scheduler, database, args.seed, not (args.quiet or args.json))
     cost = cost_summary(report, time.monotonic() - started, energy_delta(before, energy_counters()))
     bound = fast.use_tuned(database)
-    untuned = Nimble(model).prepare(example, streams=args.streams)
+    untuned = Nimble(model).prepare(example, streams=args.streams, lower_for_cpu=False)
     speed = side_by_side(model, example, untuned, fast)
     if args.plot:
         write_plot(args.plot, {report["scheduler"]: report["curve"]}, title=args.model)

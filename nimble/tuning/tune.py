@@ -1,6 +1,6 @@
 """Tuning a prepared model's kernels on this machine, and binding the winners into its replay.
 
-    fast = nimble.Nimble(model).prepare(x)
+    fast = nimble.Nimble(model).prepare(x, lower_for_cpu=False)  # ATen's convolutions
     report = nimble.tune(fast, budget_seconds=1200, database="tune.db")
     fast.use_tuned("tune.db")         # ops whose tuned kernel is correct and faster now run it
     print(fast.tuned_report())
@@ -124,8 +124,11 @@ def tune(
     replay = inference_replay(fast)
     tasks = kernels.tasks(replay)
     if not tasks:
+        lowered = any(op["name"] == "nimble::convolution_prepacked" for op in replay.ops())
         raise ValueError("the model has no op a kernel family can replace (2-D float "
-                         "convolutions, linear layers with a bias)")
+                         "convolutions, linear layers with a bias)"
+                         + ("; its convolutions were lowered to prepacked oneDNN calls: "
+                            "prepare(..., lower_for_cpu=False) to tune ATen's" if lowered else ""))
     group = _workers(replay, workers, ray_address, model, options)
     busy = None if group else busy_warning()
     if busy:

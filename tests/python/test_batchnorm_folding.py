@@ -8,8 +8,8 @@ from nimble.zoo import build
 
 def test_folding_removes_batch_norms_and_matches_eager():
     model, example = build("torchvision:resnet18")
-    folded = nimble.Nimble(model).prepare(example, fold_batchnorm=True)
-    plain = nimble.Nimble(model).prepare(example)
+    folded = nimble.Nimble(model).prepare(example, fold_batchnorm=True, lower_for_cpu=False)
+    plain = nimble.Nimble(model).prepare(example, lower_for_cpu=False)
     names = [op["name"] for op in folded.replay.ops()]
     assert not any("batch_norm" in n for n in names)
     assert folded.num_ops < plain.num_ops
@@ -21,7 +21,7 @@ def test_folding_removes_batch_norms_and_matches_eager():
 
 def test_folded_weights_follow_parameter_updates():
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
-    fast = nimble.Nimble(model).prepare(torch.randn(1, 3, 8, 8), fold_batchnorm=True)
+    fast = nimble.Nimble(model).prepare(torch.randn(1, 3, 8, 8), fold_batchnorm=True, lower_for_cpu=False)
     with torch.no_grad():
         model[0].weight.mul_(2)              # like an optimizer step
         model[1].running_var.add_(1.0)       # like load_state_dict
@@ -45,7 +45,7 @@ def test_batch_norm_whose_input_is_read_elsewhere_is_not_folded():
     model = Both().eval()
     with torch.no_grad():
         model.bn.running_mean.uniform_()
-    fast = nimble.Nimble(model).prepare(torch.randn(1, 3, 4, 4), fold_batchnorm=True)
+    fast = nimble.Nimble(model).prepare(torch.randn(1, 3, 4, 4), fold_batchnorm=True, lower_for_cpu=False)
     assert any("batch_norm" in op["name"] for op in fast.replay.ops())
     x = torch.randn(1, 3, 4, 4)
     with torch.no_grad():

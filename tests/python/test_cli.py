@@ -336,3 +336,30 @@ def test_bench_compile_backend_json():
     # hf: models need --compile-backend; the compile bench is CPU inference.
     assert run("bench", "--model", "hf:bert").returncode == 2
     assert run("bench", "--compile-backend", "--train").returncode == 2
+
+
+def test_bench_peers_json_checks_against_eager_and_says_why_a_runtime_is_skipped(monkeypatch):
+    from nimble.bench import peers
+
+    # A peer whose module is absent is skipped with the extra to install; nimble's two
+    # modes run in one process, alternating with eager.
+    monkeypatch.setattr(peers, "RUNTIMES", peers.RUNTIMES[:2] + [
+        ("absent", "no_such_runtime_module", lambda m, x: None)])
+    row = peers.measure_peers("torchvision:squeezenet1_1", 1, 32, runs=3, warmup=1)
+    assert "pip install nimble[peers]" in row["skipped"]["absent"]
+    for name in ("eager", "nimble", "nimble_aten"):
+        assert row[f"{name}_ms"] > 0
+    assert row["nimble_max_diff"] <= peers.TOLERANCE and row["nimble_prepare_s"] > 0
+    out = io.StringIO()
+    peers.print_report([row], out=out)
+    assert "absent" in out.getvalue() and "nimble_aten" in out.getvalue()
+
+
+def test_bench_peers_cli_times_only_the_runtimes_asked_for():
+    done = run("bench", "--peers", "--runtime", "nimble", "--model", "torchvision:squeezenet1_1",
+               "--image-size", "32", "--runs", "2", "--warmup", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)
+    assert {"eager_ms", "nimble_ms", "nimble_speedup"} <= row.keys()
+    assert "inductor_ms" not in row and "onnxruntime_ms" not in row
+    assert run("bench", "--runtime", "nimble").returncode != 0  # --runtime needs --peers

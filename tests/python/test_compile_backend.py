@@ -94,7 +94,8 @@ def test_zoo_models_match_eager(spec):
         for seed in (0, 1):
             torch.manual_seed(seed)
             x = torch.randn_like(example)
-            torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
+            # Convolutions are lowered to oneDNN and MKL calls (passes/cpu_lowering.h).
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
     assert counters["nimble"]["programs_prepared"] == graphs() == 1
     assert graph_breaks() == 0
 
@@ -110,7 +111,7 @@ def test_options_reach_prepare():
     example = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
         expected = model(example)
-        plain = torch.compile(model, backend="nimble", options=STRICT)
+        plain = torch.compile(model, backend="nimble", options={**STRICT, "lower_for_cpu": False})
         torch.testing.assert_close(plain(example), expected, rtol=0, atol=0)
         plain_ops = counters["nimble"]["ops_replayed"]
         for options in ({"fold_batchnorm": True}, {"streams": 2, "plan_memory": False}):

@@ -254,7 +254,7 @@ def test_a_zoo_model_is_tuned_on_workers_and_its_records_bind(ray_address, tmp_p
     from nimble._C import kernels
 
     model, x = zoo.build("torchvision:squeezenet1_1", image_size=32)
-    fast = nimble.Nimble(model).prepare(x)
+    fast = nimble.Nimble(model).prepare(x, lower_for_cpu=False)
     path = str(tmp_path / "tune.db")
     report = nimble.tune(fast, budget_seconds=1e9, budget_trials=16, database=path, workers=2,
                          model=distributed.zoo_model("torchvision:squeezenet1_1", image_size=32),

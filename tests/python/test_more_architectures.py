@@ -35,7 +35,8 @@ def test_replay_matches_eager(name):
     x = make_input()
     with torch.no_grad():
         expected = model(x)
-    torch.testing.assert_close(fast(x), expected)
+    # Convolutions are lowered (passes/cpu_lowering.h): equal up to float rounding.
+    torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-3)
 
 
 def test_detection_is_refused_at_the_data_dependent_line():

@@ -17,4 +17,6 @@ def test_replay_matches_eager(spec, batch):
         x = torch.randn_like(example)
         with torch.no_grad():
             expected = model(x)
-        torch.testing.assert_close(fast(x), expected)
+        # Convolutions are lowered to oneDNN and MKL calls with batch norms folded
+        # (passes/cpu_lowering.h): equal up to float rounding.
+        torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-3)

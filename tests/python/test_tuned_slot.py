@@ -39,12 +39,12 @@ class SmallNet(torch.nn.Module):
 
 def prepared(model, x, **kw):
     torch.manual_seed(0)
-    return nimble.Nimble(model.eval()).prepare(x, **kw)
+    return nimble.Nimble(model.eval()).prepare(x, lower_for_cpu=False, **kw)
 
 
 def test_tasks_group_equal_convolutions_and_list_the_families_that_fit():
     model, x = zoo.build("torchvision:mobilenet_v2", image_size=32)
-    fast = nimble.Nimble(model).prepare(x)
+    fast = nimble.Nimble(model).prepare(x, lower_for_cpu=False)
     tasks = kernels.tasks(fast.replay)
     ops = [op for t in tasks for op in t["ops"]]
     names = [o["name"] for o in fast.replay.ops()]
@@ -67,7 +67,7 @@ def test_linear_layers_are_tuned_and_bound_with_eager_results(tmp_path):
                                 torch.nn.Linear(96, 24)).eval()
     x = torch.randn(5, 40)
     with torch.no_grad():
-        fast = nimble.Nimble(model).prepare((x,))
+        fast = nimble.Nimble(model).prepare((x,), lower_for_cpu=False)
     assert [o["name"] for o in fast.replay.ops()] == ["aten::addmm.out", "aten::relu",
                                                       "aten::addmm"]
     tasks = kernels.tasks(fast.replay)
@@ -96,7 +96,7 @@ def test_an_activation_after_a_linear_layer_into_a_buffer_is_fused_when_in_place
                                 activation, torch.nn.Linear(64, 24)).eval()
     x = torch.randn(5, 40)
     with torch.no_grad():
-        fast = nimble.Nimble(model).prepare((x,))
+        fast = nimble.Nimble(model).prepare((x,), lower_for_cpu=False)
     names = sorted(t["name"] for t in kernels.tasks(fast.replay))
     assert names == [f"linear 40>96 n5{fused}", "linear 64>24 n5", f"linear 96>64 n5{fused}"]
     db = str(tmp_path / "tune.db")
@@ -150,7 +150,8 @@ def test_tuned_replays_of_real_models_match_eager(tmp_path, name, streams, fold)
     """With folded batch norms, activations and residual adds after convolutions are absorbed
     into the kernels' epilogues; on two streams the residual must be ready in any order."""
     model, x = zoo.build(f"torchvision:{name}", image_size=32)
-    fast = nimble.Nimble(model).prepare(x, streams=streams, fold_batchnorm=fold)
+    fast = nimble.Nimble(model).prepare(x, streams=streams, fold_batchnorm=fold,
+                                        lower_for_cpu=False)
     db = str(tmp_path / "tune.db")
     tasks = kernels.tasks(fast.replay)
     # Round robin with one batch of 8 per task: every task gets measured.
@@ -286,3 +287,20 @@ def test_cli_compares_schedulers_on_a_model_with_bests_remeasured_side_by_side()
         assert all(0 < p[2] <= mine[0][2] for p in mine) and run["final_ms"] == mine[-1][2]
         # Times are to the worst final of the seed: every run gets there.
         assert run["time_to_99_s"] is not None and run["time_to_95_s"] <= run["time_to_99_s"]
+
+
+def test_device_key_names_the_vector_extension_and_the_cores():
+    """A database tuned on an AVX2 machine is not applied on an AVX-512 one of the same
+    model name: the key says which vector unit the CPU has, read at run time."""
+    import os
+
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    widest = ("avx512" if "avx512f" in flags else "avx2" if "avx2" in flags
+              else "avx" if "avx" in flags else "sse")
+    key = kernels.device_key()
+    assert f" {widest} {os.cpu_count()} cores x{torch.get_num_threads()} threads" in key, key

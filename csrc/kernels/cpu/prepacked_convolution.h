@@ -1,0 +1,95 @@
+#pragma once
+// A 2-d convolution lowered for CPU inference (passes/cpu_lowering.h makes them), with its
+// weight packed once and the residual add and activation that followed it in the model
+// fused. Two kernels, by a rule on the shape (`choose`):
+// - onednn_prepacked: oneDNN's convolution (`mkldnn::_convolution_pointwise`) with the weight
+//   reordered into the blocked layout oneDNN prefers and the add and activation as post-ops.
+//   Its result is channels_last.
+// - gemm_1x1: a pointwise convolution as one matrix product (MKL), [pixels, C] x [C, K],
+//   on the activation as it lies, then the add and the activation in place. oneDNN costs
+//   20-30 us a call on this project's machines whatever the size (primitive lookup,
+//   reorders), which small pointwise layers of mobile nets cannot earn back.
+// Both give channels_last results.
+// The packed weight is derived state: it is packed again, before the call that would read
+// it, whenever one of its sources (the convolution's weight, or the parameters and buffers
+// of a folded batch norm) changed since (source_version.h).
+//
+// A program calls it through the op `nimble::convolution_prepacked(input, other, packed)`,
+// whose third argument is this object; `other` is the residual (None without one).
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/custom_class.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "csrc/program/program.h"
+#include "csrc/program/source_version.h"
+
+namespace nimble::kernels {
+
+struct ConvolutionGeometry {
+  std::vector<int64_t> padding, stride, dilation;
+  int64_t groups = 1;
+};
+
+// What runs after the convolution, in oneDNN's post-op terms.
+struct ConvolutionEpilogue {
+  bool add_residual = false;        // y = conv(x) + other, before the activation
+  std::string activation = "none";  // oneDNN's unary attribute: relu, hardtanh, swish, ...
+  std::vector<std::optional<at::Scalar>> scalars;  // the activation's (hardtanh's bounds)
+  std::optional<std::string> algorithm;            // gelu: "none" or "tanh"
+  std::string describe() const;
+  // The activation as ATen's in-place op on `y`.
+  void activate_in_place(at::Tensor& y) const;
+};
+
+class PrepackedConvolution : public torch::CustomClassHolder {
+ public:
+  enum class Kernel { kOneDnn, kGemm };
+  // The kernel for this weight and input, by a rule measured per vector extension of the
+  // CPU this runs on (cpu_features.h): gemm_1x1 for pointwise convolutions (stride 1, no
+  // padding, ungrouped) with few weights and little arithmetic, oneDNN for the rest.
+  static Kernel choose(c10::IntArrayRef weight_sizes, const ConvolutionGeometry& geometry,
+                       c10::IntArrayRef input_sizes);
+
+  // `weight` and `bias` are what the convolution reads (a folded batch norm's tensors when
+  // one was folded); `sources` are the tensors they derive from, watched for changes.
+  // `input` is the activation at capture (the kernel and oneDNN's weight layout are picked
+  // for its shape); `out_strides` the layout the result must have (empty: channels_last,
+  // the kernels' own).
+  PrepackedConvolution(at::Tensor weight, at::Tensor bias, std::vector<at::Tensor> sources,
+                       ConvolutionGeometry geometry, ConvolutionEpilogue epilogue,
+                       const at::Tensor& input, std::vector<int64_t> out_strides);
+
+  at::Tensor run(const at::Tensor& input, const std::optional<at::Tensor>& other);
+  // Bytes of the packed weight (its logical size: oneDNN may pad blocks beyond it).
+  int64_t packed_bytes() const;
+  std::string describe() const;
+
+ private:
+  void pack();
+  at::Tensor run_onednn(const at::Tensor& input, const std::optional<at::Tensor>& other);
+  at::Tensor run_gemm(const at::Tensor& input, const std::optional<at::Tensor>& other) const;
+
+  at::Tensor weight_, bias_;
+  std::vector<at::Tensor> sources_;
+  std::vector<SourceVersion> versions_;
+  ConvolutionGeometry geometry_;
+  ConvolutionEpilogue epilogue_;
+  Kernel kernel_;
+  std::vector<int64_t> input_sizes_;
+  bool single_pixel_;  // the result has one pixel per channel
+  std::vector<int64_t> out_strides_;
+  at::Tensor packed_;
+  c10::OperatorHandle unary_, binary_, reorder_;
+};
+
+// The handle of `nimble::convolution_prepacked` (registered with this file).
+c10::OperatorHandle convolution_prepacked_op();
+
+// Bytes of the packed weights the program's prepacked convolutions hold.
+int64_t prepacked_weight_bytes(const Program& program);
+
+}  // namespace nimble::kernels

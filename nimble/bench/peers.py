@@ -1,0 +1,171 @@
+"""`--peers`: nimble against what a user who wants fast CPU inference would pick instead, in
+one process: eager; nimble's default `prepare` (convolutions lowered to prepacked oneDNN
+and MKL calls) and nimble with the lowering off (ATen's convolutions, as captured);
+`torch.compile` with inductor, without and with `freezing` (weights constant-folded and
+prepacked, inductor's own CPU inference mode); ONNX Runtime on a `torch.onnx.export`ed
+model and OpenVINO on a converted one (f32, the same thread count, latency hint), from the
+optional extra `pip install nimble[peers]`.
+
+A runtime that is not installed, or that fails to build or run the model, is skipped with
+a message saying why. Every runtime's output is checked against eager's first (max abs
+difference at most 1e-3); one that differs more is reported and not timed. The rest
+alternate call by call after a warm-up; the row reports medians, each runtime's speedup
+over eager and its prepare (compile, export) seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import torch
+
+from ..wrapper import Nimble
+from ..zoo import build
+from .timing import alternate, median_ms
+
+TOLERANCE = 1e-3
+
+
+def _nimble(model, x):
+    fast = Nimble(model).prepare(x)
+    return lambda t: fast(t)
+
+
+def _nimble_aten(model, x):
+    fast = Nimble(model).prepare(x, lower_for_cpu=False)
+    return lambda t: fast(t)
+
+
+def _inductor(freezing: bool) -> Callable:
+    def make(model, x):
+        import torch._inductor.config as config
+
+        torch._dynamo.reset()
+        config.freezing = freezing
+        compiled = torch.compile(model)
+        compiled(x)  # compiles; freezing reads the weights now
+        config.freezing = False
+        return compiled
+
+    return make
+
+
+def _onnx_file(model, x, directory: str) -> str:
+    path = os.path.join(directory, "model.onnx")
+    torch.onnx.export(model, (x,), path, dynamo=False, opset_version=17)
+    return path
+
+
+def _onnxruntime(model, x):
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = _onnx_file(model, x, directory)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return lambda t: torch.from_numpy(session.run(None, {name: t.numpy()})[0])
+
+
+def _openvino(model, x):
+    import openvino as ov
+
+    converted = ov.convert_model(model, example_input=x)
+    compiled = ov.Core().compile_model(converted, "CPU", {
+        "INFERENCE_PRECISION_HINT": "f32",
+        "INFERENCE_NUM_THREADS": torch.get_num_threads(),
+        "PERFORMANCE_HINT": "LATENCY",
+    })
+    request = compiled.create_infer_request()
+
+    def run(t):
+        request.infer({0: t.numpy()})
+        return torch.from_numpy(request.get_output_tensor(0).data.copy())
+
+    return run
+
+
+# (runtime, the module it needs or None, how to build its call from (model, example))
+RUNTIMES: list[tuple[str, str | None, Callable[[Any, torch.Tensor], Callable]]] = [
+    ("nimble", None, _nimble),
+    ("nimble_aten", None, _nimble_aten),
+    ("inductor", None, _inductor(False)),
+    ("inductor_freezing", None, _inductor(True)),
+    ("onnxruntime", "onnxruntime", _onnxruntime),
+    ("openvino", "openvino", _openvino),
+]
+
+
+def _missing(module: str | None) -> str | None:
+    if module is None:
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        return f"{module} is not installed (pip install nimble[peers])"
+    return None
+
+
+def measure_peers(spec: str, batch: int, image_size: int, runs: int, warmup: int,
+                  only: list[str] | None = None) -> dict:
+    """One row: each runtime's median milliseconds, speedup over eager and prepare seconds;
+    `skipped` says why a runtime is absent from it. `only` limits the runtimes."""
+    model, example = build(spec, batch=batch, image_size=image_size)
+    row: dict = {"model": spec, "batch": batch, "image_size": image_size,
+                 "threads": torch.get_num_threads(), "skipped": {}}
+    x = torch.randn_like(example)
+    calls: dict[str, Callable[[], Any]] = {}
+    with torch.no_grad():
+        expected = model(x)
+        calls["eager"] = lambda: model(x)
+        for name, module, make in RUNTIMES:
+            if only and name not in only:
+                continue
+            reason = _missing(module)
+            if reason is None:
+                try:
+                    start = time.perf_counter()
+                    call = make(model, example)
+                    row[f"{name}_prepare_s"] = round(time.perf_counter() - start, 3)
+                    diff = (call(x) - expected).abs().max().item()
+                    row[f"{name}_max_diff"] = diff
+                    if not diff <= TOLERANCE:
+                        reason = f"differs from eager by {diff:.2e} (more than {TOLERANCE})"
+                except Exception as error:  # a peer that cannot take the model is reported
+                    reason = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            if reason is not None:
+                row["skipped"][name] = reason
+                print(f"bench --peers: {spec}: {name} skipped: {reason}", file=sys.stderr)
+                continue
+            calls[name] = lambda c=call: c(x)
+        samples = alternate(list(calls.values()), runs, warmup)
+    eager_ms = median_ms(samples[0])
+    for name, times in zip(calls, samples):
+        ms = median_ms(times)
+        row[f"{name}_ms"] = round(ms, 4)
+        if name != "eager":
+            row[f"{name}_speedup"] = round(eager_ms / ms, 3)
+    return row
+
+
+def print_report(rows: list[dict], out=None) -> None:
+    """Per model: one line per runtime, milliseconds, speedup over eager, prepare seconds."""
+    for row in rows:
+        print(f"{row['model']} batch {row['batch']} image {row['image_size']} "
+              f"({row['threads']} threads)", file=out)
+        names = ["eager"] + [name for name, _, _ in RUNTIMES]
+        for name in names:
+            if f"{name}_ms" in row:
+                speedup = row.get(f"{name}_speedup", 1.0)
+                prepare = row.get(f"{name}_prepare_s")
+                print(f"  {name:18s} {row[f'{name}_ms']:9.3f} ms  {speedup:6.2f}x"
+                      + (f"  prepare {prepare:7.2f} s" if prepare is not None else ""), file=out)
+            elif name in row["skipped"]:
+                print(f"  {name:18s} skipped: {row['skipped'][name]}", file=out)
