@@ -23,9 +23,9 @@ from typing import Any, Callable
 
 import torch
 
-from ..wrapper import Nimble
+from ..replay.wrapper import Nimble
 from ..zoo import build
-from .timing import alternate, median_ms
+from ..timing import alternate, median_ms
 
 TOLERANCE = 1e-3
 

@@ -177,6 +177,7 @@ class Nimble(torch.nn.Module):
             out_variant_max_bytes=out_variant_max_bytes,
             precompute_views=precompute_views,
             drop_noop_ops=drop_noop_ops,
+            lower_for_cpu=options["lower_for_cpu"],
             training=training,
             loss_fn=loss_fn,
             optimizer=optimizer,
