@@ -95,6 +95,15 @@ std::vector<FoldedBatchNorm> fold_batchnorm(
     }
     const at::Tensor& weight = conv.args[1].toTensor();
     if (stats_used || weight.dim() < 3 || !weight.is_floating_point()) continue;
+    // A weight the trace computes (pruning's weight_orig * mask, a parametrization) is new on
+    // every call: a fold made before the replay runs would read last call's value.
+    const auto computed = [&](const c10::IValue& v) {
+      return v.isTensor() && producer.count(v.toTensor().unsafeGetTensorImpl()) > 0;
+    };
+    if (computed(conv.args[1]) || computed(conv.args[2]) || computed(bn.args[1]) ||
+        computed(bn.args[2]) || computed(bn.args[3]) || computed(bn.args[4])) {
+      continue;
+    }
     const bool legit =
         bn.handle.operator_name().name == "aten::_native_batch_norm_legit_no_training";
     const double eps = legit ? bn.args[6].toDouble() : bn.args[7].toDouble();
