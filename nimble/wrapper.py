@@ -58,6 +58,7 @@ class Nimble(torch.nn.Module):
         optimizer: torch.optim.Optimizer | None = None,
         example_targets: Any = None,
         tuned: str | None = None,
+        _graph_twin: bool = False,
     ) -> "Nimble":
         """Capture one run of the module on `example_inputs` (a tensor or a tuple of
         positional arguments) and build the replay.
@@ -78,6 +79,9 @@ class Nimble(torch.nn.Module):
         backward, `optimizer.step()`) is one program run by `fast.step(x, targets)`.
 
         `tuned`: a tuning database (`nimble.tune`); binds its kernels as `use_tuned` does.
+
+        `_graph_twin` (tests): replay a CPU model with a CUDA graph's semantics
+        (`csrc/runtime/cpu/cpu_graph_executor.h`).
         """
         if not (streams == "auto" or (isinstance(streams, int) and streams >= 1)):
             raise ValueError(f"streams must be 'auto' or a positive int, got {streams!r}")
@@ -101,6 +105,7 @@ class Nimble(torch.nn.Module):
             drop_noop_ops=drop_noop_ops and not training,
             # The same for every device: the backend decides what a stream count means.
             streams=1 if streams == "auto" else streams,
+            graph_twin=_graph_twin,
         )
         example = ExampleCall.of(example_inputs, example_kwargs, track_gradients=training)
         if not training:

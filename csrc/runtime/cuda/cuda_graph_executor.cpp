@@ -4,11 +4,13 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <functional>
 #include <stdexcept>
 #include <string>
 
 #include "csrc/runtime/op_call.h"
+#include "csrc/runtime/state_snapshot.h"
 
 namespace nimble {
 
@@ -27,6 +29,21 @@ void for_each_tensor_of(const c10::IValue& value, const std::function<void(const
   } else if (value.isTensorList()) {
     for (const at::Tensor& t : value.toTensorList().vec()) f(t);
   }
+}
+
+// Generators passed to ops explicitly (`torch.Generator` arguments) on the device.
+std::vector<at::Generator> generators_of(const Program& program) {
+  std::vector<at::Generator> found;
+  for (const OpNode& op : program.ops) {
+    for (const Arg& arg : op.args) {
+      if (arg.kind != Arg::Kind::kConstant || !arg.constant.isGenerator()) continue;
+      const at::Generator generator = arg.constant.toGenerator();
+      if (generator.device().is_cuda() &&
+          std::find(found.begin(), found.end(), generator) == found.end())
+        found.push_back(generator);
+    }
+  }
+  return found;
 }
 
 }  // namespace
@@ -52,18 +69,29 @@ CudaGraphExecutor::CudaGraphExecutor(const Program& program, ProgramState& state
     }
   }
 
-  // Warm-up on the caller's stream's timeline, on the streams the capture will use.
+  // Warm-up on the caller's stream's timeline, on the streams the capture will use. What
+  // it writes (an optimizer step, running statistics, mutated inputs, the generators'
+  // offsets) is put back before the capture, which runs nothing.
   const cudaStream_t caller = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+  StateSnapshot before(program_, state_);
   try {
     issue(caller, nullptr);
   } catch (...) {
     drop_transients();
+    before.restore();
     throw;
   }
   C10_CUDA_CHECK(cudaStreamSynchronize(caller));
+  before.restore();
+  C10_CUDA_CHECK(cudaStreamSynchronize(caller));
 
   // The capture runs on stream 0 of the plan; nothing else is pending (synchronized).
+  // Random ops draw from generators registered with the graph (the device's default one
+  // always is): each replay advances their offsets, as torch.cuda.graph does.
   graph_ = std::make_unique<at::cuda::CUDAGraph>();
+  for (const at::Generator& generator : generators_of(program_)) {
+    graph_->register_generator_state(generator);
+  }
   {
     const c10::cuda::CUDAStreamGuard on_capture(streams_[0].torch_stream());
     graph_->capture_begin();

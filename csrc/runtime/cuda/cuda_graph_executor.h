@@ -37,6 +37,7 @@ class CudaGraphExecutor final : public Executor {
   int num_streams() const override { return plan_.num_streams(); }
   const ScheduleInfo& schedule() const override { return plan_.info; }
   bool reuses_outputs() const override { return true; }
+  bool bakes_scalars() const override { return true; }
 
  private:
   struct OpEvents {
