@@ -155,10 +155,3 @@ def test_wrong_input_device_is_refused():
     fast = nimble.Nimble(model).prepare(example)
     with pytest.raises(ValueError, match="cuda"):
         fast(example.cpu())
-
-
-@needs_gpu
-def test_training_on_cuda_is_refused_clearly():
-    model = torch.nn.Linear(4, 2).cuda()
-    with pytest.raises(nimble.UnsupportedOpError, match="CPU backend"):
-        nimble.Nimble(model).prepare(torch.randn(3, 4, device="cuda"), training=True)

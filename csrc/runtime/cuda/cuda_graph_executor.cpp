@@ -69,6 +69,8 @@ CudaGraphExecutor::CudaGraphExecutor(const Program& program, ProgramState& state
     }
   }
 
+  find_host_ops();
+
   // Warm-up on the caller's stream's timeline, on the streams the capture will use. What
   // it writes (an optimizer step, running statistics, mutated inputs, the generators'
   // offsets) is put back before the capture, which runs nothing.
@@ -96,7 +98,7 @@ CudaGraphExecutor::CudaGraphExecutor(const Program& program, ProgramState& state
     const c10::cuda::CUDAStreamGuard on_capture(streams_[0].torch_stream());
     graph_->capture_begin();
     try {
-      issue(streams_[0].get(), nullptr);
+      issue(streams_[0].get(), nullptr, /*host_ops=*/false);
     } catch (...) {
       // End the capture so that the device is usable after the error; the half-captured
       // graph is dropped.
@@ -119,7 +121,44 @@ CudaGraphExecutor::~CudaGraphExecutor() {
   C10_CUDA_IGNORE_ERROR(cudaDeviceSynchronize());
 }
 
-void CudaGraphExecutor::issue(cudaStream_t origin, std::vector<OpEvents>* timing) {
+void CudaGraphExecutor::find_host_ops() {
+  is_host_op_.assign(program_.ops.size(), false);
+  std::vector<bool> host_written(program_.slots.size(), false);
+  for (size_t i = 0; i < program_.ops.size(); ++i) {
+    const OpNode& op = program_.ops[i];
+    bool host = !op.reads.empty() || !op.writes.empty();
+    for (const auto* slots : {&op.reads, &op.writes}) {
+      for (int slot : *slots) host = host && program_.slots[slot].device.is_cpu();
+    }
+    if (host) {
+      is_host_op_[i] = true;
+      host_ops_.push_back(static_cast<int>(i));
+      for (int slot : op.writes) host_written[slot] = true;
+      continue;
+    }
+    for (int slot : op.reads) {
+      if (!host_written[slot]) continue;
+      // The graph would keep the value the CPU tensor had at capture.
+      throw std::invalid_argument(
+          "op " + std::to_string(i) + " (" + op.name +
+          ") runs on CUDA but reads a CPU tensor that an earlier op of the step computes: "
+          "a CUDA graph would keep its value of capture time. Keep that tensor on the "
+          "device (e.g. an optimizer with capturable=True)");
+    }
+  }
+}
+
+void CudaGraphExecutor::run_host_ops() {
+  for (int i : host_ops_) {
+    const OpNode& op = program_.ops[i];
+    push_args(op, state_.ops[i], state_.values, stack_);
+    invoke(op, state_.ops[i], stack_);
+    keep_results(op, state_.values, stack_, plan_.release[i]);
+    stack_.clear();
+  }
+}
+
+void CudaGraphExecutor::issue(cudaStream_t origin, std::vector<OpEvents>* timing, bool host_ops) {
   const int num_streams = plan_.num_streams();
   fork_.record(origin);
   for (int s = 0; s < num_streams; ++s) {
@@ -150,10 +189,12 @@ void CudaGraphExecutor::issue(cudaStream_t origin, std::vector<OpEvents>* timing
         });
       }
     }
-    push_args(op, op_state, state_.values, stack_);
-    invoke(op, op_state, stack_);
-    keep_results(op, state_.values, stack_, plan_.release[i]);
-    stack_.clear();  // returned values the program does not keep go now, on this stream
+    if (host_ops || !is_host_op_[i]) {
+      push_args(op, op_state, state_.values, stack_);
+      invoke(op, op_state, stack_);
+      keep_results(op, state_.values, stack_, plan_.release[i]);
+      stack_.clear();  // returned values the program does not keep go now, on this stream
+    }
     if (timing) (*timing)[i].end.record(stream.get());
     if (step.signal >= 0) events_[step.signal].record(stream.get());
   }
@@ -172,6 +213,7 @@ void CudaGraphExecutor::drop_transients() {
 
 void CudaGraphExecutor::run() {
   const c10::cuda::CUDAGuard device_guard(device_);
+  run_host_ops();
   graph_->replay();
 }
 
