@@ -128,12 +128,13 @@ def measure_cuda_train(spec: str, batch: int, image_size: int, runs: int, warmup
     for name, make in makers.items():
         m = copy.deepcopy(model)
         call, seconds, fast = make(m, make_optimizer(optimizer, m.parameters()))
-        variants.append(Variant(name, call, seconds, fast.schedule if fast else None,
+        variants.append(Variant(name, call, seconds, None if fast is None else fast.schedule,
                                 streams if name == "nimble_multi" else None))
         models[name] = m
     # The hand-captured graph trains three warm-up steps at capture: it is checked from a
     # copy that ran those on the first batch, against eager doing the same.
     graph_model, graph_reference = copy.deepcopy(model), copy.deepcopy(model)
+    torch.manual_seed(CHECK_STEPS)  # the warm-up's dropout masks, drawn again by the reference
     start = time.perf_counter()
     graph_step = hand_captured_step(
         graph_model, make_optimizer(optimizer, graph_model.parameters(), capturable=True),
@@ -151,6 +152,7 @@ def measure_cuda_train(spec: str, batch: int, image_size: int, runs: int, warmup
         diffs[name] = _relative_diff(m, reference)
     reference_opt = make_optimizer(optimizer, graph_reference.parameters(), capturable=True)
     reference_step = eager_variant(graph_reference, reference_opt)
+    torch.manual_seed(CHECK_STEPS)
     for _ in range(3):
         reference_step(*batches[0])
     for step, (xb, yb) in enumerate(batches):
