@@ -10,7 +10,7 @@ the CPU replays them; the graph executor itself makes that safe (csrc/runtime/):
   steps is honoured. Adam's bias corrections change every step, so Adam and AdamW capture
   once per step until their step counts live on the device (see docs/gpu.md);
 - ops on CPU tensors inside a CUDA step (Adam's step counters) run on the host before
-  each launch instead of being captured once;
+  each launch (a capture would run them once, at capture time);
 - random ops draw from generators registered with the graph, as `torch.cuda.graph` does.
 
 What is refused here, with the reason: devices other than the CPU and one CUDA device,

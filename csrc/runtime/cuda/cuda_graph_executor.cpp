@@ -98,7 +98,7 @@ CudaGraphExecutor::CudaGraphExecutor(const Program& program, ProgramState& state
     const c10::cuda::CUDAStreamGuard on_capture(streams_[0].torch_stream());
     graph_->capture_begin();
     try {
-      issue(streams_[0].get(), nullptr, /*host_ops=*/false);
+      issue(streams_[0].get(), nullptr);
     } catch (...) {
       // End the capture so that the device is usable after the error; the half-captured
       // graph is dropped.
@@ -108,11 +108,15 @@ CudaGraphExecutor::CudaGraphExecutor(const Program& program, ProgramState& state
       }
       graph_.reset();
       drop_transients();
+      before.restore();
       throw;
     }
     graph_->capture_end();
   }
   C10_CUDA_CHECK(cudaStreamSynchronize(streams_[0].get()));
+  // The capture ran the host ops once (their CPU tensors are written for real).
+  before.restore();
+  C10_CUDA_CHECK(cudaStreamSynchronize(caller));
 }
 
 CudaGraphExecutor::~CudaGraphExecutor() {
@@ -122,8 +126,14 @@ CudaGraphExecutor::~CudaGraphExecutor() {
 }
 
 void CudaGraphExecutor::find_host_ops() {
-  is_host_op_.assign(program_.ops.size(), false);
-  std::vector<bool> host_written(program_.slots.size(), false);
+  // Values that may differ from one replay to the next: inputs, state, whatever an op
+  // writes in place, and what host ops compute from those.
+  std::vector<bool> varying(program_.slots.size(), false);
+  std::vector<bool> host_computed(program_.slots.size(), false);
+  for (size_t s = 0; s < program_.slots.size(); ++s) {
+    const SlotInfo& slot = program_.slots[s];
+    varying[s] = slot.role == SlotRole::kInput || slot.role == SlotRole::kState || slot.mutated;
+  }
   for (size_t i = 0; i < program_.ops.size(); ++i) {
     const OpNode& op = program_.ops[i];
     bool host = !op.reads.empty() || !op.writes.empty();
@@ -131,19 +141,23 @@ void CudaGraphExecutor::find_host_ops() {
       for (int slot : *slots) host = host && program_.slots[slot].device.is_cpu();
     }
     if (host) {
-      is_host_op_[i] = true;
       host_ops_.push_back(static_cast<int>(i));
-      for (int slot : op.writes) host_written[slot] = true;
+      bool reads_varying = false;
+      for (int slot : op.reads) reads_varying = reads_varying || varying[slot];
+      for (int slot : op.writes) {
+        varying[slot] = varying[slot] || reads_varying;
+        host_computed[slot] = host_computed[slot] || reads_varying;
+      }
       continue;
     }
     for (int slot : op.reads) {
-      if (!host_written[slot]) continue;
-      // The graph would keep the value the CPU tensor had at capture.
+      if (!host_computed[slot]) continue;
       throw std::invalid_argument(
           "op " + std::to_string(i) + " (" + op.name +
-          ") runs on CUDA but reads a CPU tensor that an earlier op of the step computes: "
-          "a CUDA graph would keep its value of capture time. Keep that tensor on the "
-          "device (e.g. an optimizer with capturable=True)");
+          ") runs on CUDA but reads a CPU tensor that an earlier op of the program computes "
+          "from values that change between calls: a CUDA graph would keep its value of "
+          "capture time. Keep that tensor on the device (e.g. an optimizer with "
+          "capturable=True)");
     }
   }
 }
@@ -158,7 +172,7 @@ void CudaGraphExecutor::run_host_ops() {
   }
 }
 
-void CudaGraphExecutor::issue(cudaStream_t origin, std::vector<OpEvents>* timing, bool host_ops) {
+void CudaGraphExecutor::issue(cudaStream_t origin, std::vector<OpEvents>* timing) {
   const int num_streams = plan_.num_streams();
   fork_.record(origin);
   for (int s = 0; s < num_streams; ++s) {
@@ -189,12 +203,10 @@ void CudaGraphExecutor::issue(cudaStream_t origin, std::vector<OpEvents>* timing
         });
       }
     }
-    if (host_ops || !is_host_op_[i]) {
-      push_args(op, op_state, state_.values, stack_);
-      invoke(op, op_state, stack_);
-      keep_results(op, state_.values, stack_, plan_.release[i]);
-      stack_.clear();  // returned values the program does not keep go now, on this stream
-    }
+    push_args(op, op_state, state_.values, stack_);
+    invoke(op, op_state, stack_);
+    keep_results(op, state_.values, stack_, plan_.release[i]);
+    stack_.clear();  // returned values the program does not keep go now, on this stream
     if (timing) (*timing)[i].end.record(stream.get());
     if (step.signal >= 0) events_[step.signal].record(stream.get());
   }

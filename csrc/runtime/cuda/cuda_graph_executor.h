@@ -46,11 +46,11 @@ class CudaGraphExecutor final : public Executor {
   };
   // Issues every op once on the executor's streams, ordered after the work already on
   // `origin` and joined back into it. With `timing`, records each op's events there.
-  // Without `host_ops`, ops on CPU tensors alone are left out (a capture would run them
-  // once, at capture time; run() calls them before each launch instead).
-  void issue(cudaStream_t origin, std::vector<OpEvents>* timing, bool host_ops = true);
+  void issue(cudaStream_t origin, std::vector<OpEvents>* timing);
   // Ops of the program that touch CPU tensors only (Adam's step counters beside CUDA
-  // parameters); refuses a program whose CUDA ops read what they write.
+  // parameters): a capture runs them once, on the host, so run() calls them before each
+  // launch. Refuses a program whose CUDA ops read what such an op computes from state
+  // that changes between replays (the graph would keep the value of capture time).
   void find_host_ops();
   void run_host_ops();
   // After a failed issue: values of the half-run replay must not live on.
@@ -70,7 +70,6 @@ class CudaGraphExecutor final : public Executor {
   std::vector<std::vector<int>> transient_reads_;
   std::vector<c10::IValue> stack_;
   std::vector<int> host_ops_;  // in op order
-  std::vector<bool> is_host_op_;
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
 };
 
