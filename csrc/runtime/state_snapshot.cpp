@@ -5,7 +5,10 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 
 #include <mutex>
+#include <string>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace nimble {
 
@@ -14,6 +17,42 @@ namespace {
 bool outlives_a_replay(SlotRole role) {
   // Buffers, views and transients hold values a replay makes anew.
   return role == SlotRole::kInput || role == SlotRole::kState || role == SlotRole::kConstant;
+}
+
+// Ops whose schemas do not declare every argument they write: batch norms in training
+// update their running statistics (arguments 3 and 4) without an alias annotation.
+const std::unordered_map<std::string, std::vector<size_t>>& undeclared_writes() {
+  static const std::unordered_map<std::string, std::vector<size_t>> ops = {
+      {"aten::native_batch_norm", {3, 4}},
+      {"aten::cudnn_batch_norm", {3, 4}},
+      {"aten::miopen_batch_norm", {3, 4}},
+  };
+  return ops;
+}
+
+const void* storage_of(const c10::IValue& value) {
+  if (!value.isTensor() || !value.toTensor().defined() || !value.toTensor().has_storage())
+    return nullptr;
+  return value.toTensor().storage().unsafeGetStorageImpl();
+}
+
+// The storages some op writes: its declared writes, and the undeclared ones above.
+std::unordered_set<const void*> written_storages(const Program& program,
+                                                 const ProgramState& state) {
+  std::unordered_set<const void*> written;
+  for (const OpNode& op : program.ops) {
+    for (int slot : op.writes) written.insert(program.slots[slot].storage);
+    const auto undeclared = undeclared_writes().find(op.handle.operator_name().name);
+    if (undeclared == undeclared_writes().end()) continue;
+    for (size_t a : undeclared->second) {
+      if (a >= op.args.size()) continue;
+      const Arg& arg = op.args[a];
+      written.insert(arg.kind == Arg::Kind::kSlot ? storage_of(state.values[arg.slot])
+                                                  : storage_of(arg.constant));
+    }
+  }
+  written.erase(nullptr);
+  return written;
 }
 
 at::Tensor generator_state(at::Generator generator) {
@@ -25,11 +64,13 @@ at::Tensor generator_state(at::Generator generator) {
 
 StateSnapshot::StateSnapshot(const Program& program, const ProgramState& state) {
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  const std::unordered_set<const void*> written = written_storages(program, state);
   std::unordered_set<const c10::StorageImpl*> copied;
   for (size_t s = 0; s < program.slots.size(); ++s) {
     if (!outlives_a_replay(program.slots[s].role)) continue;
     const at::Tensor& live = state.values[s].toTensor();
     if (!live.defined() || !live.has_storage() || live.storage().nbytes() == 0) continue;
+    if (!written.count(live.storage().unsafeGetStorageImpl())) continue;
     // One copy per storage, of all its bytes: a write through any view is undone.
     if (!copied.insert(live.storage().unsafeGetStorageImpl()).second) continue;
     const auto bytes = static_cast<int64_t>(live.storage().nbytes());

@@ -5,10 +5,10 @@
 // executor would apply an optimizer step, move batch-norm running statistics, write the
 // inputs the trace mutates and advance the random generators. The snapshot holds a copy of
 // every tensor that outlives a replay (parameters, buffers, optimizer state, inputs,
-// constants), written or not: schemas do not declare every write (`native_batch_norm`
-// updates its running statistics without an alias annotation). It also holds the states of
-// the generators the program draws from; `restore` puts everything back in place (same
-// tensors, same storages).
+// constants) and that some op writes, declared or not (`native_batch_norm` updates its
+// running statistics without an alias annotation), and the states of the generators the
+// program draws from; `restore` puts everything back in place (same tensors, same
+// storages). What no op writes is not copied: an inference program's weights are not.
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
@@ -22,8 +22,8 @@ namespace nimble {
 
 class StateSnapshot {
  public:
-  // Copies, from `state`, the input, state and constant tensors of `program`, and the
-  // default generators of the CPU and of the program's device.
+  // Copies, from `state`, the input, state and constant tensors that ops of `program`
+  // write, and the default generators' states of the CPU and of the program's device.
   StateSnapshot(const Program& program, const ProgramState& state);
 
   // Writes the copies back (into the same tensors) and the generators' states.
