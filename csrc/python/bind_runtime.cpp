@@ -89,7 +89,7 @@ void bind_runtime(py::module_& m) {
           "finish",
           [](ProgramBuilder& b, bool use_out_variants, bool precompute_views, bool fold_batchnorm,
              bool plan_memory, int streams, int cores, int64_t out_variant_max_bytes,
-             bool drop_noop_ops, bool lower_for_cpu) {
+             bool drop_noop_ops, bool lower_for_cpu, bool graph_twin) {
             BuildOptions options;
             options.drop_noop_ops = drop_noop_ops;
             options.out_variant_max_bytes = out_variant_max_bytes;
@@ -98,13 +98,15 @@ void bind_runtime(py::module_& m) {
             options.precompute_views = precompute_views;
             options.fold_batchnorm = fold_batchnorm;
             options.lower_for_cpu = lower_for_cpu;
-            return std::make_shared<Replay>(b.finish(options),
-                                            ExecutorOptions{streams, cores, plan_memory});
+            ExecutorOptions executor{streams, cores, plan_memory};
+            executor.graph_twin = graph_twin;
+            return std::make_shared<Replay>(b.finish(options), executor);
           },
           py::arg("use_out_variants") = true, py::arg("precompute_views") = true,
           py::arg("fold_batchnorm") = false, py::arg("plan_memory") = true, py::arg("streams") = 1,
           py::arg("cores") = 0, py::arg("out_variant_max_bytes") = 0,
-          py::arg("drop_noop_ops") = true, py::arg("lower_for_cpu") = false);
+          py::arg("drop_noop_ops") = true, py::arg("lower_for_cpu") = false,
+          py::arg("graph_twin") = false);
 
   py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
       .def(
