@@ -35,6 +35,11 @@ void translate_error(std::exception_ptr thrown) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "nimble's C++ core: program, stream assignment, runtimes, tuner";
   py::register_local_exception_translator(translate_error);
+#ifdef NIMBLE_WITH_CUDA
+  m.attr("built_with_cuda") = true;
+#else
+  m.attr("built_with_cuda") = false;
+#endif
   nimble::python::bind_runtime(m);
   nimble::python::bind_model_watch(m);
   nimble::python::bind_scheduling(m);

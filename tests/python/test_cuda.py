@@ -4,6 +4,7 @@ the CPU in tests/cpp/scheduling/issue_plan_test.cpp and tests/python/test_stream
 
 import json
 import random
+import shutil
 
 import pytest
 import torch
@@ -31,11 +32,14 @@ def _cuda_model(spec, batch):
     return model.cuda(), example.cuda()
 
 
+@pytest.mark.skipif(torch.version.cuda is None or shutil.which("nvcc") is None,
+                    reason="torch without CUDA or no nvcc: a CPU-only build is expected")
 def test_extension_was_built_with_the_cuda_backend_when_torch_has_cuda():
-    # Compile-and-link check that holds without a device: torch's CUDA build plus nvcc
-    # must give a module whose CPU programs still run.
-    fast = nimble.Nimble(torch.nn.Linear(3, 3).eval()).prepare(torch.randn(2, 3))
-    assert fast.replay.backend == "cpu"
+    # Holds without a device: where torch has CUDA and nvcc is found, a module built without
+    # the CUDA backend would quietly replay GPU models through the CPU path.
+    from nimble import _C
+
+    assert _C.built_with_cuda is True
 
 
 @needs_gpu

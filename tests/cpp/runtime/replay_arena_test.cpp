@@ -50,6 +50,8 @@ TEST(ReplayArena, RecordsPlansAndServes) {
   // a and b are alive together, and c with both: at least their bytes; but less than
   // every request's.
   EXPECT_GE(s.block_bytes, (1000 + 2000 + 3000) * 4);
+  // The planned requests are a, b, c, the sum and the zeros; the zeros fit where a and b were.
+  EXPECT_LT(s.block_bytes, (1000 + 2000 + 3000 + 1 + 3000) * 4);
 
   const at::Tensor second = replay(arena);
   EXPECT_TRUE(at::equal(first, second));
