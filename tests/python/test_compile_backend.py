@@ -131,7 +131,7 @@ def test_tuned_kernels_from_a_database_are_bound_into_each_graph(tmp_path):
     """A database tuned on a prepared model serves the compiled model's graphs: the same
     convolutions have the same signatures there."""
     model, example = build("torchvision:squeezenet1_1", batch=1, image_size=32)
-    fast = nimble.Nimble(model).prepare(example)
+    fast = nimble.Nimble(model).prepare(example, lower_for_cpu=False)  # ATen's, to tune
     db = str(tmp_path / "tune.db")
     tasks = nimble._C.kernels.tasks(fast.replay)
     nimble.tune(fast, scheduler="round-robin", budget_seconds=1e9, budget_trials=8 * len(tasks),

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "csrc/kernels/tunable_op.h"
+#include "csrc/program/source_version.h"
 #include "csrc/runtime/cpu/intra_op_threads.h"
 #include "tuning/space/knob.h"
 
@@ -42,32 +43,28 @@ inline at::Tensor in_output_layout(const TunableOp& op, at::Tensor result) {
 }
 
 // A tensor derived from an operand (a packed or re-laid-out weight), recomputed when the
-// operand is another tensor, has moved, or was written since (its version counter). The
-// operand may be a fresh view on every call (a linear layer's weight seen as [k, c, 1, 1]):
-// its identity is its storage, held so that no other storage can take its address, and the
-// view must share its base's version counter (`view_sharing_version` in tunable_op.h).
+// operand is another tensor, has moved, or was written since (program/source_version.h:
+// its version counter and its storage). The operand may be a fresh view on every call (a
+// linear layer's weight seen as [k, c, 1, 1]): its identity is its storage, and the view
+// must share its base's version counter (`view_sharing_version` in tunable_op.h).
 class DerivedTensor {
  public:
   const at::Tensor& get(const at::Tensor& source,
                         const std::function<at::Tensor(const at::Tensor&)>& derive) const {
-    // Inference tensors keep no version counter; their data cannot change under a replay.
-    const uint32_t version = source.is_inference() ? 0 : source._version();
-    if (!derived_.defined() ||
-        source.storage().unsafeGetStorageImpl() != storage_.unsafeGetStorageImpl() ||
-        source.data_ptr() != data_ || version != version_) {
+    const SourceVersion version = SourceVersion::of(source);
+    // The data pointer too: one kernel may serve views at other offsets of one storage.
+    if (!derived_.defined() || version != version_ || source.data_ptr() != data_) {
       derived_ = derive(source);
-      storage_ = source.storage();
-      data_ = source.data_ptr();
       version_ = version;
+      data_ = source.data_ptr();
     }
     return derived_;
   }
 
  private:
   mutable at::Tensor derived_;
-  mutable c10::Storage storage_;
+  mutable SourceVersion version_;
   mutable const void* data_ = nullptr;
-  mutable uint32_t version_ = 0;
 };
 
 }  // namespace nimble::kernels

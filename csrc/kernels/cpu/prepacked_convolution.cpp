@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <future>
 #include <sstream>
 
 #include "csrc/kernels/cpu/cpu_features.h"
@@ -126,7 +127,12 @@ void PrepackedConvolution::pack() {
 
 at::Tensor PrepackedConvolution::run(const at::Tensor& input,
                                      const std::optional<at::Tensor>& other) {
-  if (versions_of(sources_) != versions_) pack();
+  if (versions_of(sources_) != versions_) {
+    // The packed weight outlives this replay: packed on a thread of its own, it is not
+    // allocated from the replay's private pool (runtime/cpu/replay_arena.h), whose plan
+    // would hand its bytes to a later replay's intermediates.
+    std::async(std::launch::async, [this] { pack(); }).get();
+  }
   TORCH_CHECK(!epilogue_.add_residual || other.has_value(),
               "nimble::convolution_prepacked: the residual is missing");
   at::Tensor y = kernel_ == Kernel::kGemm ? run_gemm(input, other) : run_onednn(input, other);
