@@ -271,12 +271,13 @@ def _assert_untouched(model, opt, snapshot):
     torch.testing.assert_close(opt.state_dict(), opt_state, rtol=0, atol=0)
 
 
-def _prepared_step(optimizer_name="sgd-momentum"):
+def _prepared_step(optimizer_name="sgd-momentum", on_change="reprepare"):
     model, _ = _transformer()
     opt = OPTIMIZERS[optimizer_name](model.parameters())
     x, y = torch.randint(0, 100, (4, 12)), torch.randint(0, 10, (4,))
     fast = nimble.Nimble(model).prepare(
-        x, training=True, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=opt, example_targets=y
+        x, training=True, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=opt, example_targets=y,
+        on_change=on_change,
     )
     fast.step(x, y)
     fast.step(x, y)  # the first step runs eagerly; this one replays
@@ -302,28 +303,28 @@ def test_targets_of_the_wrong_shape_or_dtype(targets, match):
 
 
 def test_replaced_parameters_are_refused():
-    model, opt, fast, x, y = _prepared_step()
+    model, opt, fast, x, y = _prepared_step(on_change="error")
     model.head = torch.nn.Linear(32, 10)
     snapshot = _snapshot(model, opt)
-    with pytest.raises(NotPreparedError, match="parameters were replaced"):
+    with pytest.raises(nimble.StaleModelError, match="head replaced"):
         fast.step(x, y)
     _assert_untouched(model, opt, snapshot)
 
 
 def test_changed_parameter_groups_are_refused():
-    model, opt, fast, x, y = _prepared_step("adam")
+    model, opt, fast, x, y = _prepared_step("adam", on_change="error")
     extra = torch.nn.Parameter(torch.zeros(3))
     opt.add_param_group({"params": [extra]})
     snapshot = _snapshot(model, opt)
-    with pytest.raises(NotPreparedError, match="parameter groups changed"):
+    with pytest.raises(nimble.StaleModelError, match="optimizer changed since prepare: its parameter groups"):
         fast.step(x, y)
     _assert_untouched(model, opt, snapshot)
 
 
 def test_a_structural_optimizer_change_is_refused():
-    model, opt, fast, x, y = _prepared_step("adam")
+    model, opt, fast, x, y = _prepared_step("adam", on_change="error")
     opt.param_groups[0]["amsgrad"] = True
-    with pytest.raises(NotPreparedError, match="decides which update runs"):
+    with pytest.raises(nimble.StaleModelError, match="decides which update runs"):
         fast.step(x, y)
 
 
@@ -344,9 +345,9 @@ def test_a_loss_that_is_not_a_scalar_is_refused_at_prepare():
 
 
 def test_switching_train_eval_after_prepare_is_refused():
-    model, opt, fast, x, y = _prepared_step()
+    model, opt, fast, x, y = _prepared_step(on_change="error")
     model.eval()
-    with pytest.raises(NotPreparedError, match="switched to eval mode"):
+    with pytest.raises(nimble.StaleModelError, match=r"training \(train/eval mode\) changed"):
         fast.step(x, y)
 
 
