@@ -4,8 +4,6 @@
 
 #include <unordered_map>
 
-#include "csrc/passes/op_patterns.h"
-
 namespace nimble {
 
 namespace {
@@ -23,29 +21,11 @@ bool is_eval_batchnorm(const RecordedOp& op) {
          !op.args[5].toBool() && op.args[3].isTensor() && op.args[4].isTensor();
 }
 
-// Later ops read (and in-place ops return) the convolution's output where they recorded
-// the batch norm's, so that the ops stay a consistent trace for the passes after this one.
-void replace_tensors(std::vector<RecordedOp>& ops,
-                     const std::unordered_map<const c10::TensorImpl*, at::Tensor>& replaced) {
-  if (replaced.empty()) return;
-  auto replace = [&](c10::IValue& value) {
-    if (!value.isTensor()) return;
-    auto it = replaced.find(value.toTensor().unsafeGetTensorImpl());
-    if (it != replaced.end()) value = it->second;
-  };
-  for (RecordedOp& op : ops) {
-    for (c10::IValue& arg : op.args) {
-      replace(arg);
-      if (arg.isTensorList()) {
-        c10::List<at::Tensor> list = arg.toTensorList();
-        for (size_t k = 0; k < list.size(); ++k) {
-          auto it = replaced.find(list.get(k).unsafeGetTensorImpl());
-          if (it != replaced.end()) list.set(k, it->second);
-        }
-      }
-    }
-    for (c10::IValue& ret : op.returns) replace(ret);
-  }
+bool is_plain_convolution(const RecordedOp& op) {
+  // convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+  return op.handle.operator_name().name == "aten::convolution" &&
+         op.handle.operator_name().overload_name.empty() && op.args.size() == 9 &&
+         op.args[6].isBool() && !op.args[6].toBool();
 }
 
 }  // namespace
@@ -77,7 +57,6 @@ std::vector<FoldedBatchNorm> fold_batchnorm(
 
   std::vector<FoldedBatchNorm> folds;
   std::vector<bool> drop(ops.size(), false);
-  std::unordered_map<const c10::TensorImpl*, at::Tensor> replaced;  // batch norm output: conv's
   for (size_t i = 0; i < ops.size(); ++i) {
     RecordedOp& bn = ops[i];
     if (!is_eval_batchnorm(bn) || !bn.args[0].isTensor()) continue;
@@ -113,10 +92,8 @@ std::vector<FoldedBatchNorm> fold_batchnorm(
     conv.args[1] = folds.back().folded_weight();
     conv.args[2] = folds.back().folded_bias();
     redirect(bn.returns[0].toTensor(), y);
-    replaced[bn.returns[0].toTensor().unsafeGetTensorImpl()] = y;
     drop[i] = true;
   }
-  replace_tensors(ops, replaced);
   std::vector<RecordedOp> kept;
   for (size_t i = 0; i < ops.size(); ++i) {
     if (!drop[i]) kept.push_back(std::move(ops[i]));
