@@ -90,7 +90,8 @@ run_python() {
     tests/python/test_streams.py tests/python/test_stream_stress.py \
     tests/python/test_memory_plan.py tests/python/test_training.py \
     tests/python/test_tuning.py tests/python/test_tuned_slot.py \
-    tests/python/test_aliasing.py tests/python/test_errors.py tests/python/test_failures.py
+    tests/python/test_aliasing.py tests/python/test_errors.py tests/python/test_failures.py \
+    tests/python/test_multi_return_ops.py
 }
 
 for part in "${PARTS[@]}"; do

@@ -448,7 +448,13 @@ std::vector<Arg> lower_args(const RecordedOp& raw, const Program& program,
 // backend and the options allow it; none for an op writing its arguments or returning
 // views, and none where a program output lives: a fresh result each replay can be handed
 // to the caller as it is, where a buffer would need a copy (memory and time eager does not
-// spend).
+// spend). None for an op with several returns either: its `.out` kernel returns
+// `std::tuple<Tensor&, ...>`, which the boxed call reads only after it has destroyed the
+// arguments those references point into. That is safe only while every out tensor has
+// another owner, and a kernel that gives an out argument a new tensor instead of writing
+// into it (cuDNN's batch norm does, for its reserve) leaves the stack holding a freed
+// tensor: the heap-use-after-free seen at the first CUDA prepare, and a result in memory
+// the program never reads.
 std::optional<c10::OperatorHandle> usable_out_variant(
     const RecordedOp& raw, const OpAccess& access, const Program& program,
     const std::vector<c10::IValue>& capture_values, const std::set<const void*>& output_storages,
@@ -463,7 +469,8 @@ std::optional<c10::OperatorHandle> usable_out_variant(
     one_buffer_per_return =
         access.produced[r].ret == static_cast<int>(r) && access.produced[r].elem < 0;
   }
-  if (!options.use_out_variants || access.writes_args || access.returns_view ||
+  const bool one_return = raw.handle.schema().returns().size() == 1;
+  if (!options.use_out_variants || !one_return || access.writes_args || access.returns_view ||
       !access.returns_only_new_tensors || access.returns_changed || access.produced.empty() ||
       !one_buffer_per_return || makes_output) {
     return std::nullopt;

@@ -88,7 +88,7 @@ void bind_runtime(py::module_& m) {
           "finish",
           [](ProgramBuilder& b, bool use_out_variants, bool precompute_views, bool fold_batchnorm,
              bool plan_memory, int streams, int cores, int64_t out_variant_max_bytes,
-             bool drop_noop_ops) {
+             bool drop_noop_ops, bool graph_twin) {
             BuildOptions options;
             options.drop_noop_ops = drop_noop_ops;
             options.out_variant_max_bytes = out_variant_max_bytes;
@@ -96,13 +96,14 @@ void bind_runtime(py::module_& m) {
             options.use_out_variants = use_out_variants;
             options.precompute_views = precompute_views;
             options.fold_batchnorm = fold_batchnorm;
-            return std::make_shared<Replay>(b.finish(options),
-                                            ExecutorOptions{streams, cores, plan_memory});
+            ExecutorOptions executor{streams, cores, plan_memory};
+            executor.graph_twin = graph_twin;
+            return std::make_shared<Replay>(b.finish(options), executor);
           },
           py::arg("use_out_variants") = true, py::arg("precompute_views") = true,
           py::arg("fold_batchnorm") = false, py::arg("plan_memory") = true, py::arg("streams") = 1,
           py::arg("cores") = 0, py::arg("out_variant_max_bytes") = 0,
-          py::arg("drop_noop_ops") = true);
+          py::arg("drop_noop_ops") = true, py::arg("graph_twin") = false);
 
   py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
       .def(

@@ -7,6 +7,7 @@
 
 #include "csrc/errors.h"
 #include "csrc/runtime/cpu/cpu_executor.h"
+#include "csrc/runtime/cpu/cpu_graph_executor.h"
 #include "csrc/runtime/stream_plan.h"
 #ifdef NIMBLE_WITH_CUDA
 #include "csrc/runtime/cuda/cuda_graph_executor.h"
@@ -22,20 +23,21 @@ std::unique_ptr<Executor> make_executor(const Program& program, ProgramState& st
   }
   if (program_device(program).is_cuda()) {
 #ifdef NIMBLE_WITH_CUDA
-    // Streams beyond the DAG's width would have nothing to run side by side.
-    StreamPlan plan = plan_streams(
-        program, options.streams,
-        [](const scheduling::Dag& dag, const scheduling::StreamAssignment& assignment) {
-          return std::min({scheduling::widest_level(dag), assignment.num_logical_streams,
-                           kMaxDefaultCudaStreams});
-        });
-    return std::make_unique<CudaGraphExecutor>(program, state, std::move(plan),
-                                               options.stress_delays_us);
+    return std::make_unique<CudaGraphExecutor>(
+        program, state, plan_graph_streams(program, options.streams), options.stress_delays_us);
 #else
     throw std::invalid_argument(
         "the program uses CUDA tensors but nimble was built without its CUDA backend "
         "(rebuild with torch's CUDA build and nvcc on PATH, and without NIMBLE_CUDA=0)");
 #endif
+  }
+  if (options.graph_twin) {
+    if (!options.stress_delays_us.empty())
+      throw BadInput(
+          "the CPU twin of the CUDA graph runs its ops in order: stress delays would "
+          "test nothing there");
+    return std::make_unique<CpuGraphExecutor>(program, state,
+                                              plan_graph_streams(program, options.streams));
   }
   const int cores = options.cores > 0
                         ? options.cores

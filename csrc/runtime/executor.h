@@ -58,6 +58,9 @@ class Executor {
   // with a private pool), so that callers who keep outputs need copies. Such an executor
   // also keeps the state's output values in place from one replay to the next.
   virtual bool reuses_outputs() const { return false; }
+  // Whether scalar arguments are fixed when the executor is built (a graph bakes them into
+  // its kernels' parameters), so that new values need the executor built again.
+  virtual bool bakes_scalars() const { return false; }
   // The replay's private memory pool, if the backend keeps one.
   virtual std::optional<PoolStats> pool_stats() const { return std::nullopt; }
   // Whether `ptr` points into that pool (its bytes are then counted once, as the pool).
@@ -77,6 +80,9 @@ struct ExecutorOptions {
   // stream, a spinning kernel on a CUDA stream, captured with the graph). Delays that
   // reorder the streams' progress expose any order the schedule fails to enforce.
   std::vector<int> stress_delays_us;
+  // Tests: run a CPU program with a CUDA graph's semantics (runtime/cpu/cpu_graph_executor.h),
+  // so that what a graph would get wrong shows without a GPU.
+  bool graph_twin = false;
 };
 
 // Measured on googlenet on an H100: 2 streams gained 1.29x over one, 4 1.57x, 8 1.65x.

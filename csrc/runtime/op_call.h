@@ -6,6 +6,8 @@
 #include <ATen/core/List.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "csrc/program/program.h"
@@ -51,11 +53,23 @@ inline void push_args(const OpNode& op, const OpState& state,
     for (int slot : state.kernel->extra_slots()) stack.push_back(values[slot]);
 }
 
-// `release`: the values this op is the last to read (it depends on the schedule).
+[[noreturn]] inline void missing_return(const OpNode& op, const OpNode::Output& out,
+                                        size_t returned) {
+  throw std::runtime_error("op " + op.name + " left " + std::to_string(returned) +
+                           " values on its stack and no tensor at return " +
+                           std::to_string(out.ret) + ", where its capture returned one");
+}
+
+// `release`: the values this op is the last to read (it depends on the schedule). Every
+// value kept is owned by the stack's copy of it: the builder hands no op with several
+// returns to its `.out` overload, whose returned references would outlive the arguments
+// they point into (program_builder.cpp, usable_out_variant).
 inline void keep_results(const OpNode& op, std::vector<c10::IValue>& values,
                          std::vector<c10::IValue>& stack, const std::vector<int>& release) {
   for (const OpNode::Output& out : op.outputs) {
+    if (static_cast<size_t>(out.ret) >= stack.size()) missing_return(op, out, stack.size());
     if (out.elem < 0) {
+      if (!stack[out.ret].isTensor()) missing_return(op, out, stack.size());
       values[out.slot] = std::move(stack[out.ret]);
     } else {
       values[out.slot] = stack[out.ret].toTensorList().get(out.elem);

@@ -368,9 +368,13 @@ void Replay::set_scalars(const std::vector<double>& values) {
                    std::to_string(values.size()));
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  bool changed = false;
   for (size_t i = 0; i < values.size(); ++i) {
     const ScalarPlace& place = scalar_places_[i];
     c10::IValue& arg = state_.ops[place.traced_op].args[place.arg].second;
+    const c10::IValue& old = place.elem >= 0 ? arg.toListRef()[place.elem] : arg;
+    changed =
+        changed || (old.isTensor() ? old.toTensor().item<double>() : old.toDouble()) != values[i];
     if (place.elem >= 0) {
       arg.toList().set(place.elem, c10::IValue(values[i]));
     } else if (arg.isTensor()) {
@@ -379,6 +383,8 @@ void Replay::set_scalars(const std::vector<double>& values) {
       arg = c10::IValue(values[i]);
     }
   }
+  // A graph keeps the numbers it was built with: new ones need it built again.
+  if (changed && executor_->bakes_scalars()) rebuild_executor();
 }
 
 void Replay::set_executor_options(const ExecutorOptions& options) {

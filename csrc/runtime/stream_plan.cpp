@@ -67,4 +67,13 @@ StreamPlan plan_streams(const Program& program, int streams,
   return plan;
 }
 
+StreamPlan plan_graph_streams(const Program& program, int streams) {
+  return plan_streams(
+      program, streams,
+      [](const scheduling::Dag& dag, const scheduling::StreamAssignment& assignment) {
+        return std::min({scheduling::widest_level(dag), assignment.num_logical_streams,
+                         kMaxDefaultCudaStreams});
+      });
+}
+
 }  // namespace nimble

@@ -32,6 +32,11 @@ using DefaultStreams =
 // `streams` >= 1 physical streams, or 0 for `default_streams`' choice.
 StreamPlan plan_streams(const Program& program, int streams, const DefaultStreams& default_streams);
 
+// The plan a graph backend issues (the CUDA graph and its CPU twin): by default as many
+// streams as the DAG is wide (streams beyond its width would have nothing to run side by
+// side), at most kMaxDefaultCudaStreams.
+StreamPlan plan_graph_streams(const Program& program, int streams);
+
 // Throws std::invalid_argument when `plan` was made for another program.
 void check_plan_covers(const StreamPlan& plan, const Program& program);
 

@@ -27,7 +27,7 @@ import sys
 import torch
 from tqdm import tqdm
 
-from . import compiled, cpu, cuda, train
+from . import compiled, cpu, cuda, cuda_train, train
 from .report import print_table
 from ..zoo import ALL_MODELS, HF_MODELS, check_spec
 
@@ -97,7 +97,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--train", action="store_true",
                         help="time one training step (eager; forward+backward replayed with an "
                              "eager optimizer; the whole step replayed on one and on several "
-                             "streams); torchvision models, 10 classes")
+                             "streams; with --device cuda also a hand-captured whole-step "
+                             "CUDA graph); torchvision models, 10 classes")
     parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
                         help="with --train: SGD (momentum 0.9, weight decay 1e-4) or Adam")
     parser.add_argument("--breakdown", action="store_true",
@@ -113,8 +114,8 @@ def main(argv: list[str]) -> int:
     if args.out_variant_max_bytes < 0:
         parser.error("--out-variant-max-bytes must be 0 (no limit) or a positive byte count")
     if args.device == "cuda":
-        if args.train:
-            parser.error("--train runs on the CPU (training on CUDA is not built yet)")
+        if args.train and args.compile:
+            parser.error("--compile times inference; it does not go with --train")
         if args.out_variant_max_bytes:
             parser.error("--out-variant-max-bytes is an option of the CPU bench")
     elif args.compile:
@@ -155,6 +156,10 @@ def main(argv: list[str]) -> int:
                 if args.compile_backend:
                     row = compiled.measure_compile_backend(
                         spec, args.batch, args.image_size, args.sequence, args.runs, args.warmup)
+                elif args.device == "cuda" and args.train:
+                    row = cuda_train.measure_cuda_train(
+                        spec, args.batch, args.image_size, args.runs, args.warmup,
+                        streams or "auto", args.optimizer)
                 elif args.device == "cuda":
                     row = cuda.measure_cuda(spec, args.batch, args.image_size, args.runs,
                                             args.warmup, streams or "auto", args.compile)
@@ -174,6 +179,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
     elif args.compile_backend:
         print_table(rows, compiled.COLUMNS)
+    elif args.device == "cuda" and args.train:
+        cuda_train.print_report(rows)
     elif args.device == "cuda":
         cuda.print_report(rows)
     elif args.train:

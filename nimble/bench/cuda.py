@@ -168,7 +168,7 @@ def measure_cuda(spec: str, batch: int, image_size: int, runs: int, warmup: int,
 
 
 def summarize(meta: dict, variants: list[Variant], samples: list[list[tuple[float, float]]],
-              diffs: dict[str, float]) -> dict:
+              diffs: dict[str, float], ratios=RATIOS) -> dict:
     """The JSON row: `meta`, then per variant the median wall and device milliseconds of its
     (wall seconds, device seconds) samples, prepare seconds, nimble's stream counts and
     syncs, the largest difference from eager; then the ratios of RATIOS (wall and device
@@ -189,15 +189,15 @@ def summarize(meta: dict, variants: list[Variant], samples: list[list[tuple[floa
             entry["syncs"] = v.schedule["physical_syncs"]
         entry["max_abs_diff"] = diffs[v.name]
         out[v.name] = entry
-    ratios: dict[str, float] = {}
-    for key, a, b in RATIOS:
+    found: dict[str, float] = {}
+    for key, a, b in ratios:
         if a in out and b in out:
-            ratios[key] = round(out[b]["ms"] / out[a]["ms"], 3)
-            ratios[key + "_gpu"] = round(out[b]["gpu_ms"] / out[a]["gpu_ms"], 3)
+            found[key] = round(out[b]["ms"] / out[a]["ms"], 3)
+            found[key + "_gpu"] = round(out[b]["gpu_ms"] / out[a]["gpu_ms"], 3)
     if "compile" in out and "nimble_multi" in out:
-        ratios["compile_s_vs_prepare_s"] = round(
+        found["compile_s_vs_prepare_s"] = round(
             out["compile"]["prepare_s"] / out["nimble_multi"]["prepare_s"], 1)
-    return {**meta, "variants": out, "ratios": ratios}
+    return {**meta, "variants": out, "ratios": found}
 
 
 COLUMNS = [

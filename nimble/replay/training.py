@@ -25,6 +25,7 @@ from .capture import (
     unique,
 )
 from ..errors import NotPreparedError, StaleModelError, UnsupportedOpError
+from .cuda_training import check_training_devices
 from .optimizer_scalars import OptimizerScalars, scalar_candidates
 from .structure import ExampleCall, OutputStructure, describe, describe_all
 
@@ -37,18 +38,6 @@ def _tensors_in(values) -> list[torch.Tensor]:
         elif isinstance(v, (list, tuple)):
             found.extend(t for t in v if isinstance(t, torch.Tensor))
     return found
-
-
-def _refuse_off_cpu(module: torch.nn.Module, example: ExampleCall) -> None:
-    devices = {t.device.type for t in example.static_inputs + list(module.parameters())}
-    if devices - {"cpu"}:
-        # The CUDA graph backend runs the program once to warm up when it is built, which
-        # would apply an optimizer step, and bakes scalar arguments (the learning rate)
-        # into the graph: training there needs both handled first.
-        raise UnsupportedOpError(
-            f"training replays run on the CPU backend; got tensors on {sorted(devices)}. "
-            "CUDA training is not built yet"
-        )
 
 
 def _trainable_ids(module: torch.nn.Module) -> list[int]:
@@ -144,7 +133,7 @@ class ForwardBackwardReplay:
         options: dict,
         copy_outputs: bool,
     ) -> None:
-        _refuse_off_cpu(module, example)
+        check_training_devices(module, example)
         self.module = module
         self.params = [p for p in module.parameters() if p.requires_grad]
         static_args, static_kwargs = example.static_args, example.static_kwargs
@@ -250,7 +239,7 @@ class WholeStepReplay:
         optimizer: torch.optim.Optimizer,
         example_targets: Any,
     ) -> None:
-        _refuse_off_cpu(module, example)
+        check_training_devices(module, example)
         static_targets = _static_targets(example_targets)
         static_args, static_kwargs = example.static_args, example.static_kwargs
         self.module = module

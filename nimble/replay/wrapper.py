@@ -78,6 +78,7 @@ class Nimble(torch.nn.Module):
         tuned: str | None = None,
         on_change: str = "reprepare",
         side_effects: str = "warn",
+        _graph_twin: bool = False,
     ) -> "Nimble":
         """Capture one run of the module on `example_inputs` (a tensor or a tuple of
         positional arguments) and build the replay.
@@ -107,6 +108,9 @@ class Nimble(torch.nn.Module):
         `side_effects`: hooks that ran during the capture and attributes the forward
         changed are not repeated by a replay: "warn" names them, "error" raises
         `SideEffectError` and leaves the Nimble as it was.
+
+        `_graph_twin` (tests): replay a CPU model with a CUDA graph's semantics
+        (`csrc/runtime/cpu/cpu_graph_executor.h`).
         """
         if not (streams == "auto" or (isinstance(streams, int) and streams >= 1)):
             raise ValueError(f"streams must be 'auto' or a positive int, got {streams!r}")
@@ -134,6 +138,7 @@ class Nimble(torch.nn.Module):
             drop_noop_ops=drop_noop_ops and not training,
             # The same for every device: the backend decides what a stream count means.
             streams=1 if streams == "auto" else streams,
+            graph_twin=_graph_twin,
         )
         example = ExampleCall.of(example_inputs, example_kwargs, track_gradients=training)
         if not training:
@@ -175,6 +180,7 @@ class Nimble(torch.nn.Module):
             optimizer=optimizer,
             on_change=on_change,
             side_effects=side_effects,
+            _graph_twin=_graph_twin,
         )
         self._tuned_report = []
         self._tuned_args = None

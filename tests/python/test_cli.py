@@ -140,7 +140,7 @@ def test_bench_cuda_without_a_device_fails_from_the_command_line():
 
 @pytest.mark.parametrize("argv, message", [
     (["--compile"], "--compile needs --device cuda"),
-    (["--device", "cuda", "--train"], "--train runs on the CPU"),
+    (["--device", "cuda", "--train", "--compile"], "--compile times inference"),
     (["--device", "cuda", "--out-variant-max-bytes", "8"], "option of the CPU bench"),
     (["--device", "tpu"], "invalid choice: 'tpu'"),
     (["--device", "cuda", "--streams", "0"], "--streams takes a positive number"),

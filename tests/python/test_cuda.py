@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import nimble
+from graph_backends import check_calls
 from nimble.zoo import build
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -30,19 +31,6 @@ def _cuda_model(spec, batch):
     return model.cuda(), example.cuda()
 
 
-def _check_calls(model, fast, example, calls=3):
-    """Every call right, and outputs handed out earlier unchanged by later calls."""
-    kept = []
-    for seed in range(calls):
-        torch.manual_seed(100 + seed)
-        x = torch.randn_like(example)
-        with torch.no_grad():
-            expected = model(x)
-        kept.append((fast(x), expected))
-    for got, expected in kept:
-        torch.testing.assert_close(got, expected, **TOLERANCE)
-
-
 def test_extension_was_built_with_the_cuda_backend_when_torch_has_cuda():
     # Compile-and-link check that holds without a device: torch's CUDA build plus nvcc
     # must give a module whose CPU programs still run.
@@ -58,7 +46,7 @@ def test_one_stream_graph_matches_eager_on_every_call(spec, batch):
     fast = nimble.Nimble(model).prepare(example, streams=1)
     assert fast.replay.backend == "cuda-graph"
     assert fast.schedule["physical_streams"] == 1
-    _check_calls(model, fast, example)
+    check_calls(model, fast, example, "cuda", calls=3)
 
 
 @needs_gpu
@@ -70,7 +58,7 @@ def test_multi_stream_graph_matches_eager_on_every_call(spec, batch):
     s = fast.schedule
     assert s["physical_streams"] == min(4, s["logical_streams"])
     assert len(s["physical_stream"]) == fast.num_ops
-    _check_calls(model, fast, example)
+    check_calls(model, fast, example, "cuda", calls=3)
 
 
 @needs_gpu
@@ -95,7 +83,7 @@ def test_auto_keeps_one_stream_or_the_default_count(spec):
     default = reference.schedule["physical_streams"]
     assert 1 <= default <= 8
     assert chosen in (1, default)
-    _check_calls(model, fast, example)
+    check_calls(model, fast, example, "cuda", calls=3)
 
 
 @needs_gpu
@@ -140,7 +128,7 @@ def test_several_models_prepared_in_a_row_in_one_process():
         model, example = _cuda_model(spec, 1)
         for streams in (1, 4):
             fast = nimble.Nimble(model).prepare(example, streams=streams)
-            _check_calls(model, fast, example, calls=2)
+            check_calls(model, fast, example, "cuda", calls=2)
             del fast
 
 
@@ -155,7 +143,7 @@ def test_trace_has_one_row_per_cuda_stream(tmp_path):
     assert {e["tid"] for e in events} == set(fast.schedule["physical_stream"])
     assert all(e["dur"] >= 0 for e in events)
     # The graph still replays right after the ops were issued outside it.
-    _check_calls(model, fast, example, calls=2)
+    check_calls(model, fast, example, "cuda", calls=2)
     dot = tmp_path / "g.dot"
     fast.to_dot(str(dot))
     assert dot.read_text().startswith("digraph")
@@ -167,10 +155,3 @@ def test_wrong_input_device_is_refused():
     fast = nimble.Nimble(model).prepare(example)
     with pytest.raises(ValueError, match="cuda"):
         fast(example.cpu())
-
-
-@needs_gpu
-def test_training_on_cuda_is_refused_clearly():
-    model = torch.nn.Linear(4, 2).cuda()
-    with pytest.raises(nimble.UnsupportedOpError, match="CPU backend"):
-        nimble.Nimble(model).prepare(torch.randn(3, 4, device="cuda"), training=True)

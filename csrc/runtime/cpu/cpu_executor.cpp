@@ -9,19 +9,10 @@
 #include <stdexcept>
 
 #include "csrc/runtime/cpu/intra_op_threads.h"
+#include "csrc/runtime/cpu/steady_ns.h"
 #include "csrc/runtime/op_call.h"
 
 namespace nimble {
-
-namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 CpuExecutor::CpuExecutor(const Program& program, ProgramState& state, StreamPlan plan, int cores,
                          bool memory_pool, std::vector<int> stress_delays_us)
@@ -70,14 +61,14 @@ void CpuExecutor::run_stream(int stream, uint64_t epoch) {
           invoke(op, op_state, s.stack);
           keep_results(op, state_.values, s.stack, release);
         } else {
-          const int64_t start = now_ns();
+          const int64_t start = steady_ns();
           invoke(op, op_state, s.stack);
-          const int64_t end = now_ns();
+          const int64_t end = steady_ns();
           keep_results(op, state_.values, s.stack, {});
           // Dropping the values this op read last frees tensors: timed on its own, so
           // that reports can tell memory release from dispatch overhead.
           for (int slot : release) state_.values[slot] = c10::IValue();
-          const int64_t released = now_ns();
+          const int64_t released = steady_ns();
           s.timings->push_back(
               {step.op, stream, start - origin_ns_, end - origin_ns_, released - end});
         }
@@ -115,7 +106,7 @@ void CpuExecutor::worker(int stream) {
 void CpuExecutor::replay(bool timed, std::vector<OpTiming>* timings) {
   std::vector<std::vector<OpTiming>> per_stream(streams_.size());
   timed_ = timed;
-  origin_ns_ = now_ns();
+  origin_ns_ = steady_ns();
   for (size_t s = 0; s < streams_.size(); ++s) {
     // Reserved up front: a reallocation inside the replay would be timed as overhead.
     if (timed) per_stream[s].reserve(plan_.issue.streams[s].size());

@@ -4,11 +4,13 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <functional>
 #include <stdexcept>
 #include <string>
 
 #include "csrc/runtime/op_call.h"
+#include "csrc/runtime/state_snapshot.h"
 
 namespace nimble {
 
@@ -27,6 +29,21 @@ void for_each_tensor_of(const c10::IValue& value, const std::function<void(const
   } else if (value.isTensorList()) {
     for (const at::Tensor& t : value.toTensorList().vec()) f(t);
   }
+}
+
+// Generators passed to ops explicitly (`torch.Generator` arguments) on the device.
+std::vector<at::Generator> generators_of(const Program& program) {
+  std::vector<at::Generator> found;
+  for (const OpNode& op : program.ops) {
+    for (const Arg& arg : op.args) {
+      if (arg.kind != Arg::Kind::kConstant || !arg.constant.isGenerator()) continue;
+      const at::Generator generator = arg.constant.toGenerator();
+      if (generator.device().is_cuda() &&
+          std::find(found.begin(), found.end(), generator) == found.end())
+        found.push_back(generator);
+    }
+  }
+  return found;
 }
 
 }  // namespace
@@ -52,18 +69,31 @@ CudaGraphExecutor::CudaGraphExecutor(const Program& program, ProgramState& state
     }
   }
 
-  // Warm-up on the caller's stream's timeline, on the streams the capture will use.
+  find_host_ops();
+
+  // Warm-up on the caller's stream's timeline, on the streams the capture will use. What
+  // it writes (an optimizer step, running statistics, mutated inputs, the generators'
+  // offsets) is put back before the capture, which runs nothing.
   const cudaStream_t caller = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+  StateSnapshot before(program_, state_);
   try {
     issue(caller, nullptr);
   } catch (...) {
     drop_transients();
+    before.restore();
     throw;
   }
   C10_CUDA_CHECK(cudaStreamSynchronize(caller));
+  before.restore();
+  C10_CUDA_CHECK(cudaStreamSynchronize(caller));
 
   // The capture runs on stream 0 of the plan; nothing else is pending (synchronized).
+  // Random ops draw from generators registered with the graph (the device's default one
+  // always is): each replay advances their offsets, as torch.cuda.graph does.
   graph_ = std::make_unique<at::cuda::CUDAGraph>();
+  for (const at::Generator& generator : generators_of(program_)) {
+    graph_->register_generator_state(generator);
+  }
   {
     const c10::cuda::CUDAStreamGuard on_capture(streams_[0].torch_stream());
     graph_->capture_begin();
@@ -78,17 +108,68 @@ CudaGraphExecutor::CudaGraphExecutor(const Program& program, ProgramState& state
       }
       graph_.reset();
       drop_transients();
+      before.restore();
       throw;
     }
     graph_->capture_end();
   }
   C10_CUDA_CHECK(cudaStreamSynchronize(streams_[0].get()));
+  // The capture ran the host ops once (their CPU tensors are written for real).
+  before.restore();
+  C10_CUDA_CHECK(cudaStreamSynchronize(caller));
 }
 
 CudaGraphExecutor::~CudaGraphExecutor() {
   // The graph's launches may still run on the caller's stream: its pool and our streams
   // go only after they finished.
   C10_CUDA_IGNORE_ERROR(cudaDeviceSynchronize());
+}
+
+void CudaGraphExecutor::find_host_ops() {
+  // Values that may differ from one replay to the next: inputs, state, whatever an op
+  // writes in place, and what host ops compute from those.
+  std::vector<bool> varying(program_.slots.size(), false);
+  std::vector<bool> host_computed(program_.slots.size(), false);
+  for (size_t s = 0; s < program_.slots.size(); ++s) {
+    const SlotInfo& slot = program_.slots[s];
+    varying[s] = slot.role == SlotRole::kInput || slot.role == SlotRole::kState || slot.mutated;
+  }
+  for (size_t i = 0; i < program_.ops.size(); ++i) {
+    const OpNode& op = program_.ops[i];
+    bool host = !op.reads.empty() || !op.writes.empty();
+    for (const auto* slots : {&op.reads, &op.writes}) {
+      for (int slot : *slots) host = host && program_.slots[slot].device.is_cpu();
+    }
+    if (host) {
+      host_ops_.push_back(static_cast<int>(i));
+      bool reads_varying = false;
+      for (int slot : op.reads) reads_varying = reads_varying || varying[slot];
+      for (int slot : op.writes) {
+        varying[slot] = varying[slot] || reads_varying;
+        host_computed[slot] = host_computed[slot] || reads_varying;
+      }
+      continue;
+    }
+    for (int slot : op.reads) {
+      if (!host_computed[slot]) continue;
+      throw std::invalid_argument(
+          "op " + std::to_string(i) + " (" + op.name +
+          ") runs on CUDA but reads a CPU tensor that an earlier op of the program computes "
+          "from values that change between calls: a CUDA graph would keep its value of "
+          "capture time. Keep that tensor on the device (e.g. an optimizer with "
+          "capturable=True)");
+    }
+  }
+}
+
+void CudaGraphExecutor::run_host_ops() {
+  for (int i : host_ops_) {
+    const OpNode& op = program_.ops[i];
+    push_args(op, state_.ops[i], state_.values, stack_);
+    invoke(op, state_.ops[i], stack_);
+    keep_results(op, state_.values, stack_, plan_.release[i]);
+    stack_.clear();
+  }
 }
 
 void CudaGraphExecutor::issue(cudaStream_t origin, std::vector<OpEvents>* timing) {
@@ -144,6 +225,7 @@ void CudaGraphExecutor::drop_transients() {
 
 void CudaGraphExecutor::run() {
   const c10::cuda::CUDAGuard device_guard(device_);
+  run_host_ops();
   graph_->replay();
 }
 

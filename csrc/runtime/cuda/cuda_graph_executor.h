@@ -37,6 +37,7 @@ class CudaGraphExecutor final : public Executor {
   int num_streams() const override { return plan_.num_streams(); }
   const ScheduleInfo& schedule() const override { return plan_.info; }
   bool reuses_outputs() const override { return true; }
+  bool bakes_scalars() const override { return true; }
 
  private:
   struct OpEvents {
@@ -46,6 +47,12 @@ class CudaGraphExecutor final : public Executor {
   // Issues every op once on the executor's streams, ordered after the work already on
   // `origin` and joined back into it. With `timing`, records each op's events there.
   void issue(cudaStream_t origin, std::vector<OpEvents>* timing);
+  // Ops of the program that touch CPU tensors only (Adam's step counters beside CUDA
+  // parameters): a capture runs them once, on the host, so run() calls them before each
+  // launch. Refuses a program whose CUDA ops read what such an op computes from state
+  // that changes between replays (the graph would keep the value of capture time).
+  void find_host_ops();
+  void run_host_ops();
   // After a failed issue: values of the half-run replay must not live on.
   void drop_transients();
 
@@ -62,6 +69,7 @@ class CudaGraphExecutor final : public Executor {
   // handed to the allocating stream's next request before this op has read it.
   std::vector<std::vector<int>> transient_reads_;
   std::vector<c10::IValue> stack_;
+  std::vector<int> host_ops_;  // in op order
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
 };
 

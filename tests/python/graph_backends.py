@@ -1,0 +1,53 @@
+"""The graph backends the graph suites run on: the CUDA graph where a GPU is present, and
+everywhere its CPU twin (`csrc/runtime/cpu/cpu_graph_executor.h`), which replays a CPU
+program with a CUDA graph's semantics (recorded arguments, scalars baked in, outputs and
+scratch memory overwritten by the next replay, a warm-up that must change nothing). The
+same test on both: what the twin finds wrong in CI, the GPU would too."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+BACKENDS = [pytest.param("cuda", marks=needs_gpu), "cpu-graph"]
+BACKEND_NAME = {"cuda": "cuda-graph", "cpu-graph": "cpu-graph"}
+
+
+def device_of(backend: str) -> torch.device:
+    return torch.device("cuda" if backend == "cuda" else "cpu")
+
+
+def prepare_options(backend: str) -> dict:
+    """What `prepare` needs to run on `backend` (the device follows the tensors)."""
+    return {"_graph_twin": True} if backend == "cpu-graph" else {}
+
+
+def assert_matches(got, expected, backend: str, what: str = "") -> None:
+    """The twin calls eager's CPU kernels, though not always eager's fused paths (the
+    Transformer encoder's fast path differs from its traced ops in the last bits). On a
+    GPU, kernels may differ from eager's (other algorithms inside a graph); float32 without
+    TF32 stays far inside these bounds. Training suites compare exactly where they can."""
+    tolerance = dict(rtol=1e-5, atol=1e-5) if backend == "cpu-graph" else dict(rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(got, expected, **tolerance, msg=lambda m: f"{what}: {m}")
+
+
+def check_calls(model, fast, example, backend: str, calls: int = 2) -> None:
+    """Every call right, and outputs handed out earlier unchanged by later calls."""
+    kept = []
+    for seed in range(calls):
+        torch.manual_seed(100 + seed)
+        x = torch.randn_like(example)
+        with torch.no_grad():
+            expected = model(x)
+        kept.append((fast(x), expected))
+    for call, (got, expected) in enumerate(kept):
+        assert_matches(got, expected, backend, f"call {call}")
+
+
+def assert_trained_alike(got, expected, backend: str, what: str = "") -> None:
+    """After training steps: bit-identical on the twin (eager's kernels, eager's order);
+    within 1e-4 relative on a GPU (the issue's bound after 10 steps)."""
+    tolerance = dict(rtol=0, atol=0) if backend == "cpu-graph" else dict(rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got, expected, **tolerance, msg=lambda m: f"{what}: {m}")
