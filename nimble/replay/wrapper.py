@@ -184,6 +184,7 @@ class Nimble(torch.nn.Module):
             on_change=on_change,
             side_effects=side_effects,
             _graph_twin=_graph_twin,
+            _watch_model=_watch_model,
         )
         self._tuned_report = []
         self._tuned_args = None
