@@ -97,7 +97,7 @@ class _Program:
             # before a backward graph was prepared.
             for t in self.state:
                 stack.enter_context(torch.autograd._unsafe_preserve_version_counter(t))
-            prepared = Nimble(self.bound).prepare(inputs, **options)
+            prepared = Nimble(self.bound).prepare(inputs, **options, _watch_model=False)
         self.replay = prepared.replay
         report = prepared.tuned_report()
         self.tuned_kernels = sum(r["bound"] for r in report)

@@ -270,6 +270,11 @@ def module_state(module: torch.nn.Module) -> list[torch.Tensor]:
     return unique(list(module.parameters()) + [b for b in module.buffers() if b is not None])
 
 
+def _saved(entries: dict) -> dict:
+    """An optimizer state entry's values, each with a copy to put back."""
+    return {k: (v, v.detach().clone() if isinstance(v, torch.Tensor) else v) for k, v in entries.items()}
+
+
 class ModelSnapshot:
     """Everything a capture or a timing run changes, put back by `restore` (or on leaving
     `with`): parameter and buffer values, `.grad` references, the optimizer's state values,
@@ -295,10 +300,7 @@ class ModelSnapshot:
         self._state = {}
         if optimizer is not None:
             for p, entries in optimizer.state.items():
-                self._state[p] = {
-                    k: (v, v.detach().clone() if isinstance(v, torch.Tensor) else v)
-                    for k, v in entries.items()
-                }
+                self._state[p] = _saved(entries)
 
     def restore(self) -> None:
         with torch.no_grad():
@@ -331,10 +333,7 @@ class ModelSnapshot:
             if p in self._state:
                 continue
             self._adopted.add(p)
-            self._state[p] = {
-                k: (v, v.detach().clone() if isinstance(v, torch.Tensor) else v)
-                for k, v in entries.items()
-            }
+            self._state[p] = _saved(entries)
 
     def drop_created_state(self) -> None:
         """Forgets optimizer state made since the snapshot (by a warm-up step): after a

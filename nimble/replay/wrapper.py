@@ -79,6 +79,7 @@ class Nimble(torch.nn.Module):
         tuned: str | None = None,
         on_change: str = "reprepare",
         side_effects: str = "warn",
+        _watch_model: bool = True,
         _graph_twin: bool = False,
     ) -> "Nimble":
         """Capture one run of the module on `example_inputs` (a tensor or a tuple of
@@ -165,7 +166,9 @@ class Nimble(torch.nn.Module):
             warnings.warn(f"nimble: {program.side_effects.describe()}", stacklevel=2)
         if streams == "auto":
             choose_streams(program)
-        self._watch(program)
+        self._model_watch = None
+        if _watch_model:  # off in the torch.compile backend: dynamo guards the module itself
+            self._watch(program)
         self._program = program
         self._training = program if training else None
         self._replay = program.replays[0]
@@ -189,6 +192,7 @@ class Nimble(torch.nn.Module):
             on_change=on_change,
             side_effects=side_effects,
             _graph_twin=_graph_twin,
+            _watch_model=_watch_model,
         )
         self._tuned_report = []
         self._tuned_args = None
@@ -279,7 +283,8 @@ class Nimble(torch.nn.Module):
         targets = tuple(targets) if isinstance(targets, (tuple, list)) else (targets,)
         inputs = self._inputs.tensors(args, kwargs)
         try:
-            self._model_watch.check()  # the structure's change named before the optimizer's
+            if self._model_watch is not None:  # the structure's change named first
+                self._model_watch.check()
             return self._training.step(args, kwargs, inputs, targets)
         except StaleModelError as change:
             self._prepare_again(change, args, kwargs, targets)
@@ -313,7 +318,8 @@ class Nimble(torch.nn.Module):
                 raise NotPreparedError(
                     "this Nimble was prepared for whole training steps: call fast.step(x, targets)"
                 )
-            self._model_watch.check()  # the structure's change named before the parameters'
+            if self._model_watch is not None:  # the structure's change named first
+                self._model_watch.check()
             return self._training.forward(inputs)
         outputs = self._replay.run(inputs, self._copy_outputs)
         if self._outputs.single_tensor:
