@@ -116,6 +116,11 @@ struct DepthwiseKernel {
 
 }  // namespace NIMBLE_BODY_NAMESPACE
 
+template <>
+struct BodyOf<DepthwiseKnobs> {
+  using type = DepthwiseKernel;
+};
+
 #ifdef NIMBLE_DEVICE_CODE
 extern "C" __global__ void __launch_bounds__(NIMBLE_THREADS)
     nimble_depthwise_conv(const DepthwiseArgs args) {

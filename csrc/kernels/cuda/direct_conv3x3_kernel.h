@@ -134,6 +134,11 @@ struct DirectConv3x3Kernel {
 
 }  // namespace NIMBLE_BODY_NAMESPACE
 
+template <>
+struct BodyOf<DirectConvKnobs> {
+  using type = DirectConv3x3Kernel;
+};
+
 #ifdef NIMBLE_DEVICE_CODE
 extern "C" __global__ void __launch_bounds__(NIMBLE_THREADS)
     nimble_direct_conv3x3(const DirectConvArgs args) {

@@ -1,17 +1,9 @@
 #pragma once
 // A kernel family whose kernels are one portable body (portable.h) compiled by NVRTC per
-// config. A family file supplies a Spec:
-//   using Kernel, Knobs, Args;                       the body and its constants and operands
-//   static constexpr const char* kName, kEntry, kSource;
-//   static bool supports_shape(const TunableOp&);   device aside
-//   static std::vector<tuning::Knob> tuned_knobs();
-//   static std::vector<int> op_fields(const TunableOp&);  the Knobs fields the op decides
-//   static bool launchable(const Knobs&);           within every GPU's per-block limits
-//   static nimble_cuda::GridSize grid(const TunableOp&, const Knobs&);
-//   static Args args(const TunableOp&, const OperandPointers&);
-// The knob space holds only launchable configs (a rule of the space), so the tuner never
-// proposes one that could not run; the compile check (tests/cpp/kernels/cuda_compile_test.cpp)
-// compiles every one of them and checks what ptxas reports against the limits.
+// config, described by an NvrtcSpec (below) whose members its file defines. The knob space
+// holds only launchable configs (a rule of the space), so the tuner never proposes one that
+// could not run; the compile check (tests/cpp/kernels/cuda_compile_test.cpp) compiles every one
+// of them and checks what ptxas reports against the limits.
 #include <ATen/ATen.h>
 
 #include <cstring>
@@ -46,6 +38,24 @@ bool dense_nchw_float(const TunableOp& op);
 
 // The pointers of `operands` (TunableOp's order) and `y` for a kernel.
 OperandPointers operand_pointers(const TunableOp& op, at::TensorList operands, at::Tensor& y);
+
+// What a family is, beside its body (found from the body's Knobs): each member is defined,
+// as an explicit specialisation, in the family's file.
+template <class KnobsType>
+struct NvrtcSpec {
+  using Knobs = KnobsType;
+  using Kernel = typename nimble_cuda::BodyOf<Knobs>::type;
+  using Args = typename Kernel::Args;
+  static const char* const kName;                   // the family's name
+  static const char* const kEntry;                  // the body's __global__ function
+  static const char* const kSource;                 // the body's header, as embedded
+  static bool supports_shape(const TunableOp& op);  // the device aside
+  static std::vector<tuning::Knob> tuned_knobs();
+  static std::vector<int> op_fields(const TunableOp& op);  // the Knobs fields the op decides
+  static bool launchable(const Knobs& k);                  // within every GPU's per-block limits
+  static nimble_cuda::GridSize grid(const TunableOp& op, const Knobs& k);
+  static Args args(const TunableOp& op, const OperandPointers& p);
+};
 
 // A body's Knobs is a struct of ints: the fields the op decides (geometry, epilogue), then the
 // tuned knobs in tuned_knobs() order. As a list, they become NVRTC's -DNIMBLE_KNOBS.

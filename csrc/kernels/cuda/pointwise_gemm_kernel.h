@@ -148,6 +148,11 @@ struct PointwiseGemmKernel {
 
 }  // namespace NIMBLE_BODY_NAMESPACE
 
+template <>
+struct BodyOf<PointwiseKnobs> {
+  using type = PointwiseGemmKernel;
+};
+
 #ifdef NIMBLE_DEVICE_CODE
 extern "C" __global__ void __launch_bounds__(NIMBLE_THREADS)
     nimble_pointwise_gemm(const PointwiseArgs args) {

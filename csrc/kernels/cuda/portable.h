@@ -34,6 +34,11 @@ namespace nimble_cuda {
 #define NIMBLE_BODY_NAMESPACE exact
 #endif
 
+// The body whose constants are `Knobs` (each body header names its own): host code finds a
+// body from its Knobs, which, unlike the body, is the same type in every build.
+template <class Knobs>
+struct BodyOf;
+
 // The block and thread a phase runs as (threads are one-dimensional).
 struct Thread {
   int block_x, block_y, block_z;

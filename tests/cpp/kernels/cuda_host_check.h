@@ -11,10 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "csrc/kernels/cuda/depthwise_conv.h"
-#include "csrc/kernels/cuda/direct_conv3x3.h"
 #include "csrc/kernels/cuda/host_grid.h"
-#include "csrc/kernels/cuda/pointwise_gemm.h"
+#include "csrc/kernels/cuda/nvrtc_specs.h"
 #include "csrc/kernels/kernel_measurer.h"
 #include "tests/cpp/kernels/random_convs.h"
 
