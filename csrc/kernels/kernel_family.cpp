@@ -23,6 +23,8 @@ Families cuda_families([[maybe_unused]] const std::string& cubin_directory) {
 #endif
 }
 
+std::string cubin_directory_for(const std::string& database) { return database + ".cubins"; }
+
 Families all_families(const std::string& cubin_directory) {
   Families out = cpu_families();
   for (auto& f : cuda_families(cubin_directory)) out.push_back(std::move(f));

@@ -77,6 +77,9 @@ Families cpu_families();
 // The families for ops on a CUDA GPU (csrc/kernels/cuda/), in a build with CUDA, else none.
 // Their compiled kernels are cached in `cubin_directory` (none when empty).
 Families cuda_families(const std::string& cubin_directory);
+// Where CUDA families cache compiled kernels for the tuning database at `database`: beside it,
+// "<database>.cubins".
+std::string cubin_directory_for(const std::string& database);
 // Every family nimble has, for any device.
 Families all_families(const std::string& cubin_directory = "");
 

@@ -71,10 +71,6 @@ void write_cached(const std::string& directory, const std::string& path,
 
 }  // namespace
 
-std::string cubin_directory_for(const std::string& database_path) {
-  return database_path + ".cubins";
-}
-
 std::string CubinCache::key(const KernelSource& source, int sm) {
   uint64_t h = 14695981039346656037ull;
   hash_bytes(h, source.text);

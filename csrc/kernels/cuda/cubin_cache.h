@@ -2,15 +2,13 @@
 // Compiled kernels kept on disk, keyed by what decides the code: the source text (with its
 // headers), the compile options and the GPU architecture. Tuning compiles hundreds of configs;
 // a second run, a bind after a tune, or a worker that measures a config again loads the cubin
-// instead of running NVRTC (~0.1 s a kernel). The directory sits beside the tuning database.
+// instead of running NVRTC (~0.1 s a kernel). The directory sits beside the tuning database
+// (cubin_directory_for, kernel_family.h).
 #include <string>
 
 #include "csrc/kernels/cuda/nvrtc_compiler.h"
 
 namespace nimble::kernels::cuda {
-
-// The cache directory for a tuning database at `database_path`: "<database_path>.cubins".
-std::string cubin_directory_for(const std::string& database_path);
 
 class CubinCache {
  public:
