@@ -24,17 +24,7 @@ namespace {
 // The op each family's space is compiled for: the heaviest epilogue (bias, residual, silu:
 // the most registers), a shape typical of MobileNetV2 / ResNet.
 TunableOp representative(int64_t c, int64_t k, int64_t groups, int64_t r, int64_t stride) {
-  TunableOp op;
-  op.n = 1;
-  op.c = c;
-  op.k = k;
-  op.groups = groups;
-  op.h = op.w = 28;
-  op.r = op.s = r;
-  op.stride = {stride, stride};
-  op.padding = {r / 2, r / 2};
-  op.bias = true;
-  op = with_aten_layout(op, false);
+  TunableOp op = square_conv(c, k, groups, r, stride);
   op.epilogue.residual = true;
   return op;
 }

@@ -14,6 +14,8 @@
 namespace nimble::kernels {
 namespace {
 
+using cuda::square_conv;
+
 std::set<std::string> families_of(TunableOp op) {
   op.device = c10::DeviceType::CUDA;
   const KernelSpace space(op, all_families());
@@ -24,37 +26,22 @@ std::set<std::string> families_of(TunableOp op) {
   return out;
 }
 
-TunableOp conv(int64_t c, int64_t k, int64_t groups, int64_t r, int64_t stride,
-               bool channels_last = false) {
-  TunableOp op;
-  op.n = 1;
-  op.c = c;
-  op.k = k;
-  op.groups = groups;
-  op.h = op.w = 12;
-  op.r = op.s = r;
-  op.stride = {stride, stride};
-  op.padding = {r / 2, r / 2};
-  op.bias = true;
-  return with_aten_layout(op, channels_last);
-}
-
 TEST(CudaFamilies, EachCudaOpGetsTheLibraryChoiceAndNimblesKernelForItsShape) {
   using Set = std::set<std::string>;
-  EXPECT_EQ(families_of(conv(8, 8, 8, 3, 1)), (Set{"cudnn", "cuda_depthwise"}));
-  EXPECT_EQ(families_of(conv(8, 8, 8, 5, 2)), (Set{"cudnn", "cuda_depthwise"}));
-  EXPECT_EQ(families_of(conv(8, 16, 1, 1, 1)), (Set{"cudnn", "cuda_pointwise"}));
-  EXPECT_EQ(families_of(conv(8, 16, 1, 3, 2)), (Set{"cudnn", "cuda_direct3x3"}));
-  EXPECT_EQ(families_of(conv(8, 16, 1, 5, 1)), (Set{"cudnn"}));
-  EXPECT_EQ(families_of(conv(8, 16, 2, 3, 1)), (Set{"cudnn"}));  // grouped, not depthwise
+  EXPECT_EQ(families_of(square_conv(8, 8, 8, 3, 1)), (Set{"cudnn", "cuda_depthwise"}));
+  EXPECT_EQ(families_of(square_conv(8, 8, 8, 5, 2)), (Set{"cudnn", "cuda_depthwise"}));
+  EXPECT_EQ(families_of(square_conv(8, 16, 1, 1, 1)), (Set{"cudnn", "cuda_pointwise"}));
+  EXPECT_EQ(families_of(square_conv(8, 16, 1, 3, 2)), (Set{"cudnn", "cuda_direct3x3"}));
+  EXPECT_EQ(families_of(square_conv(8, 16, 1, 5, 1)), (Set{"cudnn"}));
+  EXPECT_EQ(families_of(square_conv(8, 16, 2, 3, 1)), (Set{"cudnn"}));  // grouped, not depthwise
   // The bodies index dense NCHW; a channels_last convolution is ATen's.
-  EXPECT_EQ(families_of(conv(8, 16, 1, 3, 1, true)), Set{});
+  EXPECT_EQ(families_of(square_conv(8, 16, 1, 3, 1, true)), Set{});
   std::mt19937_64 rng(3);
   TunableOp linear = cuda::random_pointwise(rng);
   while (linear.kind != TunableOp::Kind::kLinear) linear = cuda::random_pointwise(rng);
   EXPECT_EQ(families_of(linear), (Set{"cublaslt", "cuda_pointwise"}));
   // The CPU families stay with CPU ops.
-  const KernelSpace cpu(conv(8, 8, 8, 3, 1), all_families());
+  const KernelSpace cpu(square_conv(8, 8, 8, 3, 1), all_families());
   const tuning::Knob& family = cpu.knobs().knobs()[0];
   for (int i = 0; i < family.size(); ++i) EXPECT_EQ(family.label(i).find("cud"), std::string::npos);
 }

@@ -39,6 +39,22 @@ inline int pick(std::mt19937_64& rng, int lo, int hi) {
   return std::uniform_int_distribution<int>(lo, hi)(rng);
 }
 
+// A convolution of `c` to `k` channels on a 12x12 image (size-preserving padding), with bias.
+inline TunableOp square_conv(int64_t c, int64_t k, int64_t groups, int64_t r, int64_t stride,
+                             bool channels_last = false) {
+  TunableOp op;
+  op.n = 1;
+  op.c = c;
+  op.k = k;
+  op.groups = groups;
+  op.h = op.w = 12;
+  op.r = op.s = r;
+  op.stride = {stride, stride};
+  op.padding = {r / 2, r / 2};
+  op.bias = true;
+  return with_aten_layout(op, channels_last);
+}
+
 // Random small problems of each family (on the CPU: the check runs there), dense NCHW.
 inline TunableOp random_depthwise(std::mt19937_64& rng) {
   TunableOp op;
