@@ -86,8 +86,14 @@ void compile_every_config(const TunableOp& op, int least) {
     EXPECT_GT(job.compiled.resources.registers, 0) << where;
     EXPECT_FALSE(job.compiled.cubin.empty()) << where;
   }
+  int most_registers = 0, most_stack = 0;
+  for (const Job& job : jobs) {
+    most_registers = std::max(most_registers, job.compiled.resources.registers);
+    most_stack = std::max(most_stack, job.compiled.resources.stack_bytes);
+  }
   std::cout << Spec::kName << ": " << count << " of " << configs.size()
-            << " configs x 2 architectures compiled in "
+            << " configs x 2 architectures, at most " << most_registers << " registers and "
+            << most_stack << " bytes of stack a thread, compiled in "
             << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
             << " s\n";
 }
