@@ -110,6 +110,17 @@ TEST(CudaKernelsCompile, EveryDirect3x3ConfigFitsSm80AndSm90) {
   compile_every_config<DirectConv3x3Spec>(representative(16, 32, 1, 3, 2), 100);
 }
 
+// The check above can fail: a config the space excludes (1024 threads of 64 accumulators each,
+// where __launch_bounds__ leaves 64 registers a thread) compiles, but spills.
+TEST(CudaKernelsCompile, ResourceCheckCatchesAConfigOutsideTheSpace) {
+  const TunableOp op = representative(32, 64, 1, 1, 1);
+  // block_m, block_n, block_k, threads, vec, unroll, staged
+  const auto k = knobs_for<PointwiseGemmSpec>(op, {256, 256, 8, 1024, 4, 4, 0});
+  ASSERT_FALSE(PointwiseGemmSpec::launchable(k));
+  const CompiledKernel compiled = compile_with_nvrtc(kernel_source<PointwiseGemmSpec>(k), 80);
+  EXPECT_NE(resource_problem(compiled.resources, k.threads, arch_limits(80)), "");
+}
+
 TEST(CudaKernelsCompile, ReadsResourcesFromPtxasReport) {
   const std::string log =
       "ptxas info    : 0 bytes gmem\n"
