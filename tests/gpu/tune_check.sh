@@ -7,5 +7,5 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # The CUDA kernels' own checks first: every config compiles for sm_80/sm_90 and fits, the
 # bodies agree with ATen on the CPU (these need no GPU and run in CI too).
-ctest --test-dir build -R 'CudaKernels' --output-on-failure
+ctest --test-dir build -R 'Cuda' --output-on-failure
 .venv/bin/python tests/gpu/tune_check.py "$@"

@@ -95,6 +95,11 @@ Args operand_args(const TunableOp& op, const OperandPointers& p) {
   return a;
 }
 
+// Whether a grid is within CUDA's limits (x below 2^31, y and z at most 65535).
+inline bool grid_fits(const nimble_cuda::GridSize& g) {
+  return g.x >= 1 && g.y >= 1 && g.z >= 1 && g.y <= 65535 && g.z <= 65535;
+}
+
 // What NVRTC compiles for one config of `Spec`: its body with the knobs as defines.
 template <class Spec>
 KernelSource kernel_source(const typename Spec::Knobs& k) {
@@ -109,6 +114,24 @@ KernelSource kernel_source(const typename Spec::Knobs& k) {
                "-DNIMBLE_UNROLL_FACTOR=" + std::to_string(k.unroll),
                "-DNIMBLE_MAX_ACC=" + std::to_string(k.per_thread())};
   return s;
+}
+
+// Every value vector of the family's tuned knobs (their cartesian product) that can launch
+// for `op`: what the op's space holds of the family.
+template <class Spec>
+std::vector<std::vector<int64_t>> launchable_configs(const TunableOp& op) {
+  const std::vector<tuning::Knob> knobs = Spec::tuned_knobs();
+  std::vector<std::vector<int64_t>> out;
+  std::vector<int> index(knobs.size(), 0);
+  while (true) {
+    std::vector<int64_t> values;
+    for (size_t i = 0; i < knobs.size(); ++i) values.push_back(knobs[i].value(index[i]));
+    const typename Spec::Knobs k = knobs_for<Spec>(op, values);
+    if (Spec::launchable(k) && grid_fits(Spec::grid(op, k))) out.push_back(values);
+    size_t i = 0;
+    while (i < knobs.size() && ++index[i] == knobs[i].size()) index[i++] = 0;
+    if (i == knobs.size()) return out;
+  }
 }
 
 template <class Spec>
@@ -136,20 +159,22 @@ class NvrtcFamily : public KernelFamily {
   std::string name() const override { return Spec::kName; }
   bool fuses_epilogue() const override { return true; }
   bool supports(const TunableOp& op) const override {
-    return op.device == c10::DeviceType::CUDA && Spec::supports_shape(op);
+    return op.device == c10::DeviceType::CUDA && Spec::supports_shape(op) &&
+           !launchable_configs<Spec>(op).empty();
   }
   std::vector<tuning::Knob> knobs(const TunableOp&) const override { return Spec::tuned_knobs(); }
   std::vector<KnobRule> rules(const TunableOp& op) const override {
     return {
         {"launchable on every GPU nimble compiles for", [op](const std::vector<int64_t>& tuned) {
-           return Spec::launchable(knobs_for<Spec>(op, tuned));
+           const typename Spec::Knobs k = knobs_for<Spec>(op, tuned);
+           return Spec::launchable(k) && grid_fits(Spec::grid(op, k));
          }}};
   }
   std::unique_ptr<TunedKernel> build(const TunableOp& op, const KnobValues& values) const override {
     std::vector<int64_t> tuned;
     for (const tuning::Knob& knob : Spec::tuned_knobs()) tuned.push_back(values.value(knob.name()));
     const typename Spec::Knobs k = knobs_for<Spec>(op, tuned);
-    if (!Spec::launchable(k))
+    if (!Spec::launchable(k) || !grid_fits(Spec::grid(op, k)))
       throw std::invalid_argument(std::string(Spec::kName) + ": config cannot launch");
     const int sm = current_sm();
     const CompiledKernel compiled = cache_.compile(kernel_source<Spec>(k), sm);

@@ -40,6 +40,8 @@ TEST(CudaFamilies, EachCudaOpGetsTheLibraryChoiceAndNimblesKernelForItsShape) {
   TunableOp linear = cuda::random_pointwise(rng);
   while (linear.kind != TunableOp::Kind::kLinear) linear = cuda::random_pointwise(rng);
   EXPECT_EQ(families_of(linear), (Set{"cublaslt", "cuda_pointwise"}));
+  // More images x channels than a grid's z may hold: no config of cuda_depthwise launches.
+  EXPECT_EQ(families_of(square_conv(70000, 70000, 70000, 3, 1)), (Set{"cudnn"}));
   // The CPU families stay with CPU ops.
   const KernelSpace cpu(square_conv(8, 8, 8, 3, 1), all_families());
   const tuning::Knob& family = cpu.knobs().knobs()[0];

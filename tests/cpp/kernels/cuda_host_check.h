@@ -18,23 +18,6 @@
 
 namespace nimble::kernels::cuda {
 
-// Every value vector of the family's tuned knobs (their cartesian product) that is launchable
-// for `op`: the family's space.
-template <class Spec>
-std::vector<std::vector<int64_t>> launchable_configs(const TunableOp& op) {
-  const std::vector<tuning::Knob> knobs = Spec::tuned_knobs();
-  std::vector<std::vector<int64_t>> out;
-  std::vector<int> index(knobs.size(), 0);
-  while (true) {
-    std::vector<int64_t> values;
-    for (size_t i = 0; i < knobs.size(); ++i) values.push_back(knobs[i].value(index[i]));
-    if (Spec::launchable(knobs_for<Spec>(op, values))) out.push_back(values);
-    size_t i = 0;
-    while (i < knobs.size() && ++index[i] == knobs[i].size()) index[i++] = 0;
-    if (i == knobs.size()) return out;
-  }
-}
-
 inline int pick(std::mt19937_64& rng, int lo, int hi) {
   return std::uniform_int_distribution<int>(lo, hi)(rng);
 }
