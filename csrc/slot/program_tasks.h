@@ -23,7 +23,7 @@ struct ProgramTask {
 std::vector<ProgramTask> program_tasks(const Program& program, const kernels::Families& families);
 
 // What a measurement is only valid on: the CPU model and torch's thread count, e.g.
-// "cpu AMD EPYC 9R14 x2 threads"; a GPU's name and compute capability, "cuda NVIDIA H100 sm_90".
+// "cpu AMD EPYC 9R14 x2 threads" (a GPU's name and compute capability once CUDA kernels come).
 std::string device_key(c10::DeviceType device);
 
 // The tuner's tasks, each measuring its op's candidates; `baseline` is called once per task
