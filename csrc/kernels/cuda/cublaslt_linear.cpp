@@ -2,8 +2,8 @@
 // algorithms it has for a matrix product by its heuristic; PyTorch takes the first. Here the
 // rank is a knob (with the workspace the algorithm may take), so the tuner measures the others
 // too. The bias is added by cuBLASLt's epilogue; a heuristic that offers fewer algorithms than
-// the index fails to build. The workspace is allocated when the kernel is built, before any
-// graph capture, and owned by the kernel.
+// the index fails to build. The workspace comes from the caching allocator on the op's stream
+// at each call, as in cudnn_conv.cpp.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <cublasLt.h>
@@ -13,6 +13,7 @@
 #include <string>
 
 #include "csrc/kernels/cuda/cuda_families.h"
+#include "csrc/kernels/cuda/library_workspace.h"
 #include "csrc/kernels/cuda/nvrtc_family.h"
 
 namespace nimble::kernels::cuda {
@@ -89,18 +90,17 @@ class CublasLtLinear : public TunedKernel {
                                   std::to_string(heuristic + 1));
     algorithm_ = results[heuristic].algo;
     workspace_bytes_ = results[heuristic].workspaceSize;
-    workspace_ = at::empty({static_cast<int64_t>(std::max<size_t>(workspace_bytes_, 1))},
-                           at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
   }
 
   at::Tensor run(at::TensorList operands) const override {
     at::Tensor y = op_.empty_output();
+    const at::Tensor workspace = cuda_workspace(workspace_bytes_);
     descriptors_.set_bias(operands[2].data_ptr());
     const float one = 1, zero = 0;
     check(cublasLtMatmul(at::cuda::getCurrentCUDABlasLtHandle(), descriptors_.matmul_, &one,
                          operands[1].data_ptr(), descriptors_.a_, operands[0].data_ptr(),
                          descriptors_.b_, &zero, y.data_ptr(), descriptors_.d_, y.data_ptr(),
-                         descriptors_.d_, &algorithm_, workspace_.data_ptr(), workspace_bytes_,
+                         descriptors_.d_, &algorithm_, workspace.data_ptr(), workspace_bytes_,
                          at::cuda::getCurrentCUDAStream()),
           "matmul");
     return y;
@@ -110,7 +110,6 @@ class CublasLtLinear : public TunedKernel {
   TunableOp op_;
   MatmulDescriptors descriptors_;
   cublasLtMatmulAlgo_t algorithm_{};
-  at::Tensor workspace_;
   size_t workspace_bytes_ = 0;
 };
 

@@ -4,8 +4,10 @@
 // without converting float to TF32, or plain FMA) and the most workspace it may take. A config
 // cuDNN refuses for the shape (NOT_SUPPORTED, a workspace over the limit) fails to build, and
 // a math type that loses precision fails the check against ATen; neither can be bound.
-// The workspace is allocated when the kernel is built, before any graph capture, and owned
-// by the kernel: a replay's launches never allocate.
+// The workspace is taken from PyTorch's caching allocator on the op's stream at each call and
+// released after it, as ATen's own cuDNN calls do: inside a CUDA graph it is the graph's
+// memory, and every kernel on a stream reuses one block (a workspace per bound kernel,
+// held for the replay's life, would add up to gigabytes on a large model).
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cudnn/Handle.h>
@@ -16,6 +18,7 @@
 #include <string>
 
 #include "csrc/kernels/cuda/cuda_families.h"
+#include "csrc/kernels/cuda/library_workspace.h"
 #include "csrc/kernels/cuda/nvrtc_family.h"
 
 namespace nimble::kernels::cuda {
@@ -98,8 +101,6 @@ class CudnnConv : public TunedKernel {
       throw std::invalid_argument("the algorithm needs " + std::to_string(bytes) +
                                   " bytes of workspace, over the limit of " +
                                   std::to_string(workspace_limit));
-    workspace_ = at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))},
-                           at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
     workspace_bytes_ = bytes;
   }
 
@@ -107,10 +108,11 @@ class CudnnConv : public TunedKernel {
     const cudnnHandle_t handle = at::native::getCudnnHandle();
     check(cudnnSetStream(handle, at::cuda::getCurrentCUDAStream()), "set stream");
     at::Tensor y = op_.empty_output();
+    const at::Tensor workspace = cuda_workspace(workspace_bytes_);
     const float one = 1, zero = 0;
     check(cudnnConvolutionForward(handle, &one, descriptors_.x_, operands[0].data_ptr(),
                                   descriptors_.w_, operands[1].data_ptr(), descriptors_.conv_,
-                                  algorithm_, workspace_.data_ptr(), workspace_bytes_, &zero,
+                                  algorithm_, workspace.data_ptr(), workspace_bytes_, &zero,
                                   descriptors_.y_, y.data_ptr()),
           "convolution forward");
     if (op_.bias)
@@ -124,7 +126,6 @@ class CudnnConv : public TunedKernel {
   TunableOp op_;
   cudnnConvolutionFwdAlgo_t algorithm_;
   Descriptors descriptors_;
-  at::Tensor workspace_;
   size_t workspace_bytes_ = 0;
 };
 
