@@ -82,7 +82,8 @@ def _build_measurer(description: dict):
                                    image_size=description["image_size"])
         device = description.get("device", "cpu")
         model, example = model.to(device), example.to(device)
-        fast = Nimble(model).prepare(example, streams=description["streams"])
+        # ATen's convolutions, as the driver's prepare for tuning (tuning/tune.py).
+        fast = Nimble(model).prepare(example, streams=description["streams"], lower_for_cpu=False)
         return _ZooMeasurer(fast, kernels.ReplayMeasurer(
             fast.replay, description["min_repeat_seconds"], description["timeout_seconds"],
             description["seed"]))
