@@ -151,10 +151,11 @@ bool inputs_unchanged(const FusedConvolution& conv, const TraceAccess& access) {
   return true;
 }
 
-RecordedOp make_fused_op(const FusedConvolution& conv) {
+RecordedOp make_fused_op(const FusedConvolution& conv,
+                         const std::shared_ptr<kernels::NonFiniteWeights>& non_finite) {
   auto packed = c10::make_intrusive<kernels::PrepackedConvolution>(
       conv.weight, conv.bias, conv.sources, conv.geometry, conv.epilogue, conv.input,
-      conv.keep_kernel_layout ? std::vector<int64_t>{} : conv.result.strides().vec());
+      conv.keep_kernel_layout ? std::vector<int64_t>{} : conv.result.strides().vec(), non_finite);
   RecordedOp op{kernels::convolution_prepacked_op(), {}, {}};
   op.args = {conv.input, conv.other.defined() ? c10::IValue(conv.other) : c10::IValue(),
              c10::IValue(std::move(packed))};
@@ -187,12 +188,13 @@ int lower_convolutions_for_cpu(std::vector<RecordedOp>& ops,
   auto conversions = plan_cpu_layouts(ops, convs, access, callbacks);
 
   std::vector<bool> drop(ops.size(), false);
+  const auto non_finite = std::make_shared<kernels::NonFiniteWeights>();
   for (const FusedConvolution& conv : convs) {
     for (const at::Tensor& alias : conv.aliases) callbacks.redirect(alias, conv.result);
     drop[conv.convolution] = true;
     for (size_t f : conv.fused) drop[f] = true;
     drop[conv.last()] = false;
-    ops[conv.last()] = make_fused_op(conv);
+    ops[conv.last()] = make_fused_op(conv, non_finite);
   }
   std::vector<RecordedOp> kept;
   for (size_t i = 0; i < ops.size(); ++i) {

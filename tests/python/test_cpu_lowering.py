@@ -204,6 +204,35 @@ def test_nan_from_a_folded_batch_norm_reaches_the_output_as_in_eager():
     torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-5, equal_nan=True)
 
 
+class _Residual(torch.nn.Module):
+    """relu(bn(conv(x)) + bn(downsample(x))): the add and relu fuse into the first
+    convolution, whose own weights stay finite."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+        self.down, self.down_bn = torch.nn.Conv2d(4, 8, 1), torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)) + self.down_bn(self.down(x)))
+
+
+def test_nan_from_another_convolution_reaches_a_fused_residual_as_in_eager():
+    torch.manual_seed(0)
+    model, x = _Residual().eval(), torch.randn(1, 4, 8, 8)
+    fast = nimble.Nimble(model).prepare(x)
+    assert fast.schedule["ops"].count(LOWERED) == 2
+    _check(fast, model, x)
+    with torch.no_grad():
+        model.down_bn.running_var[3] = -1.0   # NaN in the residual only
+        want = model(x)
+    assert want[0, 3].isnan().all() and not want[0, 2].isnan().any()
+    torch.testing.assert_close(fast(x), want, rtol=1e-4, atol=1e-5, equal_nan=True)
+    with torch.no_grad():
+        model.down_bn.running_var[3] = 1.0    # finite again: fused again, equal again
+    _check(fast, model, x)
+
+
 def test_load_state_dict_after_prepare_is_seen():
     model, x = _blocks()
     fast = nimble.Nimble(model).prepare(x)

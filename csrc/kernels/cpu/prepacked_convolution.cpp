@@ -95,7 +95,8 @@ PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
                                            std::vector<at::Tensor> sources,
                                            ConvolutionGeometry geometry,
                                            ConvolutionEpilogue epilogue, const at::Tensor& input,
-                                           std::vector<int64_t> out_strides)
+                                           std::vector<int64_t> out_strides,
+                                           std::shared_ptr<NonFiniteWeights> non_finite)
     : weight_(std::move(weight)),
       bias_(std::move(bias)),
       sources_(std::move(sources)),
@@ -107,15 +108,22 @@ PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
       out_strides_(std::move(out_strides)),
       unary_(mkldnn_op("mkldnn::_convolution_pointwise", "")),
       binary_(mkldnn_op("mkldnn::_convolution_pointwise", "binary")),
-      reorder_(mkldnn_op("mkldnn::_reorder_convolution_weight", "")) {
+      reorder_(mkldnn_op("mkldnn::_reorder_convolution_weight", "")),
+      non_finite_(std::move(non_finite)) {
   pack();
+}
+
+PrepackedConvolution::~PrepackedConvolution() {
+  if (!finite_weights_) --non_finite_->convolutions;
 }
 
 void PrepackedConvolution::pack() {
   at::NoGradGuard no_grad;
   versions_ = versions_of(sources_);
-  finite_weights_ = weight_.isfinite().all().item<bool>() &&
-                    (!bias_.defined() || bias_.isfinite().all().item<bool>());
+  const bool finite = weight_.isfinite().all().item<bool>() &&
+                      (!bias_.defined() || bias_.isfinite().all().item<bool>());
+  if (finite != finite_weights_) non_finite_->convolutions += finite ? -1 : 1;
+  finite_weights_ = finite;
   if (kernel_ == Kernel::kGemm) {
     packed_ = weight_.reshape({weight_.size(0), weight_.size(1)}).t().contiguous();  // [C, K]
     return;
@@ -168,12 +176,11 @@ at::Tensor PrepackedConvolution::run_onednn(const at::Tensor& input,
                                             const std::optional<at::Tensor>& other) {
   // oneDNN (torch 2.11) cannot make the residual's memory for a binary post-op when the
   // result has one pixel, and takes no activation but relu after a binary post-op: what
-  // it cannot fuse runs after it, in ATen. oneDNN's activations turn NaN into a number
-  // (relu gives 0): where the weights hold a NaN or an infinity (a folded batch norm of a
-  // negative variance, say) the activation runs in ATen, which keeps eager's NaN.
+  // it cannot fuse runs after it, in ATen; so does the activation while a convolution of the
+  // program has non-finite weights (NonFiniteWeights).
   const bool fuse_add = epilogue_.add_residual && !single_pixel_;
   const bool fuse_activation =
-      finite_weights_ &&
+      non_finite_->convolutions.load() == 0 &&
       (!epilogue_.add_residual ||
        (fuse_add && (epilogue_.activation == "relu" || epilogue_.activation == "none")));
   c10::List<std::optional<at::Scalar>> scalars;

@@ -20,6 +20,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/custom_class.h>
 
+#include <atomic>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +47,16 @@ struct ConvolutionEpilogue {
   void activate_in_place(at::Tensor& y) const;
 };
 
+// How many of one program's prepacked convolutions hold a NaN or an infinity in their weight
+// or bias (a folded batch norm of a negative variance, say). oneDNN's activations turn NaN
+// into a number (relu gives 0) where eager keeps it; while any convolution of the program
+// is non-finite, a NaN may flow from it into another one's input or residual, so none fuses
+// its activation (ATen's runs after the call instead). A NaN in the program's inputs is not
+// covered: docs/replays.md says so.
+struct NonFiniteWeights {
+  std::atomic<int> convolutions{0};
+};
+
 class PrepackedConvolution : public torch::CustomClassHolder {
  public:
   enum class Kernel { kOneDnn, kGemm };
@@ -58,10 +70,12 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   // one was folded); `sources` are the tensors they derive from, watched for changes.
   // `input` is the activation at capture (the kernel and oneDNN's weight layout are picked
   // for its shape); `out_strides` the layout the result must have (empty: channels_last,
-  // the kernels' own).
+  // the kernels' own). `non_finite` is shared by the program's prepacked convolutions.
   PrepackedConvolution(at::Tensor weight, at::Tensor bias, std::vector<at::Tensor> sources,
                        ConvolutionGeometry geometry, ConvolutionEpilogue epilogue,
-                       const at::Tensor& input, std::vector<int64_t> out_strides);
+                       const at::Tensor& input, std::vector<int64_t> out_strides,
+                       std::shared_ptr<NonFiniteWeights> non_finite);
+  ~PrepackedConvolution() override;
 
   at::Tensor run(const at::Tensor& input, const std::optional<at::Tensor>& other);
   // Bytes of the packed weight (its logical size: oneDNN may pad blocks beyond it).
@@ -82,6 +96,7 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   std::vector<int64_t> input_sizes_;
   bool single_pixel_;           // the result has one pixel per channel
   bool finite_weights_ = true;  // no NaN or infinity in the weight and bias, as last packed
+  std::shared_ptr<NonFiniteWeights> non_finite_;
   std::vector<int64_t> out_strides_;
   at::Tensor packed_;
   c10::OperatorHandle unary_, binary_, reorder_;
