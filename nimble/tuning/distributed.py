@@ -79,7 +79,8 @@ def _build_measurer(description: dict):
         torch.set_num_threads(description["threads"])
         model, example = zoo.build(description["name"], batch=description["batch"],
                                    image_size=description["image_size"])
-        fast = Nimble(model).prepare(example, streams=description["streams"])
+        # ATen's convolutions, as the driver's replay has: the CPU lowering replaces them.
+        fast = Nimble(model).prepare(example, streams=description["streams"], lower_for_cpu=False)
         return _ZooMeasurer(fast, kernels.ReplayMeasurer(
             fast.replay, description["min_repeat_seconds"], description["timeout_seconds"],
             description["seed"]))
