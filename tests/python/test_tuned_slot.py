@@ -322,12 +322,12 @@ def test_bests_along_a_curve_are_the_tuners_by_mean_of_successful_records():
         return {"signature": signature, "config": config, "seconds": seconds, "error": error}
 
     records = [record("a", [1], [3.0, 3.0]), record("b", [1], [5.0]),
-               record("a", [2], [1.0, 4.0]),  # mean 2.5 beats 3.0, its minimum would too
-               record("a", [3], [0.5], error="timeout"), record("a", [4], [2.0, 3.1]),
-               record("b", [2], [])]
+               record("a", [2], [2.0, 5.0]),  # a lower minimum, a higher mean: not better
+               record("a", [3], [0.5], error="timeout"),
+               record("a", [4], [2.6, 2.6]), record("b", [2], [])]
     curve = [(0.0, 0, 9.0), (1.0, 2, 8.0), (2.0, 4, 7.0), (3.0, 6, 6.0)]
     assert _bests_along(records, curve) == [
-        {}, {"a": (1,), "b": (1,)}, {"a": (2,), "b": (1,)}, {"a": (2,), "b": (1,)}]
+        {}, {"a": (1,), "b": (1,)}, {"a": (1,), "b": (1,)}, {"a": (4,), "b": (1,)}]
 
 
 def test_time_to_reach_is_the_first_point_at_or_below_a_latency():
