@@ -384,6 +384,10 @@ def capture(
     replaced a parameter or buffer object on the way: the replay would update the old one.
     `record` must keep nothing itself: the first recorded run's result is returned."""
     identities = [id(t) for t in module_state(module)]
+    # Which object each submodule has under each name: a forward that replaced one gets the
+    # original back, as the model is left as it was found.
+    bindings = [(table, name, t) for sub in module.modules()
+                for table in (sub._parameters, sub._buffers) for name, t in table.items()]
     persistent = {identity: i for i, identity in enumerate(identities)}
     effects = PythonSideEffects(module)
     difference = None
@@ -404,6 +408,9 @@ def capture(
                 break
             del runs  # the traces of runs that did not settle
     finally:
+        replaced = [id(t) for t in module_state(module)] != identities
+        for table, name, t in bindings:
+            table[name] = t
         snapshot.restore()
     if difference is not None:
         raise NotStaticError(
@@ -411,7 +418,7 @@ def capture(
             f"not give the same trace twice in a row; {difference}. nimble replays one fixed "
             f"trace: make the forward do the same ops on every call"
         )
-    if [id(t) for t in module_state(module)] != identities:
+    if replaced:
         raise UnsupportedOpError(
             "the module replaced a parameter or buffer object during forward (e.g. "
             "`self.buf = self.buf + 1`); nimble replays in-place updates only: write "

@@ -165,7 +165,8 @@ class TransposesItsParameter(torch.nn.Module):
 def test_a_failed_prepare_leaves_a_changed_parameter_layout_as_it_was():
     model = TransposesItsParameter()
     before = model.w.detach().clone()
-    with pytest.raises(Exception):
+    # The warm-up transposed w: the recorded run's matmul no longer fits (eager's own error).
+    with pytest.raises(RuntimeError, match=r"mat1 and mat2 shapes cannot be multiplied \(4x2 and 3x2\)"):
         nimble.Nimble(model).prepare(torch.randn(4, 2))
     assert model.w.shape == (2, 3)
     assert torch.equal(model.w.detach(), before)
@@ -173,6 +174,11 @@ def test_a_failed_prepare_leaves_a_changed_parameter_layout_as_it_was():
 
 # A few hundred random models per run of the suite; `python -m tests.python.fuzz_models
 # --cases 10000` runs thousands.
+# The cases of each block compared with eager when this was written (the others are refused
+# at prepare or call, or eager itself raises): fewer means cases the replay now refuses.
+COMPARED_AT_LEAST = (122, 130, 132, 132)
+
+
 @pytest.mark.parametrize("block", range(4))
 def test_random_models_replay_like_eager(block):
     ends = {}
@@ -180,4 +186,5 @@ def test_random_models_replay_like_eager(block):
         for streams in (1, 2):
             ended = run_case(seed, streams)
             ends[ended] = ends.get(ended, 0) + 1
-    assert ends.get("equal", 0) > 100, ends
+    assert sum(ends.values()) == 150
+    assert ends.get("equal", 0) >= COMPARED_AT_LEAST[block], ends

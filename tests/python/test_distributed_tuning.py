@@ -78,26 +78,55 @@ def test_without_ray_workers_name_the_extra(monkeypatch, capsys):
     assert "pip install nimble[ray]" in capsys.readouterr().err
 
 
-def test_two_workers_reach_the_one_worker_latency_for_the_same_trial_budget(ray_address):
-    # A budget the early stops end first (about 900 trials of 1500).
-    budget = dict(trials_per_task=500, early_stop_trials=100, **SMALL)
-    with distributed.WorkerGroup(1, cores_per_worker=SHARE) as one:
-        alone = tuning.simulate(seed=2, pool=_pool(one, 2, 3), **budget)
+def test_two_workers_end_every_task_at_the_best_of_its_records(ray_address, tmp_path):
+    """Which batch comes back first, and so which configs the search sees next, depends on
+    the workers' timing; what holds in any order: the run ends when every task reached its
+    early stop, each config was measured once, and every task's best is the best of the
+    records the database holds for it (the mean of a successful record's timings)."""
+    path = str(tmp_path / "tune.db")
+    budget = dict(trials_per_task=500, early_stop_trials=100, database=path, **SMALL)
     with distributed.WorkerGroup(2, cores_per_worker=SHARE) as two:
         shared = tuning.simulate(seed=2, pool=_pool(two, 2, 3), **budget)
-    assert shared["stop_reason"] == alone["stop_reason"] == "all-tasks-finished"
-    # While a task is live for each worker, no task has two batches in flight, so each search
-    # goes as with one worker (and a batch is timed the same on any worker); tuned to their
-    # early stops, the tasks end at the same bests. Only the last task's tail differs (two of
-    # its batches in flight): within 1%.
-    assert shared["final_model_ms"] == pytest.approx(alone["final_model_ms"], rel=0.01)
+    assert shared["stop_reason"] == "all-tasks-finished"
+    assert all(t["finished"] for t in shared["tasks"]) and len(shared["tasks"]) == 3
+    db = tuning.TuningDatabase(path)
+    assert _each_config_once(db) == shared["trials"] < 3 * 500
+    here, ratios = tuning.SimulatedModelMeasurer(2, 3), []
+    for task in shared["tasks"]:
+        records = db.records(task["signature"], "simulated")
+        assert len(records) == task["trials"], task["name"]
+        means = [sum(r["seconds"]) / len(r["seconds"]) for r in records
+                 if r["error"] == "none" and r["seconds"]]
+        assert task["best_ms"] == pytest.approx(1e3 * min(means), rel=1e-12), task["name"]
+        # Each record is its own config's result: measured again here, alone, it fails
+        # alike and takes as long up to the noise (keyed by the batch a config came in).
+        for r in records:
+            ((seconds, error, *_),) = here.measure(task["signature"], [r["config"]],
+                                                   tuning.fixed_repeats(3))
+            assert r["error"] == error, (task["name"], r["config"])
+            if error == "none":
+                ratios.append(sum(r["seconds"]) / len(r["seconds"]) / (sum(seconds) / len(seconds)))
+    assert sum(0.7 < x < 1.43 for x in ratios) >= 0.9 * len(ratios), sorted(ratios)
     assert shared["measure_seconds"] > 0
     assert shared["cold_seconds"] + shared["failed_seconds"] <= shared["measure_seconds"]
 
 
+def _wait_for_records(db: tuning.TuningDatabase, count: int, thread: threading.Thread,
+                      seconds: float = 120.0) -> None:
+    """Until the database holds `count` records; fails, saying what it saw, when the tuning
+    thread ends first or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while db.count() < count:
+        assert thread.is_alive(), f"the tuning thread ended after {db.count()} of {count} records"
+        assert time.monotonic() < deadline, (
+            f"{db.count()} of {count} records after {seconds:g} s: the workers stopped measuring")
+        time.sleep(0.05)
+
+
 def _run_in_thread(target):
     out = {}
-    thread = threading.Thread(target=lambda: out.setdefault("report", target()))
+    # A daemon: a test that fails while it runs must not keep the interpreter from exiting.
+    thread = threading.Thread(target=lambda: out.setdefault("report", target()), daemon=True)
     thread.start()
     return thread, out
 
@@ -109,10 +138,10 @@ def test_a_killed_worker_has_its_batch_retried_and_the_run_goes_on(ray_address, 
         thread, out = _run_in_thread(lambda: tuning.simulate(
             seed=4, budget_trials=240, database=path, pool=pool, **SMALL))
         db = tuning.TuningDatabase(path)
-        while db.count() < 40:
-            time.sleep(0.05)
+        _wait_for_records(db, 40, thread)
         os.kill(three.pids()[0], signal.SIGKILL)
-        thread.join()
+        thread.join(timeout=120)
+        assert not thread.is_alive(), f"the run hangs after {db.count()} of 240 records"
         assert three.alive() == 2
     report = out["report"]
     assert report["trials"] == 240 and report["stop_reason"] == "budget"
@@ -122,20 +151,22 @@ def test_a_killed_worker_has_its_batch_retried_and_the_run_goes_on(ray_address, 
 
 def test_a_hanging_worker_is_cut_at_the_timeout_and_replaced(ray_address, tmp_path, capfd):
     path = str(tmp_path / "tune.db")
-    with distributed.WorkerGroup(2, batch_timeout=1.5, cores_per_worker=SHARE) as two:
+    # A batch takes ~40 ms here: a healthy worker that a loaded machine slows past the
+    # timeout is cut and replaced too, which the checks below allow; the stopped one must be.
+    with distributed.WorkerGroup(2, batch_timeout=3.0, cores_per_worker=SHARE) as two:
         pool = _pool(two, 5, 3, sleep_scale=0.005)
         thread, out = _run_in_thread(lambda: tuning.simulate(
             seed=5, budget_trials=160, database=path, pool=pool, **SMALL))
         db = tuning.TuningDatabase(path)
-        while db.count() < 24:
-            time.sleep(0.05)
+        _wait_for_records(db, 24, thread)
         hung = two.pids()[0]
         os.kill(hung, signal.SIGSTOP)
-        thread.join()
+        thread.join(timeout=120)
+        assert not thread.is_alive(), f"the run hangs after {db.count()} of 160 records"
         assert two.alive() == 2 and hung not in two.pids()
     assert out["report"]["trials"] == 160
     assert _each_config_once(db) == 160
-    assert "ran past the batch timeout (1.5 s)" in capfd.readouterr().err
+    assert f"(pid {hung}) ran past the batch timeout (3 s)" in capfd.readouterr().err
 
 
 def test_a_killed_driver_leaves_a_database_that_resume_continues(ray_address, tmp_path):
@@ -195,7 +226,8 @@ def test_models_sharing_a_task_measure_each_config_once(ray_address, tmp_path):
         pools = [_pool(two, 7, 3), two.pool("sim7-again", *_pool_args(7, 3))]
         runs = [_run_in_thread(lambda p=p: tuning.simulate(pool=p, **budget)) for p in pools]
         for thread, _ in runs:
-            thread.join()
+            thread.join(timeout=120)
+            assert not thread.is_alive(), "a model's run hangs"
     reports = [out["report"] for _, out in runs]
     db = tuning.TuningDatabase(path)
     records, reused = _measured_once(db, "simulated")
@@ -222,11 +254,18 @@ def test_survey_tuning_of_two_zoo_models_measures_shared_tasks_once(ray_address,
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert list(result["models"]) == models
+    # The survey may suspend a model on a plateau before its budget (when depends on the
+    # timings); every other ends on it.
     for summary in result["models"].values():
-        assert summary["trials"] == 96
-        assert summary["final_model_ms"] <= summary["initial_model_ms"]
-    records, reused = _measured_once(tuning.TuningDatabase(path), kernels.device_key())
-    assert records == 2 * 96 and reused > 0
+        assert summary["trials"] == 96 or (summary["stop_reason"] == "suspended"
+                                           and summary["trials"] < 96), summary
+    db = tuning.TuningDatabase(path)
+    records, reused = _measured_once(db, kernels.device_key())
+    assert records == sum(s["trials"] for s in result["models"].values()) and reused > 0
+    # The workers measured the candidates (a worker whose replay lacks the ops fails them all).
+    failed = [r["message"] for s in db.signatures(kernels.device_key())
+              for r in db.records(s, kernels.device_key()) if r["error"] != "none"]
+    assert len(failed) < records / 4, failed[:3]
     assert result["cost"]["machine_seconds"] == pytest.approx(
         sum(s["machine_seconds"] for s in result["models"].values()))
 
@@ -265,3 +304,44 @@ def test_a_zoo_model_is_tuned_on_workers_and_its_records_bind(ray_address, tmp_p
     assert len(records) == 16
     assert all(r["error"] == "none" for r in records), [r["message"] for r in records]
     assert any(row["bound"] for row in fast.use_tuned(path, min_speedup=0))
+
+
+def test_the_distributed_benchmarks_print_their_rows(ray_address, tmp_path, capsys):
+    """python -m nimble.bench.distributed's three benchmarks on a tiny budget: the rows they
+    print and the checks each row carries (timings are not judged here)."""
+    import argparse
+
+    from nimble.bench import distributed as bench
+
+    args = argparse.Namespace(workers="1,2", seed=0, tasks=2, trials_per_task=40,
+                              early_stop_trials=20, sleep_scale=0.0, runs=1, models="0,1",
+                              survey_workers=2, round_seconds=40.0, plateau=2)
+
+    def rows():  # Ray's own notices (a killed worker's) may come on the same stdout
+        return [json.loads(line) for line in capsys.readouterr().out.splitlines()
+                if line.startswith("{")]
+
+    bench.throughput(args, cpus=2)
+    one, two = rows()
+    assert (one["bench"], one["workers"], two["workers"]) == ("throughput", 1, 2)
+    for row in (one, two):
+        assert 0 < row["trials"] <= 2 * 40 and row["target_speedup"] == round(0.85 * row["workers"], 2)
+        assert row["stop_reason"] in ("all-tasks-finished", "budget") and row["final_model_ms"] > 0
+    assert one["speedup"] == 1.0
+    assert two["speedup"] == pytest.approx(two["trials_per_s"] / one["trials_per_s"], abs=0.02)
+
+    bench.faults(args, cpus=2, scratch=str(tmp_path))
+    clean, faulty = rows()
+    assert clean["run"] == "fault-free" and faulty["run"] == 0
+    # Killed mid-run (3 left) or after its end (the loss is not seen then): nothing lost.
+    assert faulty["workers_left"] in (3, 4) and faulty["killed_worker"] in range(4)
+    assert faulty["records"] == faulty["trials"] and faulty["lost"] == 0
+    assert faulty["duplicates"] == 0
+
+    bench.survey_bench(args, cpus=2)
+    (survey,) = rows()
+    assert survey["bench"] == "survey" and set(survey["models"]) == {"0", "1"}
+    assert survey["survey_machine_s"] > 0 and survey["sequential_machine_s"] > 0
+    for row in survey["models"].values():
+        assert row["survey_stop"] in ("suspended", "all-tasks-finished", "budget")
+        assert row["reached_99"] == (row["survey_final_ms"] <= row["alone_final_ms"] / 0.99)

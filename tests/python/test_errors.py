@@ -124,8 +124,12 @@ def test_module_reassigning_a_buffer_is_refused_and_left_intact():
             return self.total
 
     model = Reassigns()
+    total = model.total
     with pytest.raises(nimble.UnsupportedOpError, match="replaced a parameter or buffer"):
         nimble.Nimble(model).prepare(torch.ones(2))
+    # The buffer prepare's runs replaced is put back: the same tensor, still zero.
+    assert model.total is total and dict(model.named_buffers()) == {"total": total}
+    assert torch.equal(total, torch.zeros(2))
 
 
 def test_not_a_module():

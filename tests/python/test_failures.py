@@ -106,7 +106,7 @@ def test_out_of_memory_at_prepare_leaves_the_model_as_it_was():
     before = _state(model)
     with pytest.raises(RuntimeError, match="memory"):
         nimble.Nimble(model).prepare(torch.randn(2, 4))
-    for now, then in zip(_state(model), before):
+    for now, then in zip(_state(model), before, strict=True):
         assert torch.equal(now, then)
 
 
@@ -118,7 +118,7 @@ def test_out_of_memory_at_a_whole_step_prepare_leaves_model_grads_and_optimizer(
     with pytest.raises(RuntimeError, match="memory"):
         nimble.Nimble(model).prepare(torch.randn(2, 4), training=True, loss_fn=torch.nn.MSELoss(),
                                      optimizer=optimizer, example_targets=torch.randn(2, 4))
-    for now, then in zip(_state(model), before):
+    for now, then in zip(_state(model), before, strict=True):
         assert torch.equal(now, then)
     assert torch.equal(model.lin.weight.grad, torch.ones(4, 4)) and model.lin.bias.grad is None
     assert len(optimizer.state) == 0  # the warm-up step's state is gone with it

@@ -66,11 +66,15 @@ def _batches(backend, steps=None):
 
 
 def _assert_same_training(eager, eager_opt, replayed, replayed_opt, backend):
-    for (name, a), b in zip(eager.state_dict().items(), replayed.state_dict().values()):
-        assert_trained_alike(b, a, backend, name)
+    a, b = eager.state_dict(), replayed.state_dict()
+    assert list(a) == list(b), "the models' state entries differ"
+    for name in a:
+        assert_trained_alike(b[name], a[name], backend, name)
     a, b = eager_opt.state_dict(), replayed_opt.state_dict()
     assert a["param_groups"] == b["param_groups"]
+    assert a["state"].keys() == b["state"].keys()
     for key, entries in a["state"].items():
+        assert entries.keys() == b["state"][key].keys(), f"optimizer state {key}"
         for name, value in entries.items():
             assert_trained_alike(b["state"][key][name], value, backend, f"optimizer {key}.{name}")
 
@@ -157,7 +161,7 @@ def test_gradients_accumulate_over_several_replayed_backwards(backend):
             loss_fn(model(x), y).backward()
             if step % 2 == 1:
                 opt.step()
-        for p, q in zip(eager.parameters(), twin.parameters()):
+        for p, q in zip(eager.parameters(), twin.parameters(), strict=True):
             assert_trained_alike(q.grad, p.grad, backend, f"grad at step {step}")
     _assert_same_training(eager, eager_opt, twin, twin_opt, backend)
 

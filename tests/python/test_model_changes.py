@@ -249,7 +249,7 @@ def test_whole_step_prepares_again_after_a_hook_and_refuses_a_stale_optimizer(st
     want.backward()
     ref_opt.step()
     torch.testing.assert_close(loss, want.detach(), rtol=1e-5, atol=1e-6)
-    for (n, p), q in zip(model.named_parameters(), reference.parameters()):
+    for (n, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6, msg=n)
     handle.remove()
     # A new head whose parameters the optimizer does not update: refused, not replayed.

@@ -65,8 +65,15 @@ def test_clone_that_changes_layout_stays():
 
 def test_clone_returned_to_the_caller_stays_a_distinct_tensor():
     x = torch.randn(2, 3)
-    fast = prepared(lambda x: (x + 1).clone(), x)
+    assert "aten::clone" in names(prepared(lambda x: (x + 1).clone(), x))
+    # Returned beside its source, without output copies: two tensors, not one buffer twice.
+    fast = prepared(lambda x: ((a := x + 1), a.clone()), x, copy_outputs=False)
     assert "aten::clone" in names(fast)
+    y = torch.randn(2, 3)
+    source, copy = fast(y)
+    assert source.untyped_storage().data_ptr() != copy.untyped_storage().data_ptr()
+    copy.zero_()
+    torch.testing.assert_close(source, y + 1, rtol=0, atol=0)
 
 
 def test_clone_whose_view_is_returned_stays():

@@ -95,7 +95,7 @@ def test_concurrent_calls_on_one_object_are_serialized():
         t.start()
     for t in threads:
         t.join()
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import warnings
 
 import pytest
 import torch
@@ -66,8 +67,7 @@ OPTIMIZERS = {
 }
 
 
-def _assert_same(a, b, exact: bool, what: str):
-    assert exact, "every comparison here is exact (see the module docstring)"
+def _assert_same(a, b, what: str):
     torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m: f"{what}: {m}")
 
 
@@ -83,18 +83,21 @@ def _eager_threads_like(streams: int):
         torch.set_num_threads(saved)
 
 
-def _assert_models_equal(eager, replayed, exact):
-    for (name, a), b in zip(eager.state_dict().items(), replayed.state_dict().values()):
-        _assert_same(b, a, exact, name)
+def _assert_models_equal(eager, replayed):
+    a, b = eager.state_dict(), replayed.state_dict()
+    assert list(a) == list(b), "the models' state entries differ"
+    for name in a:
+        _assert_same(b[name], a[name], name)
 
 
-def _assert_optimizers_equal(eager_opt, replayed_opt, exact):
+def _assert_optimizers_equal(eager_opt, replayed_opt):
     a, b = eager_opt.state_dict(), replayed_opt.state_dict()
     assert a["param_groups"] == b["param_groups"]
     assert a["state"].keys() == b["state"].keys()
     for key, entries in a["state"].items():
+        assert entries.keys() == b["state"][key].keys(), f"optimizer state {key}"
         for name, value in entries.items():
-            _assert_same(b["state"][key][name], value, exact, f"optimizer state {key}.{name}")
+            _assert_same(b["state"][key][name], value, f"optimizer state {key}.{name}")
 
 
 def _pair(model_name, optimizer_name, seed=0):
@@ -124,13 +127,13 @@ def _whole_step_parity(model_name, optimizer_name, streams=1, batch=16, schedule
         example_targets=data[0][1],
         streams=streams,
     )
+    assert fast.schedule["physical_streams"] == streams
     schedulers = []
     if scheduler:
         schedulers = [
             torch.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5)
             for o in (eager_opt, twin_opt)
         ]
-    exact = True
     for step, (x, y) in enumerate(data):
         # Both start the step from the same generator state (dropout masks).
         torch.manual_seed(1000 + step)
@@ -142,13 +145,13 @@ def _whole_step_parity(model_name, optimizer_name, streams=1, batch=16, schedule
             eager_opt.step()
         torch.manual_seed(1000 + step)
         got = fast.step(x, y)
-        _assert_same(got, expected.detach(), exact, f"loss at step {step}")
+        _assert_same(got, expected.detach(), f"loss at step {step}")
         for s in schedulers:
             s.step()
-    _assert_models_equal(eager, twin, exact)
-    _assert_optimizers_equal(eager_opt, twin_opt, exact)
-    for p, q in zip(eager.parameters(), twin.parameters()):
-        _assert_same(q.grad, p.grad, exact, "grad")
+    _assert_models_equal(eager, twin)
+    _assert_optimizers_equal(eager_opt, twin_opt)
+    for p, q in zip(eager.parameters(), twin.parameters(), strict=True):
+        _assert_same(q.grad, p.grad, "grad")
 
 
 @pytest.mark.parametrize("model_name", list(MODELS))
@@ -174,6 +177,14 @@ def test_whole_step_on_two_streams():
     _whole_step_parity("resnet18", "sgd-momentum", streams=2, batch=4)
 
 
+@pytest.mark.parametrize("model_name, optimizer_name, streams", [
+    ("transformer", "adamw", 3), ("mobilenet_v2", "sgd-nesterov", 2)])
+def test_whole_step_on_more_streams_and_models(model_name, optimizer_name, streams):
+    """Dropout's generator calls, attention's branches and depthwise convolutions spread
+    over streams, with Adam's and Nesterov's updates."""
+    _whole_step_parity(model_name, optimizer_name, streams=streams, batch=4)
+
+
 def test_whole_step_with_optimizer_state_from_earlier_eager_steps():
     eager, eager_opt, twin, twin_opt, make_input = _pair("transformer", "adam")
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -187,7 +198,7 @@ def test_whole_step_with_optimizer_state_from_earlier_eager_steps():
     fast = nimble.Nimble(twin).prepare(
         data[0][0], training=True, loss_fn=loss_fn, optimizer=twin_opt, example_targets=data[0][1]
     )
-    _assert_optimizers_equal(eager_opt, twin_opt, exact=True)  # prepare changed nothing
+    _assert_optimizers_equal(eager_opt, twin_opt)  # prepare changed nothing
     for x, y in data[3:]:
         state = torch.get_rng_state()
         eager_opt.zero_grad()
@@ -195,8 +206,8 @@ def test_whole_step_with_optimizer_state_from_earlier_eager_steps():
         eager_opt.step()
         torch.set_rng_state(state)
         fast.step(x, y)
-    _assert_models_equal(eager, twin, exact=True)
-    _assert_optimizers_equal(eager_opt, twin_opt, exact=True)
+    _assert_models_equal(eager, twin)
+    _assert_optimizers_equal(eager_opt, twin_opt)
 
 
 # -- the paper's mode: forward and backward replays, eager optimizer ---------------------
@@ -207,7 +218,7 @@ def _forward_backward_parity(model_name, streams=1, batch=16, accumulate=False):
     loss_fn = torch.nn.CrossEntropyLoss()
     data = _batches(make_input, batch, STEPS)
     fast = nimble.Nimble(twin).prepare(data[0][0], training=True, streams=streams)
-    exact = True
+    assert fast.schedule["physical_streams"] == streams
     for step, (x, y) in enumerate(data):
         for model, opt, threads in ((eager, eager_opt, streams), (fast, twin_opt, 1)):
             with _eager_threads_like(threads):
@@ -219,10 +230,10 @@ def _forward_backward_parity(model_name, streams=1, batch=16, accumulate=False):
                 loss_fn(out, y).backward()
                 if not accumulate or step % 2 == 1:
                     opt.step()
-        for p, q in zip(eager.parameters(), twin.parameters()):
-            _assert_same(q.grad, p.grad, exact, f"grad at step {step}")
-    _assert_models_equal(eager, twin, exact)
-    _assert_optimizers_equal(eager_opt, twin_opt, exact)
+        for p, q in zip(eager.parameters(), twin.parameters(), strict=True):
+            _assert_same(q.grad, p.grad, f"grad at step {step}")
+    _assert_models_equal(eager, twin)
+    _assert_optimizers_equal(eager_opt, twin_opt)
 
 
 @pytest.mark.parametrize("model_name", list(MODELS))
@@ -236,6 +247,10 @@ def test_forward_backward_accumulates_gradients_like_eager():
 
 def test_forward_backward_on_two_streams():
     _forward_backward_parity("resnet18", streams=2, batch=4)
+
+
+def test_forward_backward_of_a_transformer_on_three_streams():
+    _forward_backward_parity("transformer", streams=3, batch=4)
 
 
 def test_backward_of_an_older_forward_is_refused():
@@ -420,7 +435,7 @@ def test_whole_step_on_more_architectures(name):
         eager_opt.step()
         torch.manual_seed(step)
         fast.step(batch, y)
-    _assert_models_equal(model, twin, exact=True)
+    _assert_models_equal(model, twin)
 
 
 def test_training_off_the_cpu_is_refused_before_anything_runs():
@@ -428,3 +443,110 @@ def test_training_off_the_cpu_is_refused_before_anything_runs():
     model = torch.nn.Linear(4, 2, device="meta")
     with pytest.raises(nimble.UnsupportedOpError, match="CPU backend"):
         nimble.Nimble(model).prepare(torch.randn(3, 4, device="meta"), training=True)
+
+
+# -- optimizer settings after prepare (nimble/replay/optimizer_scalars.py) -----------------
+
+
+def _mlp_pair(make_optimizer, seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    twin = copy.deepcopy(model)
+    return model, make_optimizer(model), twin, make_optimizer(twin)
+
+
+def _mlp_steps(eager, eager_opt, twin, twin_opt, steps=6, change=None, **prepare):
+    """`steps` whole steps of eager and a replay side by side, `change(optimizer)` applied to
+    both optimizers after the third; every state entry compared exactly at the end."""
+    loss_fn = torch.nn.CrossEntropyLoss()
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randn(8, 8, generator=g), torch.randint(0, 4, (8,), generator=g))
+            for _ in range(steps)]
+    fast = nimble.Nimble(twin).prepare(data[0][0], training=True, loss_fn=loss_fn,
+                                       optimizer=twin_opt, example_targets=data[0][1], **prepare)
+    for step, (x, y) in enumerate(data):
+        if step == 3 and change is not None:
+            change(eager_opt)
+            change(twin_opt)
+        eager_opt.zero_grad()
+        expected = loss_fn(eager(x), y)
+        expected.backward()
+        eager_opt.step()
+        _assert_same(fast.step(x, y), expected.detach(), f"loss at step {step}")
+    _assert_models_equal(eager, twin)
+    _assert_optimizers_equal(eager_opt, twin_opt)
+    return fast
+
+
+def _set(**settings):
+    def change(optimizer):
+        for group in optimizer.param_groups:
+            group.update(settings)
+    return change
+
+
+@pytest.mark.parametrize("make, change", [
+    (lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4),
+     _set(momentum=0.5)),
+    (lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4),
+     _set(weight_decay=3e-3, dampening=0.25)),
+    (lambda m: torch.optim.Adam(m.parameters(), lr=1e-2), _set(betas=(0.8, 0.99))),
+    (lambda m: torch.optim.Adam(m.parameters(), lr=1e-2, weight_decay=1e-4, foreach=True),
+     _set(eps=1e-6, weight_decay=2e-3)),
+    (lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=1e-2), _set(weight_decay=0.1)),
+], ids=["sgd-momentum", "sgd-weight-decay-dampening", "adam-betas", "adam-eps-weight-decay",
+        "adamw-weight-decay"])
+def test_settings_other_than_the_learning_rate_changed_after_prepare_take_effect(make, change):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # followed by the replay, not prepared again
+        _mlp_steps(*_mlp_pair(make), change=change)
+
+
+@pytest.mark.parametrize("make", [
+    lambda m: torch.optim.SGD([
+        {"params": m[0].parameters(), "lr": 0.1, "momentum": 0.9},
+        {"params": m[2].parameters(), "lr": 0.02, "momentum": 0.5, "weight_decay": 1e-3}]),
+    lambda m: torch.optim.Adam([
+        {"params": m[0].parameters(), "lr": 1e-2, "betas": (0.8, 0.95)},
+        {"params": m[2].parameters(), "lr": 3e-3, "weight_decay": 1e-3}]),
+], ids=["sgd", "adam"])
+def test_several_parameter_groups_at_prepare_keep_their_own_settings(make):
+    def change(optimizer):  # one group's learning rate only
+        optimizer.param_groups[1]["lr"] *= 0.5
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _mlp_steps(*_mlp_pair(make), change=change)
+
+
+ZERO_CHANGES = [
+    (lambda m: torch.optim.SGD(m.parameters(), lr=0.05, weight_decay=1e-4), _set(weight_decay=0)),
+    (lambda m: torch.optim.SGD(m.parameters(), lr=0.05), _set(momentum=0.9)),
+    (lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9), _set(momentum=0)),
+    (lambda m: torch.optim.Adam(m.parameters(), lr=1e-2), _set(weight_decay=1e-3)),
+]
+ZERO_IDS = ["sgd-weight-decay-to-zero", "sgd-momentum-from-zero", "sgd-momentum-to-zero",
+            "adam-weight-decay-from-zero"]
+
+
+@pytest.mark.parametrize("make, change", ZERO_CHANGES, ids=ZERO_IDS)
+def test_a_setting_going_to_or_from_zero_is_refused(make, change):
+    """A zero term is a term the captured step does not have: another update, not another
+    number."""
+    model, opt, _, _ = _mlp_pair(make)
+    x, y = torch.randn(8, 8), torch.randint(0, 4, (8,))
+    fast = nimble.Nimble(model).prepare(x, training=True, loss_fn=torch.nn.CrossEntropyLoss(),
+                                        optimizer=opt, example_targets=y, on_change="error")
+    fast.step(x, y)
+    fast.step(x, y)
+    change(opt)
+    snapshot = _snapshot(model, opt)
+    with pytest.raises(nimble.StaleModelError, match="a setting that decides which update runs"):
+        fast.step(x, y)
+    _assert_untouched(model, opt, snapshot)
+
+
+@pytest.mark.parametrize("make, change", ZERO_CHANGES, ids=ZERO_IDS)
+def test_a_setting_going_to_or_from_zero_prepares_again_by_default(make, change):
+    with pytest.warns(UserWarning, match="decides which update runs.*preparing again"):
+        _mlp_steps(*_mlp_pair(make), change=change)

@@ -14,6 +14,7 @@ import torch
 import nimble
 from nimble import zoo
 from nimble._C import kernels, tuning
+from nimble.tuning.curves import time_to_reach
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAST = dict(min_repeat_seconds=2e-4, progress=False)  # short timings: correctness, not speed
@@ -56,7 +57,9 @@ def test_tasks_group_equal_convolutions_and_list_the_families_that_fit():
         assert t["families"][0] == "aten"
         assert ("depthwise" in t["families"]) == t["name"].startswith("dw")
         assert ("im2col_gemm" in t["families"]) == t["name"].startswith(("conv", "linear"))
-        assert len({t["signature"]}) == 1 and t["space_size"] > 1
+        assert t["space_size"] > 1
+    # One task per signature: ops of equal signature share a task, and no two tasks share one.
+    assert len({t["signature"] for t in tasks}) == len(tasks)
 
 
 def test_linear_layers_are_tuned_and_bound_with_eager_results(tmp_path):
@@ -142,6 +145,27 @@ def test_tune_records_every_measurement_and_binding_gives_eager_results(tmp_path
     assert kernels.bound_kernels(fast.replay) == [] and fast.tuned_report() == []
     with torch.no_grad():
         assert torch.equal(fast(x), model(x))
+
+
+def test_a_kernel_is_bound_only_when_measured_faster_than_aten_by_min_speedup(tmp_path):
+    """The rule every other test turns off with min_speedup=0. No kernel runs a billion times
+    faster than ATen's, so with that factor every correct candidate counts as slower."""
+    model, x = SmallNet(), torch.randn(1, 3, 12, 12)
+    fast = prepared(model, x)
+    db = str(tmp_path / "tune.db")
+    nimble.tune(fast, scheduler="round-robin", budget_seconds=1e9, budget_trials=40,
+                database=db, slot_seconds=1e-3, **FAST)
+    slower = fast.use_tuned(db, min_speedup=1e9)
+    assert len(slower) == 5 and not any(r["bound"] for r in slower), slower
+    for r in slower:
+        assert r["reason"] == "not faster than ATen when timed side by side", r
+        assert r["aten_ms"] > 0 and r["tuned_ms"] > 0 and r["kernel"]
+    assert kernels.bound_kernels(fast.replay) == []
+    # At the default (1.0) the side-by-side times decide, op by op.
+    for r in fast.use_tuned(db):
+        assert r["bound"] == (r["aten_ms"] >= r["tuned_ms"]), r
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18", "shufflenet_v2_x1_0"])
@@ -282,11 +306,36 @@ def test_cli_compares_schedulers_on_a_model_with_bests_remeasured_side_by_side()
         mine, theirs = run["curve_remeasured"], run["curve"]
         # The same points in time, latencies from the re-measured configs.
         assert [p[:2] for p in mine] == [p[:2] for p in theirs]
-        # Before the first trial every op runs ATen: all runs start from the same latency.
-        assert mine[0][2] == result["runs"][0]["curve_remeasured"][0][2] > 0
-        assert all(0 < p[2] <= mine[0][2] for p in mine) and run["final_ms"] == mine[-1][2]
-        # Times are to the worst final of the seed: every run gets there.
-        assert run["time_to_99_s"] is not None and run["time_to_95_s"] <= run["time_to_99_s"]
+        # Times are to the worst re-measured final of the run's seed, on the re-measured curve.
+        level = max(r["curve_remeasured"][-1][2] for r in result["runs"]
+                    if r["seed"] == run["seed"])
+        assert run["time_to_99_s"] == time_to_reach(mine, level / 0.99)
+        assert run["time_to_95_s"] == time_to_reach(mine, level / 0.95)
+
+
+def test_bests_along_a_curve_are_the_tuners_by_mean_of_successful_records():
+    """What --compare re-measures: after each curve point's trials, each task's best config
+    as the tuner judged it (lowest mean of its timings; failed records never count)."""
+    from nimble.tuning.models import _bests_along
+
+    def record(signature, config, seconds, error="none"):
+        return {"signature": signature, "config": config, "seconds": seconds, "error": error}
+
+    records = [record("a", [1], [3.0, 3.0]), record("b", [1], [5.0]),
+               record("a", [2], [2.0, 5.0]),  # a lower minimum, a higher mean: not better
+               record("a", [3], [0.5], error="timeout"),
+               record("a", [4], [2.6, 2.6]), record("b", [2], [])]
+    curve = [(0.0, 0, 9.0), (1.0, 2, 8.0), (2.0, 4, 7.0), (3.0, 6, 6.0)]
+    assert _bests_along(records, curve) == [
+        {}, {"a": (1,), "b": (1,)}, {"a": (1,), "b": (1,)}, {"a": (4,), "b": (1,)}]
+
+
+def test_time_to_reach_is_the_first_point_at_or_below_a_latency():
+    curve = [(0.0, 0, 10.0), (1.0, 8, None), (2.0, 16, 9.0), (3.0, 24, 8.0), (4.0, 32, 9.5)]
+    assert time_to_reach(curve, 9.0) == 2.0
+    assert time_to_reach(curve, 8.5) == 3.0
+    assert time_to_reach(curve, 10.0) == 0.0
+    assert time_to_reach(curve, 7.9) is None
 
 
 def test_device_key_names_the_vector_extension_and_the_cores():

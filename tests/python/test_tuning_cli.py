@@ -44,9 +44,9 @@ def test_json_output_has_the_curve_and_convergence_times():
     out = json.loads(done.stdout)
     assert out["scheduler"] == "dynatune" and out["seed"] == 1 and out["trials"] == 72
     assert out["final_model_ms"] < out["initial_model_ms"]
-    assert 0 <= out["time_to_95_s"] <= out["time_to_99_s"] <= out["tuning_seconds"]
     curve = out["curve"]
     final = out["final_model_ms"]
+    assert min(s for s, _, ms in curve if ms <= final / 0.95) == out["time_to_95_s"]
     assert min(s for s, _, ms in curve if ms <= final / 0.99) == out["time_to_99_s"]
     assert 0 <= out["scheduler_overhead_share"] < 1
 

@@ -93,3 +93,34 @@ def test_a_folder_that_is_not_there(tmp_path):
     with pytest.raises(RuntimeError, match="cannot open"):
         tuning.TuningDatabase(str(tmp_path / "missing" / "t.db"))
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_new_file_another_process_is_making_the_schema_of_is_read_when_it_is_done(tmp_path):
+    """Two processes opening one new file (a driver and a test polling it, two tuners): the
+    second saw no tables, then waits on the first's lock; once the first commits, it reads
+    the schema the first made instead of making it again."""
+    import subprocess
+    import sys
+
+    template = tmp_path / "template.db"
+    good_database(template)
+    with sqlite3.connect(template) as c:
+        schema = [sql for (sql,) in c.execute("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL")]
+    path = tmp_path / "t.db"
+    first = subprocess.Popen([sys.executable, "-c", f"""
+import sqlite3, sys, time
+c = sqlite3.connect({str(path)!r}, isolation_level=None)
+c.execute("BEGIN IMMEDIATE")
+c.execute("PRAGMA application_id={NIMBLE_ID}")
+c.execute("PRAGMA user_version=1")
+for sql in {schema!r}:
+    c.execute(sql)
+print("ready", flush=True)
+time.sleep(1.0)
+c.execute("COMMIT")
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline() == "ready\n"
+        assert tuning.TuningDatabase(str(path)).count() == 0
+    finally:
+        assert first.wait(timeout=30) == 0

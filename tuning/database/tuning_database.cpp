@@ -101,14 +101,22 @@ void TuningDatabase::check_schema() {
     const std::string verdict = column_text(s.get(), 0);
     if (verdict != "ok") throw std::runtime_error("damaged (" + verdict + "); left as it is");
   }
-  std::vector<std::string> tables;
-  {
+  const auto table_names = [this] {
+    std::vector<std::string> names;
     Statement s = prepare(db_.get(), "SELECT name FROM sqlite_master WHERE type = 'table'");
-    while (sqlite3_step(s.get()) == SQLITE_ROW) tables.push_back(column_text(s.get(), 0));
-  }
-  const int application = pragma("application_id");
+    while (sqlite3_step(s.get()) == SQLITE_ROW) names.push_back(column_text(s.get(), 0));
+    return names;
+  };
+  std::vector<std::string> tables = table_names();
+  int application = pragma("application_id");
   if (tables.empty() && application == 0) {
     execute("BEGIN IMMEDIATE");
+    // Another process opening the new file may have made the schema between the look above
+    // and this lock: then it is read as any existing database is.
+    tables = table_names();
+    application = pragma("application_id");
+  }
+  if (tables.empty() && application == 0) {
     try {
       execute(("PRAGMA application_id=" + std::to_string(kApplicationId)).c_str());
       execute(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
@@ -126,6 +134,7 @@ void TuningDatabase::check_schema() {
     }
     return;
   }
+  if (!sqlite3_get_autocommit(db_.get())) execute("COMMIT");  // the lock taken above
   const bool unmarked_ours = application == 0 && tables == std::vector<std::string>{"measurements"};
   if (application != kApplicationId && !unmarked_ours) {
     std::string names;
