@@ -166,6 +166,8 @@ class Changes:
             if n and not list(m.children()) and list(m.parameters(recurse=False))
             and not parametrize.is_parametrized(m) and not m._forward_pre_hooks
         ]
+        if not leaves:  # every layer parametrized or pruned (long runs of a small model)
+            return self.inplace()
         path, m = self.rng.choice(leaves)
         clone = copy.deepcopy(m)
         with torch.no_grad():
