@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "csrc/program/program.h"
+#include "csrc/kernels/cpu/fused_epilogue.h"
 #include "csrc/program/source_version.h"
 
 namespace nimble::kernels {
@@ -32,17 +32,6 @@ namespace nimble::kernels {
 struct ConvolutionGeometry {
   std::vector<int64_t> padding, stride, dilation;
   int64_t groups = 1;
-};
-
-// What runs after the convolution, in oneDNN's post-op terms.
-struct ConvolutionEpilogue {
-  bool add_residual = false;        // y = conv(x) + other, before the activation
-  std::string activation = "none";  // oneDNN's unary attribute: relu, hardtanh, swish, ...
-  std::vector<std::optional<at::Scalar>> scalars;  // the activation's (hardtanh's bounds)
-  std::optional<std::string> algorithm;            // gelu: "none" or "tanh"
-  std::string describe() const;
-  // The activation as ATen's in-place op on `y`.
-  void activate_in_place(at::Tensor& y) const;
 };
 
 class PrepackedConvolution : public torch::CustomClassHolder {
@@ -60,7 +49,7 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   // for its shape); `out_strides` the layout the result must have (empty: channels_last,
   // the kernels' own).
   PrepackedConvolution(at::Tensor weight, at::Tensor bias, std::vector<at::Tensor> sources,
-                       ConvolutionGeometry geometry, ConvolutionEpilogue epilogue,
+                       ConvolutionGeometry geometry, FusedEpilogue epilogue,
                        const at::Tensor& input, std::vector<int64_t> out_strides);
 
   at::Tensor run(const at::Tensor& input, const std::optional<at::Tensor>& other);
@@ -77,7 +66,7 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   std::vector<at::Tensor> sources_;
   std::vector<SourceVersion> versions_;
   ConvolutionGeometry geometry_;
-  ConvolutionEpilogue epilogue_;
+  FusedEpilogue epilogue_;
   Kernel kernel_;
   std::vector<int64_t> input_sizes_;
   bool single_pixel_;  // the result has one pixel per channel
@@ -88,8 +77,5 @@ class PrepackedConvolution : public torch::CustomClassHolder {
 
 // The handle of `nimble::convolution_prepacked` (registered with this file).
 c10::OperatorHandle convolution_prepacked_op();
-
-// Bytes of the packed weights the program's prepacked convolutions hold.
-int64_t prepacked_weight_bytes(const Program& program);
 
 }  // namespace nimble::kernels
