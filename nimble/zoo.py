@@ -2,12 +2,16 @@
 
     build("torchvision:resnet18", batch=1, image_size=64) -> (model, example_input)
     build("transformer:encoder", batch=8)
+    build("timm:convnext_atto", image_size=64)
     build_call("hf:bert", batch=2) -> (model, example_args, example_kwargs)
 
 `hf:NAME` are HuggingFace `transformers` models built from small configs (hidden size 128,
 2 layers): BERT with an attention mask (the second sequence padded), GPT-2, T5
 (encoder-decoder), ViT and a Llama-style decoder. Their masking code reads tensor values
 on the host, so they run through `torch.compile(backend="nimble")`, not `prepare`.
+`timm:NAME` is any model of `timm` (the test extra), built with `pretrained=False`; a model
+made for one image size (its `fixed_input_size`, vision transformers and MLP mixers mostly) gets
+that size whatever `image_size` asks.
 """
 
 from __future__ import annotations
@@ -22,6 +26,22 @@ TORCHVISION_MODELS = [
 ]
 ALL_MODELS = [f"torchvision:{name}" for name in TORCHVISION_MODELS] + ["transformer:encoder"]
 HF_MODELS = ["hf:bert", "hf:gpt2", "hf:t5", "hf:vit", "hf:llama"]
+# timm's families, for the lowering and replay suites: residual and grouped convnets,
+# mobile nets (depthwise, squeeze-excite, hard activations), re-parametrisable nets, hybrids,
+# vision transformers, MLP mixers.
+TIMM_MODELS = [
+    "resnet10t", "resnet18d", "resnext26ts", "regnetx_002", "regnety_002", "dla34",
+    "hrnet_w18_small", "res2net50_14w_8s", "selecsls42b", "repvgg_a0", "rexnet_100",
+    "ghostnet_100", "mobilenetv3_small_050", "mobilenetv2_050", "efficientnet_b0",
+    "efficientnet_lite0", "mnasnet_050", "tinynet_e", "lcnet_050", "hardcorenas_a",
+    "fbnetc_100", "spnasnet_100", "semnasnet_050", "mobileone_s0", "ghostnetv2_100",
+    "hgnetv2_b0", "ese_vovnet19b_slim", "cspresnet50", "darknet17", "densenet121",
+    "xception41", "nf_regnet_b0", "mobilevit_xxs", "mobilevitv2_050", "efficientformer_l1",
+    "convnext_atto", "convnextv2_atto", "edgenext_xx_small", "poolformer_s12", "fastvit_t8",
+    "efficientvit_b0", "repghostnet_050", "tiny_vit_5m_224", "vit_tiny_patch16_224",
+    "deit_tiny_patch16_224", "mixer_s32_224", "resmlp_12_224", "gmlp_ti16_224", "levit_128s",
+    "pit_ti_224", "coat_lite_tiny", "xcit_nano_12_p16_224",
+]
 
 # Smallest image side a model accepts, where it is above what callers usually ask for.
 _MIN_IMAGE_SIZE = {"inception_v3": 75}
@@ -39,10 +59,17 @@ def check_spec(spec: str) -> None:
     elif family == "hf":
         if spec not in HF_MODELS:
             raise ValueError(f"unknown model '{spec}': the hf: models are {HF_MODELS}")
+    elif family == "timm":
+        try:
+            import timm
+        except ImportError as e:
+            raise ValueError(f"{spec} needs timm (pip install timm, or nimble[test])") from e
+        if not timm.is_model(name):
+            raise ValueError(f"unknown timm model '{name}' (timm.list_models() lists them)")
     elif not (family == "transformer" and name == "encoder"):
         raise ValueError(
             f"unknown model '{spec}': expected torchvision:NAME (e.g. torchvision:resnet18), "
-            f"transformer:encoder or one of {HF_MODELS}"
+            f"timm:NAME, transformer:encoder or one of {HF_MODELS}"
         )
 
 
@@ -59,6 +86,15 @@ def _torchvision(name: str, image_size: int, num_classes: int) -> tuple[torch.nn
         size = max(patch, size // patch * patch)
         kwargs["image_size"] = size
     return models.get_model(name, **kwargs), size
+
+
+def _timm(name: str, image_size: int, num_classes: int) -> tuple[torch.nn.Module, int]:
+    import timm
+
+    model = timm.create_model(name, pretrained=False, num_classes=num_classes)
+    config = model.pretrained_cfg
+    size = config["input_size"][-1] if config.get("fixed_input_size") else image_size
+    return model, size
 
 
 def _hf(name: str, batch: int, sequence: int) -> tuple[torch.nn.Module, dict]:
@@ -110,8 +146,9 @@ def build(spec: str, batch: int = 1, image_size: int = 64, seed: int = 0, num_cl
     if family == "hf":
         raise ValueError(f"{spec} takes keyword arguments: build it with build_call()")
     torch.manual_seed(seed)
-    if family == "torchvision":
-        model, size = _torchvision(name, image_size, num_classes)
+    if family in ("torchvision", "timm"):
+        make = _torchvision if family == "torchvision" else _timm
+        model, size = make(name, image_size, num_classes)
         example = torch.randn(batch, 3, size, size)
     elif family == "transformer" and name == "encoder":
         layer = torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128,

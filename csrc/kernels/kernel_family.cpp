@@ -1,6 +1,9 @@
 #include "csrc/kernels/kernel_family.h"
 
 #include "csrc/kernels/cpu/cpu_families.h"
+#ifdef NIMBLE_WITH_CUDA
+#include "csrc/kernels/cuda/cuda_families.h"
+#endif
 
 namespace nimble::kernels {
 
@@ -9,6 +12,23 @@ Families cpu_families() {
           winograd_conv_family()};
 }
 
-Families all_families() { return cpu_families(); }
+Families cuda_families([[maybe_unused]] const std::string& cubin_directory) {
+#ifdef NIMBLE_WITH_CUDA
+  const cuda::CubinCache cache(cubin_directory);
+  return {cuda::cudnn_conv_family(), cuda::cublaslt_linear_family(),
+          cuda::depthwise_conv_family(cache), cuda::pointwise_gemm_family(cache),
+          cuda::direct_conv3x3_family(cache)};
+#else
+  return {};
+#endif
+}
+
+std::string cubin_directory_for(const std::string& database) { return database + ".cubins"; }
+
+Families all_families(const std::string& cubin_directory) {
+  Families out = cpu_families();
+  for (auto& f : cuda_families(cubin_directory)) out.push_back(std::move(f));
+  return out;
+}
 
 }  // namespace nimble::kernels

@@ -5,6 +5,7 @@
 // the CPU ones by supporting ops whose device is CUDA.
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,13 @@ class KnobValues {
   std::string prefix_;
 };
 
+// A rule a config of one family's knobs must follow to be in an op's space (a kernel that
+// could not launch, say): `holds` sees the family's knob values in knobs(op)'s order.
+struct KnobRule {
+  std::string description;
+  std::function<bool(const std::vector<int64_t>& values)> holds;
+};
+
 class KernelFamily {
  public:
   virtual ~KernelFamily() = default;
@@ -56,6 +64,7 @@ class KernelFamily {
   virtual bool fuses_epilogue() const { return false; }
   // The family's knobs for `op` (names without the family prefix; at least one value each).
   virtual std::vector<tuning::Knob> knobs(const TunableOp& op) const = 0;
+  virtual std::vector<KnobRule> rules(const TunableOp&) const { return {}; }
   // Throws (a failed compile, an unsupported combination) rather than return a wrong kernel.
   virtual std::unique_ptr<TunedKernel> build(const TunableOp& op,
                                              const KnobValues& knobs) const = 0;
@@ -65,7 +74,13 @@ using Families = std::vector<std::shared_ptr<const KernelFamily>>;
 
 // The families nimble has for ops on the CPU (csrc/kernels/cpu/).
 Families cpu_families();
+// The families for ops on a CUDA GPU (csrc/kernels/cuda/), in a build with CUDA, else none.
+// Their compiled kernels are cached in `cubin_directory` (none when empty).
+Families cuda_families(const std::string& cubin_directory);
+// Where CUDA families cache compiled kernels for the tuning database at `database`: beside it,
+// "<database>.cubins".
+std::string cubin_directory_for(const std::string& database);
 // Every family nimble has, for any device.
-Families all_families();
+Families all_families(const std::string& cubin_directory = "");
 
 }  // namespace nimble::kernels

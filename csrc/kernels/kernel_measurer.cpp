@@ -9,6 +9,9 @@
 #include <stdexcept>
 
 #include "tuning/measure/adaptive_evaluator.h"
+#ifdef NIMBLE_WITH_CUDA
+#include "csrc/kernels/cuda/device_timing.h"
+#endif
 
 namespace nimble::kernels {
 namespace {
@@ -17,9 +20,18 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Waits for the device when it runs asynchronously, so that a timing covers the work.
-void synchronize(const at::Tensor& t) {
-  if (t.device().is_cuda()) t.cpu();
+// Seconds `call` takes where it runs: the host's clock, or a GPU's events.
+double seconds_of(const MeasureOptions& options, const std::function<void()>& call) {
+  if (options.device == c10::DeviceType::CUDA) {
+#ifdef NIMBLE_WITH_CUDA
+    return cuda::device_seconds(call);
+#else
+    throw std::runtime_error("timing a CUDA kernel in a build without CUDA");
+#endif
+  }
+  const double start = now_seconds();
+  call();
+  return now_seconds() - start;
 }
 
 }  // namespace
@@ -42,10 +54,22 @@ std::string compare_results(const at::Tensor& result, const at::Tensor& referenc
   return why.str();
 }
 
+void CacheFlusher::flush_device([[maybe_unused]] c10::Device device) {
+#ifdef NIMBLE_WITH_CUDA
+  const std::lock_guard<std::mutex> lock(mutex_);
+  cuda::flush_l2(device_buffer_, device);
+#else
+  throw std::runtime_error("flushing a GPU's cache in a build without CUDA");
+#endif
+}
+
 std::function<void()> cold_start(CacheFlusher& flusher, const std::vector<at::Tensor>& operands,
                                  const MeasureOptions& options) {
   if (!options.cold_cache) return {};
   return [&flusher, &operands] {
+    // On a GPU the weights of a replay's convolution were last read a whole model ago: out of
+    // L2, while its input was just written by the op before it (left where the flush leaves it).
+    if (operands[0].device().is_cuda()) return flusher.flush_device(operands[0].device());
     flusher.flush();
     // The input in cache again, as the op that produced it left it. (Summing through ATen
     // would be an op call of its own; a plain read is what the previous op's writes leave.)
@@ -61,9 +85,7 @@ double time_calls(const std::function<void()>& call, const tuning::RepeatPolicy&
                   const MeasureOptions& options, tuning::MeasureResult& result,
                   const std::function<void()>& before_each, bool first_call_done) {
   if (before_each) before_each();
-  double start = now_seconds();
-  call();
-  const double first = now_seconds() - start;
+  const double first = seconds_of(options, call);
   if (first > options.timeout_seconds) {
     result.error = tuning::MeasureError::kTimeout;
     std::ostringstream m;
@@ -84,24 +106,22 @@ double time_calls(const std::function<void()>& call, const tuning::RepeatPolicy&
             return first;
           }
           before_each();
-          start = now_seconds();
-          call();
-          return now_seconds() - start;
+          return seconds_of(options, call);
         },
         result);
     return result.mean_seconds();
   }
-  start = now_seconds();
-  call();
-  const double warm = now_seconds() - start;
+  const double warm = seconds_of(options, call);
   const int calls = static_cast<int>(
       std::clamp(std::ceil(options.min_repeat_seconds / std::max(warm, 1e-9)), 1.0, 10000.0));
   tuning::time_with_policy(
       repeats,
       [&] {
-        start = now_seconds();
-        for (int i = 0; i < calls; ++i) call();
-        return (now_seconds() - start) / calls;
+        return seconds_of(options,
+                          [&] {
+                            for (int i = 0; i < calls; ++i) call();
+                          }) /
+               calls;
       },
       result);
   return result.mean_seconds();
@@ -115,6 +135,7 @@ KernelMeasurer::KernelMeasurer(std::shared_ptr<const KernelSpace> space, Measure
                                std::shared_ptr<CacheFlusher> flusher)
     : space_(std::move(space)), options_(options), flusher_(std::move(flusher)) {
   if (!flusher_) throw std::invalid_argument("KernelMeasurer: no cache flusher given");
+  options_.device = space_->op().device;
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   operands_ = space_->op().random_operands(options_.seed);
   reference_ = space_->op().aten(operands_);
@@ -138,7 +159,7 @@ tuning::MeasureResult KernelMeasurer::measure_one(const tuning::Config& config,
       result.message = wrong;
       return result;
     }
-    time_calls([&] { synchronize(kernel->run(operands_)); }, repeats, options_, result,
+    time_calls([&] { kernel->run(operands_); }, repeats, options_, result,
                cold_start(*flusher_, operands_, options_), /*first_call_done=*/true);
   } catch (const std::exception& e) {
     result.seconds.clear();
@@ -166,7 +187,7 @@ double KernelMeasurer::baseline_seconds(int repeats) {
   const tuning::FixedRepeats fixed(repeats);
   tuning::MeasureResult result;
   const TunableOp& op = space_->op();
-  return time_calls([&] { synchronize(op.aten(operands_)); }, fixed, options_, result,
+  return time_calls([&] { op.aten(operands_); }, fixed, options_, result,
                     cold_start(*flusher_, operands_, options_));
 }
 

@@ -3,6 +3,8 @@
 // ATen on random operands, then timed; a candidate that fails to build, throws, gives a wrong
 // result or runs past the timeout is a failed measurement with its message, never a winner.
 // ATen's own kernel, the baseline a candidate must beat, is timed the same way.
+#include <ATen/core/Tensor.h>
+
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -30,6 +32,9 @@ struct MeasureOptions {
   // on mobilenet_v2's layers). Off: calls repeated back to back.
   bool cold_cache = true;
   size_t flush_bytes = size_t{64} << 20;
+  // Where the kernels run: a CUDA kernel is timed with events on the current stream and its
+  // cold calls follow an L2 flush (csrc/kernels/cuda/device_timing.h); a CPU one by the clock.
+  c10::DeviceType device = c10::DeviceType::CPU;
 };
 
 // Evicts the CPU caches by writing a buffer larger than they are. One flusher serves all the
@@ -43,11 +48,15 @@ class CacheFlusher {
     ++pass_;
     std::fill(buffer_.begin(), buffer_.end(), pass_);
   }
+  // Evicts the L2 cache of a GPU (a buffer there, made on first use); throws in a build
+  // without CUDA.
+  void flush_device(c10::Device device);
 
  private:
   std::mutex mutex_;
   std::vector<unsigned char> buffer_;
   unsigned char pass_ = 0;
+  at::Tensor device_buffer_;
 };
 
 // The flusher `options` ask for: a buffer of flush_bytes, or none when cold_cache is off.

@@ -33,11 +33,23 @@ KernelSpace::KernelSpace(TunableOp op, const Families& families) : op_(std::move
   }
   if (families_.empty()) return;
   knobs_.add_knob(tuning::Knob::categorical("family", names));
-  for (const auto& f : families_) {
-    for (const tuning::Knob& knob : f->knobs(op_)) {
-      const std::string name = f->name() + "." + knob.name();
+  for (size_t index = 0; index < families_.size(); ++index) {
+    const KernelFamily& f = *families_[index];
+    const size_t first = knobs_.knobs().size();
+    const auto own = f.knobs(op_);
+    for (const tuning::Knob& knob : own) {
+      const std::string name = f.name() + "." + knob.name();
       knobs_.add_knob(knob.renamed(name));
-      knobs_.add_condition(name, "family", {f->name()});
+      knobs_.add_condition(name, "family", {f.name()});
+    }
+    for (const KnobRule& rule : f.rules(op_)) {
+      const auto family = static_cast<int64_t>(index);
+      knobs_.add_constraint(
+          f.name() + ": " + rule.description,
+          [family, first, count = own.size(), holds = rule.holds](const std::vector<int64_t>& v) {
+            if (v[0] != family) return true;
+            return holds(std::vector<int64_t>(v.begin() + first, v.begin() + first + count));
+          });
     }
   }
 }

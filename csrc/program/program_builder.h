@@ -61,7 +61,8 @@ class ProgramBuilder {
   int slot_of(const at::Tensor& tensor);
   int new_slot(const at::Tensor& tensor, SlotRole role);
 
-  // The stages of `finish`, in the order it runs them.
+  // The stages of `finish`, in the order it runs them (the trace rewrites are defined in
+  // trace_rewrites.cpp, the lowering of recorded ops in op_lowering.cpp).
   // Eval-mode batch norms after convolutions are gone from the recorded ops; readers of
   // their outputs read the convolutions' outputs; producers match the remaining ops.
   std::vector<FoldedBatchNorm> fold_batchnorms();

@@ -131,7 +131,9 @@ void bind_kernels(py::module_& m) {
         auto sched = tuning::make_scheduler(scheduler, s);
         std::optional<tuning::TuningDatabase> db;
         if (database) db.emplace(*database);
-        const auto tasks = slot::program_tasks(replay.program(), kernels::all_families());
+        const auto tasks = slot::program_tasks(
+            replay.program(),
+            kernels::all_families(database ? kernels::cubin_directory_for(*database) : ""));
         const auto measure = measure_options(min_repeat_seconds, timeout_seconds, seed);
         const tuning::ProgressCallback callback = python_progress(progress);
         const std::unique_ptr<tuning::MeasurePool> measure_pool = python_measure_pool(pool);
@@ -205,6 +207,7 @@ void bind_kernels(py::module_& m) {
         o.rounds = rounds;
         o.measure.min_repeat_seconds = min_repeat_seconds;
         o.min_speedup = min_speedup;
+        o.cubin_directory = kernels::cubin_directory_for(database);
         std::vector<slot::BoundOp> bound;
         {
           py::gil_scoped_release release;

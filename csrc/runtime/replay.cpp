@@ -6,23 +6,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <limits>
 #include <sstream>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "csrc/errors.h"
+#include "csrc/runtime/tensor_description.h"
 
 namespace nimble {
 
 namespace {
-
-std::string describe(const at::Tensor& t) {
-  std::ostringstream out;
-  out << "a " << c10::getDtypeNames(t.scalar_type()).first << " tensor of shape " << t.sizes()
-      << " on " << t.device();
-  return out.str();
-}
 
 // TensorIterator's set-up costs more than the copy itself for the small inputs of a
 // low-latency replay; plain memcpy serves the common dense CPU case.
@@ -52,77 +44,14 @@ Replay::Replay(BuiltProgram built, const ExecutorOptions& options, ExecutorFacto
       state_(std::move(built.state)),
       options_(options),
       make_executor_(std::move(make)),
-      aliasing_(program_) {
-  std::unordered_map<const c10::StorageImpl*, size_t> by_storage;
-  for (size_t s = 0; s < program_.slots.size(); ++s) {
-    if (program_.slots[s].role != SlotRole::kState) continue;
-    const at::Tensor& t = state_.values[s].toTensor();
-    WatchedState w;
-    w.slot = static_cast<int>(s);
-    w.name = "a parameter or buffer (" + describe(t) + ")";
-    w.tensor = t.unsafeGetTensorImpl();
-    w.storage = t.unsafeGetTensorImpl()->unsafe_storage();
-    w.data = w.storage.data();
-    w.dtype = t.scalar_type();
-    w.offset = t.storage_offset();
-    w.sizes = t.sizes().vec();
-    w.strides = t.strides().vec();
-    by_storage.emplace(w.storage.unsafeGetStorageImpl(), watched_state_.size());
-    state_keys_.emplace_back(w);
-    watched_state_.push_back(std::move(w));
-  }
-  for (size_t s = 0; s < program_.slots.size(); ++s) {
-    if (program_.slots[s].role != SlotRole::kView) continue;
-    const at::Tensor& view = state_.values[s].toTensor();
-    if (!view.has_storage()) continue;
-    const auto base = by_storage.find(view.storage().unsafeGetStorageImpl());
-    if (base != by_storage.end()) watched_state_[base->second].views.push_back(static_cast<int>(s));
-  }
+      aliasing_(program_),
+      state_watch_(program_, state_) {
   rebuild_executor();
 }
 
 void Replay::set_state_names(const std::vector<std::pair<at::Tensor, std::string>>& names) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::unordered_map<const c10::TensorImpl*, const std::string*> by_tensor;
-  for (const auto& [tensor, name] : names) by_tensor.emplace(tensor.unsafeGetTensorImpl(), &name);
-  for (WatchedState& w : watched_state_) {
-    const auto found = by_tensor.find(w.tensor);
-    if (found != by_tensor.end()) w.name = *found->second;
-  }
-}
-
-Replay::StateKey::StateKey(const WatchedState& w)
-    : tensor(w.tensor),
-      storage(w.storage.unsafeGetStorageImpl()),
-      data(w.data),
-      dtype(c10::scalarTypeToTypeMeta(w.dtype)) {
-  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  const auto fits = [&](int64_t v) { return v >= 0 && v <= kMax; };
-  if (w.sizes.size() > static_cast<size_t>(kDims) || !fits(w.offset) ||
-      !std::all_of(w.sizes.begin(), w.sizes.end(), fits) ||
-      !std::all_of(w.strides.begin(), w.strides.end(), fits)) {
-    return;
-  }
-  offset = static_cast<int32_t>(w.offset);
-  dim = static_cast<int16_t>(w.sizes.size());
-  std::copy(w.sizes.begin(), w.sizes.end(), sizes_strides.begin());
-  std::copy(w.strides.begin(), w.strides.end(), sizes_strides.begin() + kDims);
-}
-
-bool Replay::StateKey::unchanged(bool compare_data) const {
-  const c10::TensorImpl& t = *tensor;
-  const c10::StorageImpl* now = t.unsafe_storage().unsafeGetStorageImpl();
-  if (dim < 0 || now != storage || t.storage_offset() != offset || t.dtype() != dtype) {
-    return false;
-  }
-  if (compare_data && now != nullptr && now->data() != data) return false;
-  const c10::IntArrayRef sizes = t.sizes();
-  if (static_cast<int>(sizes.size()) != dim) return false;
-  const c10::IntArrayRef strides = t.strides();
-  for (int d = 0; d < dim; ++d) {
-    if (sizes[d] != sizes_strides[d] || strides[d] != sizes_strides[kDims + d]) return false;
-  }
-  return true;
+  state_watch_.set_names(names);
 }
 
 void Replay::rebuild_executor() {
@@ -163,83 +92,14 @@ InputBinding::Scope Replay::bind_inputs(const std::vector<at::Tensor>& inputs) c
   return binding_ ? binding_->bind(program_, state_, inputs) : InputBinding::Scope();
 }
 
-namespace {
-
-std::string describe_layout(c10::ScalarType dtype, c10::Device device, c10::IntArrayRef sizes,
-                            c10::IntArrayRef strides, int64_t offset) {
-  std::ostringstream out;
-  out << c10::getDtypeNames(dtype).first << " " << sizes << " strides " << strides;
-  if (offset != 0) out << " offset " << offset;
-  out << " on " << device;
-  return out.str();
-}
-
-}  // namespace
-
 void Replay::check_state() {
   std::lock_guard<std::mutex> lock(mutex_);
   follow_state();
 }
 
 void Replay::follow_state() {
-  bool moved = false;
-  // The loads chase pointers into TensorImpls all over the heap: fetch a few ahead.
-  constexpr size_t kAhead = 4;
-  const size_t n = state_keys_.size();
-  for (size_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) {
-      const char* ahead = reinterpret_cast<const char*>(state_keys_[i + kAhead].tensor);
-      __builtin_prefetch(ahead);
-      __builtin_prefetch(ahead + 64);
-      __builtin_prefetch(ahead + 128);
-    }
-    if (state_keys_[i].unchanged(addresses_recorded_)) continue;
-    const WatchedState& w = watched_state_[i];
-    const c10::TensorImpl& t = *w.tensor;
-    const c10::StorageImpl* storage = t.unsafe_storage().unsafeGetStorageImpl();
-    const bool same_storage = storage == w.storage.unsafeGetStorageImpl() &&
-                              (storage == nullptr || storage->data() == w.data);
-    if (same_storage && t.storage_offset() == w.offset && t.sizes().equals(w.sizes) &&
-        t.strides().equals(w.strides) && t.dtype() == w.dtype) {
-      continue;
-    }
-    if (t.dtype() != w.dtype || !t.sizes().equals(w.sizes) || !t.strides().equals(w.strides) ||
-        t.storage_offset() != w.offset || t.device() != w.storage.device()) {
-      throw StaleModel(w.name + " changed since prepare: it was " +
-                       describe_layout(w.dtype, w.storage.device(), w.sizes, w.strides, w.offset) +
-                       ", it is " +
-                       describe_layout(c10::typeMetaToScalarType(t.dtype()), t.device(), t.sizes(),
-                                       t.strides(), t.storage_offset()) +
-                       " now; the program reads it with the old layout");
-    }
-    // The conversion that moved it may have replaced buffers too: the caller looks first.
-    if (!moved && pre_check_) pre_check_->check_all();
-    follow_moved_storage(i);
-    moved = true;
-  }
   // An executor may hold the old addresses (a CUDA graph records them): it is built anew.
-  if (moved) rebuild_executor();
-}
-
-void Replay::follow_moved_storage(size_t index) {
-  WatchedState& w = watched_state_[index];
-  const c10::Storage& now = w.tensor->unsafe_storage();
-  // Two parameters that share a storage now but did not at prepare: the dependencies
-  // between the ops that write one and read the other were never made.
-  for (const WatchedState& other : watched_state_) {
-    if (&other == &w || other.storage.unsafeGetStorageImpl() != now.unsafeGetStorageImpl())
-      continue;
-    if (program_.slots[w.slot].mutated || program_.slots[other.slot].mutated) {
-      throw StaleModel(w.name + " shares its storage with " + other.name +
-                       " since prepare, and the program writes one of them");
-    }
-  }
-  for (int view : w.views) {
-    state_.values[view].toTensor().unsafeGetTensorImpl()->set_storage_keep_dtype(now);
-  }
-  w.storage = now;
-  w.data = now.data();
-  state_keys_[index] = StateKey(w);
+  if (state_watch_.follow(state_, addresses_recorded_, pre_check_.get())) rebuild_executor();
 }
 
 void Replay::copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound) {

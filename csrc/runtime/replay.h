@@ -6,7 +6,6 @@
 // mutates), hands outputs out, and serializes concurrent calls on one object.
 #include <ATen/core/Tensor.h>
 
-#include <array>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -20,20 +19,9 @@
 #include "csrc/runtime/executor.h"
 #include "csrc/runtime/input_aliasing.h"
 #include "csrc/runtime/input_binding.h"
+#include "csrc/runtime/state_watch.h"
 
 namespace nimble {
-
-// A check the caller of a replay makes before every call, with what only the caller can
-// see (python/model_watch.h: the Python model's structure and hooks). Throws StaleModel.
-class PreReplayCheck {
- public:
-  virtual ~PreReplayCheck() = default;
-  // The cheap check, before every call (the caller runs it).
-  virtual void check() = 0;
-  // Everything, when a parameter's storage moved (the replay runs it, from any thread):
-  // the conversion that moved it may have replaced other tensors.
-  virtual void check_all() = 0;
-};
 
 class Replay {
  public:
@@ -108,9 +96,8 @@ class Replay {
 
  private:
   void check_inputs(const std::vector<at::Tensor>& inputs) const;
-  // See `run`: follows moved parameters and buffers, or throws StaleModel.
+  // See `run`: follows moved parameters and buffers (state_watch.h), or throws StaleModel.
   void follow_state();
-  void follow_moved_storage(size_t watched);
   void copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound);
   void copy_back(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound);
   InputBinding::Scope bind_inputs(const std::vector<at::Tensor>& inputs) const;
@@ -123,38 +110,10 @@ class Replay {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<InputBinding> binding_;  // none for backends with fixed addresses
   InputAliasing aliasing_;
-  // A parameter or buffer as the program reads it now.
-  struct WatchedState {
-    int slot = -1;
-    std::string name;
-    const c10::TensorImpl* tensor = nullptr;  // kept alive by state_.values
-    c10::Storage storage;                     // held, so that no other can take its address
-    const void* data = nullptr;
-    c10::ScalarType dtype = c10::ScalarType::Undefined;
-    int64_t offset = 0;
-    std::vector<int64_t> sizes, strides;
-    std::vector<int> views;  // view slots computed at prepare that read its storage
-  };
-  // What every call compares of one, kept apart and together: one cache line per tensor
-  // here (sizes and strides as 32-bit numbers where they fit), its TensorImpl's there.
-  struct alignas(64) StateKey {
-    static constexpr int kDims = 4;  // more dims, or larger numbers: compared by WatchedState
-    explicit StateKey(const WatchedState& w);
-    bool unchanged(bool compare_data) const;
-    const c10::TensorImpl* tensor = nullptr;
-    const c10::StorageImpl* storage = nullptr;
-    const void* data = nullptr;
-    int32_t offset = 0;
-    caffe2::TypeMeta dtype;
-    int16_t dim = -1;  // -1: compared by WatchedState
-    std::array<int32_t, 2 * kDims> sizes_strides{};
-  };
-  static_assert(sizeof(StateKey) == 64, "one cache line per tensor");
-  std::vector<StateKey> state_keys_;  // one per watched_state_
+  StateWatch state_watch_;
   // The executor reads data addresses it recorded (a CUDA graph): a storage whose data moved
   // under the same storage object must be seen too.
   bool addresses_recorded_ = false;
-  std::vector<WatchedState> watched_state_;
   std::shared_ptr<PreReplayCheck> pre_check_;
   // Per registered place: its op (`traced_op`), the index of its entry in that op's
   // OpState::args (`arg`), and the list element or -1.

@@ -75,7 +75,8 @@ std::vector<BoundOp> bind_tuned_kernels(Replay& replay, const tuning::TuningData
   std::vector<std::shared_ptr<const KernelOverride>> kernels(program.ops.size());
   std::vector<BoundOp> report;
   const auto flusher = kernels::make_flusher(options.measure);
-  for (const ProgramTask& task : program_tasks(program, kernels::all_families())) {
+  for (const ProgramTask& task :
+       program_tasks(program, kernels::all_families(options.cubin_directory))) {
     const kernels::KernelSpace& space = *task.space;
     BoundOp first;
     first.task = task.name;
@@ -97,18 +98,20 @@ std::vector<BoundOp> bind_tuned_kernels(Replay& replay, const tuning::TuningData
           for (size_t i = 0; i < task.sites.size(); ++i)
             built.push_back(space.build(record->config));
           const auto operands = space.op().random_operands(options.measure.seed + 1);
+          kernels::MeasureOptions measure = options.measure;
+          measure.device = space.op().device;
           const std::string wrong =
               kernels::compare_results(built[0]->run(operands), space.op().aten(operands));
           if (!wrong.empty()) throw std::runtime_error(wrong);
           const tuning::FixedRepeats three(3);
-          const auto cold = kernels::cold_start(*flusher, operands, options.measure);
+          const auto cold = kernels::cold_start(*flusher, operands, measure);
           std::vector<double> aten, tuned;
           for (int round = 0; round < options.rounds; ++round) {
             tuning::MeasureResult a, t;
-            aten.push_back(kernels::time_calls([&] { space.op().aten(operands); }, three,
-                                               options.measure, a, cold));
-            tuned.push_back(kernels::time_calls([&] { built[0]->run(operands); }, three,
-                                                options.measure, t, cold));
+            aten.push_back(
+                kernels::time_calls([&] { space.op().aten(operands); }, three, measure, a, cold));
+            tuned.push_back(
+                kernels::time_calls([&] { built[0]->run(operands); }, three, measure, t, cold));
           }
           first.aten_seconds = median(aten);
           first.tuned_seconds = median(tuned);

@@ -16,6 +16,8 @@ struct BindOptions {
   std::string device;       // records of this device key are used (program_tasks.h)
   bool any_device = false;  // else, with no record for `device`, the best of any device
   kernels::MeasureOptions measure;
+  // Where CUDA families keep compiled kernels (kernels::cubin_directory_for the database).
+  std::string cubin_directory;
   int rounds = 5;  // side-by-side timing rounds; medians are compared
   // Bound when ATen's median time is at least this many times the tuned kernel's; 0 binds
   // every correct kernel (to test a replay with them, say).

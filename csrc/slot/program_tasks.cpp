@@ -1,6 +1,9 @@
 #include "csrc/slot/program_tasks.h"
 
 #include <ATen/Parallel.h>
+#ifdef NIMBLE_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 #include <map>
 #include <sstream>
@@ -52,6 +55,15 @@ std::vector<ProgramTask> program_tasks(const Program& program, const kernels::Fa
 }
 
 std::string device_key(c10::DeviceType device) {
+#ifdef NIMBLE_WITH_CUDA
+  if (device == c10::DeviceType::CUDA) {
+    // A record is valid on the GPU model it was measured on (and what NVRTC compiled for).
+    const cudaDeviceProp* p = at::cuda::getCurrentDeviceProperties();
+    std::ostringstream out;
+    out << "cuda " << p->name << " sm_" << p->major << p->minor;
+    return out.str();
+  }
+#endif
   if (device != c10::DeviceType::CPU) return c10::DeviceTypeName(device, true);
   std::ostringstream out;
   const kernels::CpuFeatures& cpu = kernels::this_cpu();

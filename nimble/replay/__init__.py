@@ -3,8 +3,10 @@
     wrapper            Nimble: prepare, call, use_tuned, the public face
     structure          how example inputs and outputs are flattened and rebuilt
     capture            recording a model's ATen ops once and building a C++ replay of them
+    cuda_training      what a training prepare refuses before it captures (devices, autocast)
     inference          the inference program: one forward replay
-    training           the training programs: forward + backward, or the whole step
+    training           the training program of the paper's mode: forward + backward
+    whole_step         the training program of a whole step, optimizer update included
     optimizer_scalars  the optimizer's step-dependent scalars, fed to a whole-step replay
     streams            choosing how many streams a replay runs on
     tunable            which prepared models take tuned kernels

@@ -19,8 +19,9 @@ class InferenceReplay:
         def warm_up() -> None:
             module(*args, **kwargs)
 
+        snapshot = self.snapshot()
         with torch.no_grad():
-            captured = capture(module, self.snapshot(), warm_up, lambda _: module(*args, **kwargs))
+            captured = capture(module, snapshot, warm_up, lambda _: module(*args, **kwargs))
         self.side_effects = captured.side_effects
         self.outputs, output_tensors = OutputStructure.split(captured.result)
         self.replays = [

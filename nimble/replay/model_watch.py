@@ -4,7 +4,8 @@
 (csrc/python/model_watch.h, which says what is compared how); torch's global registration
 hooks, installed once, report assignments to it. A change raises `StaleModelError` before
 anything runs; `Nimble` then prepares again or, with `prepare(..., on_change="error")`,
-hands the error on.
+hands the error on. The training replays check in Python, before every call, which
+parameters get gradients (`check_trainable_parameters`): freezing one changes no dictionary.
 
 `PythonSideEffects` names what a replay does not repeat: hooks that ran during the capture
 (their tensor ops are in the trace; their Python side effects are not) and attributes the
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.modules import module as _module_globals
 from torch.utils.hooks import RemovableHandle
+
+from ..errors import StaleModelError
 
 # Per module: (dictionary attribute, what its entries are, its keys are hook ids).
 _MODULE_DICTS = (
@@ -138,6 +141,21 @@ def state_names(module: torch.nn.Module) -> list[tuple[torch.Tensor, str]]:
     named = list(module.named_parameters(remove_duplicate=False))
     named += [(n, b) for n, b in module.named_buffers(remove_duplicate=False) if b is not None]
     return [(t, n) for n, t in named]
+
+
+def trainable_ids(module: torch.nn.Module) -> list[int]:
+    """The parameters a training replay computes gradients for, by identity."""
+    return [id(p) for p in module.parameters() if p.requires_grad]
+
+
+def check_trainable_parameters(module: torch.nn.Module, prepared: list[int]) -> None:
+    """Refuses a training call after the parameters that get gradients changed since prepare
+    (`prepared`: their `trainable_ids` then)."""
+    if trainable_ids(module) != prepared:
+        raise StaleModelError(
+            "the model changed since prepare: its trainable parameters were replaced, added, "
+            "removed or (un)frozen"
+        )
 
 
 def _hook_name(hook) -> str:

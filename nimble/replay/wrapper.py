@@ -10,10 +10,12 @@ import torch
 
 from . import model_watch
 from ..errors import NotPreparedError, SideEffectError, StaleModelError
+from .cuda_training import check_training_devices
 from .inference import InferenceReplay
 from .streams import choose_streams
 from .structure import ExampleCall
-from .training import ForwardBackwardReplay, WholeStepReplay
+from .training import ForwardBackwardReplay
+from .whole_step import WholeStepReplay
 
 _ON_CHANGE = ("reprepare", "error")
 _SIDE_EFFECTS = ("warn", "error")
@@ -149,6 +151,8 @@ class Nimble(torch.nn.Module):
             graph_twin=_graph_twin,
         )
         example = ExampleCall.of(example_inputs, example_kwargs, track_gradients=training)
+        if training:
+            check_training_devices(self.module, example)
         if not training:
             program = InferenceReplay(self.module, example, options)
         elif optimizer is None:

@@ -50,8 +50,9 @@ def simulated_model(seed: int, tasks: int, peak_gflops: float = 1000.0,
 
 def zoo_model(name: str, batch: int = 1, image_size: int = 64, streams: int = 1,
               min_repeat_seconds: float = 2e-3, timeout_seconds: float = 2.0, seed: int = 0,
-              threads: int | None = None) -> dict:
-    """A zoo model's description: a worker builds and prepares the same model and measures its
+              threads: int | None = None, device: str = "cpu") -> dict:
+    """A zoo model's description: a worker builds and prepares the same model on `device`
+    ("cuda": the GPU its actor was given, see WorkerGroup's gpus_per_worker) and measures its
     tunable ops' candidates (nimble._C.kernels) with torch on `threads` threads (default this
     process's count: the kernel spaces and the records' device key depend on it)."""
     import torch
@@ -59,7 +60,7 @@ def zoo_model(name: str, batch: int = 1, image_size: int = 64, streams: int = 1,
     return {"kind": "zoo", "name": name, "batch": batch, "image_size": image_size,
             "streams": streams, "min_repeat_seconds": min_repeat_seconds,
             "timeout_seconds": timeout_seconds, "seed": seed,
-            "threads": threads or torch.get_num_threads()}
+            "threads": threads or torch.get_num_threads(), "device": device}
 
 
 def _build_measurer(description: dict):
@@ -79,7 +80,10 @@ def _build_measurer(description: dict):
         torch.set_num_threads(description["threads"])
         model, example = zoo.build(description["name"], batch=description["batch"],
                                    image_size=description["image_size"])
-        fast = Nimble(model).prepare(example, streams=description["streams"])
+        device = description.get("device", "cpu")
+        model, example = model.to(device), example.to(device)
+        # ATen's convolutions, as the driver's prepare for tuning (tuning/tune.py).
+        fast = Nimble(model).prepare(example, streams=description["streams"], lower_for_cpu=False)
         return _ZooMeasurer(fast, kernels.ReplayMeasurer(
             fast.replay, description["min_repeat_seconds"], description["timeout_seconds"],
             description["seed"]))
@@ -166,11 +170,13 @@ class WorkerGroup:
     close; with one, joins that cluster and leaves it running. `cores_per_worker`: the CPU share
     of each actor; by default this machine's cores split evenly, a fraction of a core each when
     there are more workers than cores (then measurements share cores, as on a 2-core test
-    machine, and their timings disturb each other).
+    machine, and their timings disturb each other). `gpus_per_worker`: each actor's share of
+    the GPUs (1: one measuring actor per GPU, for models described with device="cuda").
     """
 
     def __init__(self, workers: int, ray_address: str | None = None,
-                 batch_timeout: float = 600.0, cores_per_worker: float | None = None) -> None:
+                 batch_timeout: float = 600.0, cores_per_worker: float | None = None,
+                 gpus_per_worker: float = 0.0) -> None:
         ray = require_ray()
         if workers < 1:
             raise ValueError("workers must be at least 1")
@@ -187,6 +193,9 @@ class WorkerGroup:
         self._cores_per_worker = cores_per_worker or (max(1, cpus // workers) if workers <= cpus
                                                       else cpus / workers)
         self._pinned = ray_address is None
+        # Ray gives each actor its share of the GPUs (CUDA_VISIBLE_DEVICES): with 1, one
+        # measuring actor per GPU, measuring CUDA models' kernels there.
+        self._gpus_per_worker = gpus_per_worker
         self._remote = ray.remote(_Worker)
         self.batch_timeout = batch_timeout
         self.lost = 0
@@ -260,7 +269,8 @@ class WorkerGroup:
             per = max(1, int(self._cores_per_worker))
             start = (index * per) % len(available)
             cores = available[start:start + per]
-        handle = self._remote.options(num_cpus=self._cores_per_worker).remote(cores)
+        handle = self._remote.options(num_cpus=self._cores_per_worker,
+                                      num_gpus=self._gpus_per_worker).remote(cores)
         try:
             pid = self._ray.get(handle.pid.remote(), timeout=180)
         except self._ray.exceptions.GetTimeoutError:

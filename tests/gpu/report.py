@@ -6,7 +6,8 @@ did not run, failed or timed out shows as such.
 
 Inputs: parts.tsv (name, exit code, seconds, command per line), pytest*.xml (JUnit),
 bench_*.json (rows of `python -m nimble bench --device cuda --json`), train_*.json (rows
-of `... --train --json`), bert.json (tests/gpu/bert_compile.py).
+of `... --train --json`), bert.json (tests/gpu/bert_compile.py), tune_check.json (tests/gpu/tune_check.py, the --tune
+run).
 """
 
 from __future__ import annotations
@@ -128,12 +129,14 @@ def build_report(outdir: str) -> dict:
     inference = read_rows(outdir, "bench_*.json")
     training = read_rows(outdir, "train_*.json")
     bert = read_rows(outdir, "bert.json")
+    tuning = read_rows(outdir, "tune_check.json")
     return {
         "parts": read_parts(outdir),
         "tests": read_tests(outdir),
         "inference": inference,
         "training": training,
         "bert": bert,
+        "tuning": tuning,
         "targets": check_targets(inference, INFERENCE_TARGETS)
         + check_targets(training, TRAINING_TARGETS),
     }
@@ -143,7 +146,8 @@ def render(report: dict) -> str:
     tests = report["tests"]
     counts = {o: sum(t["outcome"] == o for t in tests) for o in ("pass", "fail", "error", "skip")}
     out = ["# nimble GPU check", ""]
-    devices = {r["device"] for r in report["inference"] + report["training"] + report["bert"]}
+    devices = {r["device"] for r in report["inference"] + report["training"] + report["bert"]
+               + report["tuning"]}
     out += [f"Device: {', '.join(sorted(devices)) or 'unknown'}", "", "## Parts", ""]
     out += table(report["parts"], ["part", "status", "exit_code", "seconds", "command"])
     out += ["", f"## Tests: {counts['pass']} passed, {counts['fail']} failed, "
@@ -169,6 +173,10 @@ def render(report: dict) -> str:
     out += table(report["bert"], ["model", "batch", "sequence", "compile_s", "eager_ms",
                                   "nimble_ms", "nimble_vs_eager", "max_abs_diff",
                                   "matches_eager"])
+    out += ["", "## Tuned CUDA kernels (tests/gpu/tune_check.py)", ""]
+    out += table(report["tuning"], ["model", "tasks", "bound", "bound_families", "untuned_ms",
+                                    "tuned_ms", "speedup", "depthwise_speedup_vs_cudnn_median",
+                                    "max_relative_error", "correct"])
     met = sum(t["met"] for t in report["targets"])
     out += ["", f"## Targets: {met} of {len(report['targets'])} met", ""]
     out += table([dict(t, met="yes" if t["met"] else "NO") for t in report["targets"]],

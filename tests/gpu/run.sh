@@ -10,6 +10,10 @@
 #                                         torch.compile(backend="nimble") on BERT with a mask
 #   bash tests/gpu/run.sh --asan OUTDIR   nimble._C built with AddressSanitizer, the GPU
 #                                         suites run under it
+#   bash tests/gpu/run.sh --tune OUTDIR   the CUDA tuned-kernel slot (docs/cuda-kernels.md):
+#                                         mobilenet_v2 and resnet18's CUDA graphs tuned,
+#                                         the winners bound, tuned against untuned and eager
+#                                         (tests/gpu/tune_check.py)
 #
 # Builds nimble._C first (../shared/gpu/build.sh) when it is missing or older than the
 # sources. Each part runs under its own time limit inside a 9-minute budget. Writes
@@ -19,14 +23,16 @@
 set -uo pipefail
 
 usage() {
-  echo "usage: bash tests/gpu/run.sh [--asan] OUTDIR"
+  echo "usage: bash tests/gpu/run.sh [--asan | --tune] OUTDIR"
 }
 
 ASAN=0
+TUNE=0
 OUT=""
 for arg in "$@"; do
   case $arg in
     --asan) ASAN=1 ;;
+    --tune) TUNE=1 ;;
     -h | --help) usage; exit 0 ;;
     -*) echo "tests/gpu/run.sh: unknown option '$arg'" >&2; usage >&2; exit 2 ;;
     *)
@@ -39,6 +45,11 @@ for arg in "$@"; do
       ;;
   esac
 done
+if [ "$ASAN" -eq 1 ] && [ "$TUNE" -eq 1 ]; then
+  echo "tests/gpu/run.sh: --asan and --tune are separate runs (each has its own budget)" >&2
+  usage >&2
+  exit 2
+fi
 if [ -z "$OUT" ]; then
   echo "tests/gpu/run.sh: no OUTDIR given" >&2
   usage >&2
@@ -144,6 +155,10 @@ if [ "$ASAN" -eq 1 ]; then
     PYTHONPATH="$ROOT/build-asan-gpu/python:$ROOT/tests/python" \
     "$PYTHON" -m pytest -q -p no:cacheprovider -k "not cpu-graph" \
     --junitxml="$OUT/pytest-asan.xml" "${GPU_SUITES[@]}"
+elif [ "$TUNE" -eq 1 ]; then
+  # Two models, 200 s of tuning each, then the tuned and untuned graphs timed side by side.
+  part tune_check 520 "" "$PYTHON" tests/gpu/tune_check.py --budget-seconds 200 \
+    --database "$OUT/tune_cuda.db" --json "$OUT/tune_check.json"
 else
   part pytest 170 "" "$PYTHON" -m pytest -q -p no:cacheprovider -k "not cpu-graph" \
     --junitxml="$OUT/pytest.xml" "${GPU_SUITES[@]}"

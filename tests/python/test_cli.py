@@ -75,7 +75,8 @@ def test_bench_child_failure_is_reported(capfd):
 
     args = argparse.Namespace(batch=0, image_size=64, runs=1, warmup=0, out_variant_max_bytes=0,
                               train=False, optimizer="sgd", breakdown=False, device="cpu",
-                              compile=False, compile_backend=False, sequence=32)
+                              compile=False, compile_backend=False, sequence=32,
+                              peers=False, runtime=None)
     assert cli._measure_apart("transformer:encoder", args, None) == (None, 2)
     assert "--batch and --image-size must be positive" in capfd.readouterr().err
 

@@ -163,6 +163,24 @@ def test_weights_written_in_place_after_prepare_are_seen():
     _check(fast, model, x)
 
 
+def test_nan_from_a_folded_batch_norm_reaches_the_output_as_in_eager():
+    # A negative running variance (found by the model-change fuzz after perturbed
+    # load_state_dicts) makes eager's batch norm NaN; oneDNN's fused relu would turn NaN into
+    # 0, so with non-finite weights the activation runs in ATen. Seen at prepare and after.
+    model, x = _blocks()
+    with torch.no_grad():
+        model[1].running_var[2] = -1.0
+    fast = nimble.Nimble(model).prepare(x)
+    with torch.no_grad():
+        want = model(x)
+    assert want.isnan().any()
+    torch.testing.assert_close(fast(x), want, rtol=1e-4, atol=1e-5, equal_nan=True)
+    with torch.no_grad():
+        model[1].running_var.fill_(1.0)
+        model[4].running_var[5] = -1.0
+    torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
 def test_load_state_dict_after_prepare_is_seen():
     model, x = _blocks()
     fast = nimble.Nimble(model).prepare(x)

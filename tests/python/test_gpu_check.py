@@ -28,11 +28,12 @@ def run_sh(*args):
     ((), "no OUTDIR given"),
     (("a", "b"), "one OUTDIR expected, got 'a' and 'b'"),
     (("--fast", "out"), "unknown option '--fast'"),
+    (("--asan", "--tune", "out"), "--asan and --tune are separate runs"),
 ])
 def test_run_sh_refuses_bad_arguments(args, message):
     done = run_sh(*args)
     assert done.returncode == 2
-    assert message in done.stderr and "usage: bash tests/gpu/run.sh [--asan] OUTDIR" in done.stderr
+    assert message in done.stderr and "usage: bash tests/gpu/run.sh [--asan | --tune] OUTDIR" in done.stderr
 
 
 def test_run_sh_help():
@@ -41,10 +42,10 @@ def test_run_sh_help():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
-@pytest.mark.parametrize("asan", [False, True])
-def test_run_sh_without_a_device_says_so_in_one_line_and_runs_nothing(tmp_path, asan):
+@pytest.mark.parametrize("mode", [None, "--asan", "--tune"])
+def test_run_sh_without_a_device_says_so_in_one_line_and_runs_nothing(tmp_path, mode):
     out = tmp_path / "out"
-    done = run_sh(*(["--asan"] if asan else []), str(out))
+    done = run_sh(*([mode] if mode else []), str(out))
     assert done.returncode == 3
     assert done.stdout.count("\n") == 1 and done.stderr == ""
     assert done.stdout.startswith("tests/gpu/run.sh: no CUDA device (")
@@ -103,6 +104,11 @@ def _canned(outdir):
         "model": "hf:bert", "batch": 4, "sequence": 32, "device": "Fake GPU", "compile_s": 3.1,
         "eager_ms": 2.0, "nimble_ms": 0.5, "nimble_vs_eager": 4.0, "max_abs_diff": 1e-6,
         "matches_eager": True}))
+    (outdir / "tune_check.json").write_text(json.dumps([{
+        "model": "torchvision:mobilenet_v2", "device": "Fake GPU", "tasks": 52, "bound": 17,
+        "bound_families": ["cuda_depthwise"], "untuned_ms": 1.2, "tuned_ms": 1.0,
+        "speedup": 1.2, "depthwise_speedup_vs_cudnn_median": 1.4,
+        "max_relative_error": 2e-6, "correct": True}]))
 
 
 def test_report_from_canned_results(tmp_path):
@@ -117,6 +123,8 @@ def test_report_from_canned_results(tmp_path):
     assert "| tests.python.test_cuda::test_b[cuda] | fail | 0.5 |" in text
     assert "nimble_multi_vs_nimble_1 1.5" in text  # googlenet: 1.005 / 0.67
     assert "| hf:bert | 4 | 32 | 3.1 | 2 | 0.5 | 4 |" in text
+    assert "| torchvision:mobilenet_v2 | 52 | 17 | ['cuda_depthwise'] | 1.2 | 1 | 1.2 | 1.4 |" \
+        in text
     # The targets last: googlenet's multi-stream and the training graph ratios.
     last = text[text.index("## Targets"):]
     assert text.rstrip().endswith(last.rstrip())

@@ -207,3 +207,14 @@ def test_transformers_match_eager(spec):
     x = torch.randn_like(example)
     with torch.no_grad():
         assert (fast(x) - model(x)).abs().max().item() <= 1e-3
+
+
+def test_a_nan_weight_keeps_eagers_nan_through_the_fused_activation():
+    # oneDNN's relu post-op turns NaN into 0; eager's relu keeps it.
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU()).eval()
+    x = torch.randn(8, 512)
+    fast = nimble.Nimble(model).prepare(x)
+    assert lowered(fast) == [LOWERED]
+    with torch.no_grad():
+        model[0].weight[0, 0] = float("nan")
+        torch.testing.assert_close(fast(x), model(x), equal_nan=True)

@@ -83,6 +83,8 @@ PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
 void PrepackedConvolution::pack() {
   at::NoGradGuard no_grad;
   versions_ = versions_of(sources_);
+  finite_weights_ = weight_.isfinite().all().item<bool>() &&
+                    (!bias_.defined() || bias_.isfinite().all().item<bool>());
   if (kernel_ == Kernel::kGemm) {
     packed_ = weight_.reshape({weight_.size(0), weight_.size(1)}).t().contiguous();  // [C, K]
     return;
@@ -135,11 +137,14 @@ at::Tensor PrepackedConvolution::run_onednn(const at::Tensor& input,
                                             const std::optional<at::Tensor>& other) {
   // oneDNN (torch 2.11) cannot make the residual's memory for a binary post-op when the
   // result has one pixel, and takes no activation but relu after a binary post-op: what
-  // it cannot fuse runs after it, in ATen.
+  // it cannot fuse runs after it, in ATen. oneDNN's activations turn NaN into a number
+  // (relu gives 0): where the weights hold a NaN or an infinity (a folded batch norm of a
+  // negative variance, say) the activation runs in ATen, which keeps eager's NaN.
   const bool fuse_add = epilogue_.add_residual && !single_pixel_;
   const bool fuse_activation =
-      !epilogue_.add_residual ||
-      (fuse_add && (epilogue_.activation == "relu" || epilogue_.activation == "none"));
+      finite_weights_ &&
+      (!epilogue_.add_residual ||
+       (fuse_add && (epilogue_.activation == "relu" || epilogue_.activation == "none")));
   const c10::List<std::optional<at::Scalar>> scalars =
       fuse_activation ? epilogue_.scalar_list() : c10::List<std::optional<at::Scalar>>();
   const std::string activation = fuse_activation ? epilogue_.activation : "none";

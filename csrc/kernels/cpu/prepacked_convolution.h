@@ -69,7 +69,8 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   FusedEpilogue epilogue_;
   Kernel kernel_;
   std::vector<int64_t> input_sizes_;
-  bool single_pixel_;  // the result has one pixel per channel
+  bool single_pixel_;           // the result has one pixel per channel
+  bool finite_weights_ = true;  // no NaN or infinity in the weight and bias, as last packed
   std::vector<int64_t> out_strides_;
   at::Tensor packed_;
   c10::OperatorHandle unary_, binary_, reorder_;

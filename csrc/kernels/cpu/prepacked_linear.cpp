@@ -84,6 +84,8 @@ at::Tensor PrepackedLinear::weight() const { return transposed_ ? source_.t() : 
 void PrepackedLinear::pack() {
   at::NoGradGuard no_grad;
   version_ = SourceVersion::of(source_);
+  finite_weights_ = source_.isfinite().all().item<bool>() &&
+                    (!bias_.defined() || bias_.isfinite().all().item<bool>());
   if (kernel_ == Kernel::kGemm) {
     packed_ = weight().contiguous();  // [in, out] rows: BLAS reads it without transposing
     return;
@@ -152,10 +154,19 @@ at::Tensor PrepackedLinear::run_onednn(const at::Tensor& input,
     epilogue_.activate_in_place(y);
     return y;
   }
-  stack = {
-      input, packed_, bias, epilogue_.activation, epilogue_.scalar_list(), epilogue_.algorithm};
+  // oneDNN's activations turn NaN into a number: with a NaN or an infinity in the weights
+  // (as PrepackedConvolution says) the activation runs in ATen, which keeps eager's NaN.
+  const bool fuse = finite_weights_;
+  stack = {input,
+           packed_,
+           bias,
+           fuse ? epilogue_.activation : std::string("none"),
+           fuse ? epilogue_.scalar_list() : c10::List<std::optional<at::Scalar>>(),
+           fuse ? epilogue_.algorithm : std::nullopt};
   unary_.callBoxed(stack);
-  return stack[0].toTensor();
+  at::Tensor y = stack[0].toTensor();
+  if (!fuse) epilogue_.activate_in_place(y);
+  return y;
 }
 
 int64_t PrepackedLinear::packed_bytes() const {

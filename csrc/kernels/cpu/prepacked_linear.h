@@ -69,7 +69,8 @@ class PrepackedLinear : public torch::CustomClassHolder {
 
   at::Tensor source_, bias_;
   bool transposed_;
-  SourceVersion version_;  // of the source, when packed
+  SourceVersion version_;       // of the source, when packed
+  bool finite_weights_ = true;  // no NaN or infinity in the weight and bias, as last packed
   FusedEpilogue epilogue_;
   int64_t rows_;
   Kernel kernel_;

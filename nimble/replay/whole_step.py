@@ -1,0 +1,220 @@
+"""The whole training step as one replay: forward, `loss_fn(output, *targets)`, backward and
+`optimizer.step()`, captured together and run by `Nimble.step`.
+
+It is captured as the paper's mode (training.py) is, on through the loss and the optimizer's
+update: gradients come from `torch.autograd.grad` and are set as `.grad` the way
+`zero_grad(); backward()` leaves them, and the optimizer's step-dependent numbers (learning
+rate, bias corrections) are found in the trace and fed to the replay before every step
+(optimizer_scalars.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .capture import (
+    ModelSnapshot,
+    build_replay,
+    capture,
+    module_state,
+    produced_tensors,
+    schema_arguments,
+    unique,
+)
+from .model_watch import check_trainable_parameters, trainable_ids
+from .optimizer_scalars import OptimizerScalars, scalar_candidates
+from .structure import ExampleCall, describe, describe_all
+
+
+def _gradient_targets(module: torch.nn.Module, optimizer) -> list[torch.Tensor]:
+    owned = {id(p) for p in module.parameters()}
+    in_groups = unique(p for g in optimizer.param_groups for p in g["params"])
+    foreign = [p for p in in_groups if id(p) not in owned]
+    if foreign:
+        raise ValueError(
+            f"the optimizer updates {len(foreign)} tensor(s) that are not parameters of the "
+            f"wrapped module (first: {describe(foreign[0])}); nimble captures the module's"
+        )
+    return [p for p in in_groups if p.requires_grad]
+
+
+def _check_loss(loss: Any) -> None:
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
+        raise ValueError(
+            f"loss_fn must return a scalar floating-point tensor, got {describe(loss)}"
+        )
+
+
+def _static_targets(example_targets: Any) -> tuple[torch.Tensor, ...]:
+    targets = (
+        example_targets if isinstance(example_targets, (tuple, list)) else (example_targets,)
+    )
+    if not all(isinstance(t, torch.Tensor) for t in targets):
+        raise ValueError(
+            "example_targets must be a tensor or a tuple of tensors, "
+            f"got {describe_all(list(targets))}"
+        )
+    return tuple(t.detach().clone() for t in targets)
+
+
+class WholeStepReplay:
+    """`prepare(training=True, loss_fn=..., optimizer=..., example_targets=...)`: forward,
+    loss, backward and the optimizer update as one replay, run by `step`."""
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        example: ExampleCall,
+        options: dict,
+        loss_fn,
+        optimizer: torch.optim.Optimizer,
+        example_targets: Any,
+    ) -> None:
+        static_targets = _static_targets(example_targets)
+        static_args, static_kwargs = example.static_args, example.static_kwargs
+        self.module = module
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        params = _gradient_targets(module, optimizer)
+        self.scalars = OptimizerScalars(optimizer)
+
+        def warm_up() -> None:
+            # An eager step: lazily created module state and optimizer state exist before
+            # the recorded step.
+            with torch.enable_grad():
+                loss = loss_fn(module(*static_args, **static_kwargs), *static_targets)
+                _check_loss(loss)
+                grads = torch.autograd.grad(loss, params, allow_unused=True)
+            self.params = [p for p, g in zip(params, grads) if g is not None]
+            for p, g in zip(params, grads):
+                p.grad = g
+            optimizer.step()
+
+        before = ModelSnapshot(module, optimizer)
+        # A failure (out of memory, an op the builder refuses) leaves the optimizer without
+        # the state the warm-up step made, as prepare found it.
+        try:
+
+            def record(recorder):
+                step_tensors = [
+                    v
+                    for p in self.params
+                    for v in optimizer.state[p].values()
+                    if isinstance(v, torch.Tensor)
+                ]
+                with self.scalars.nudged():
+                    with recorder.paused():  # the host's numbers for the step, not part of it
+                        expected = self.scalars.expected_values()
+                    with torch.enable_grad():
+                        loss = loss_fn(module(*static_args, **static_kwargs), *static_targets)
+                        grads = torch.autograd.grad(loss, self.params)
+                        for p, g in zip(self.params, grads):
+                            p.grad = g
+                        num_model_ops = len(recorder.trace.ops)
+                        with recorder.host_reads_allowed(step_tensors):
+                            optimizer.step()
+                    ops = recorder.trace.ops
+                    with recorder.paused():
+                        candidates = scalar_candidates(
+                            ops, num_model_ops, schema_arguments, produced_tensors(ops)
+                        )
+                return loss, grads, candidates, expected
+
+            captured = capture(module, before, warm_up, record)
+            ops = captured.recorder.trace.ops
+            loss, grads, candidates, expected = captured.result
+            self.scalars.find_places(candidates, expected)
+            self.side_effects = captured.side_effects
+
+            self.optimizer_state = {p: dict(optimizer.state[p]) for p in self.params}
+            state = unique(
+                module_state(module)
+                + [
+                    t
+                    for e in self.optimizer_state.values()
+                    for t in e.values()
+                    if isinstance(t, torch.Tensor)
+                ]
+            )
+            self.example_inputs = example.static_inputs + list(static_targets)
+            self.step_replay = build_replay(
+                ops,
+                self.example_inputs,
+                state,
+                [loss] + list(grads),
+                **options,
+            )
+            self.step_replay.register_scalars(self.scalars.places)
+        except BaseException:
+            before.drop_created_state()
+            raise
+        # The numbers of this optimizer's next step, not the nudged ones of the capture, for
+        # the runs before the first `step` (a stream choice, a timeline).
+        self.step_replay.set_scalars(self.scalars.current_values())
+        self.replays = [self.step_replay]
+        self._param_ids = trainable_ids(module)
+        # An optimizer without state (never stepped) makes it on its first step: that step
+        # runs eagerly, and its state then moves into the tensors the replay updates.
+        self.first_step_eager = any(not before.had_state(p) for p in self.params)
+        if self.first_step_eager:
+            before.drop_created_state()
+        self._targets = list(static_targets)
+
+    def snapshot(self) -> ModelSnapshot:
+        """What a run on `example_inputs` changes: the model and the optimizer's state."""
+        return ModelSnapshot(self.module, self.optimizer)
+
+    def run_example(self) -> None:
+        self.step_replay.run(self.example_inputs, False)
+
+    def check_targets(self, targets: tuple) -> None:
+        if len(targets) != len(self._targets):
+            raise ValueError(
+                f"expected {len(self._targets)} target tensor(s) (as at prepare), "
+                f"got {len(targets)}"
+            )
+        for i, (got, expected) in enumerate(zip(targets, self._targets)):
+            if (
+                not isinstance(got, torch.Tensor)
+                or got.shape != expected.shape
+                or got.dtype != expected.dtype
+                or got.device != expected.device
+            ):
+                raise ValueError(
+                    f"targets[{i}]: expected {describe(expected)} (as at prepare), "
+                    f"got {describe(got)}"
+                )
+
+    def step(
+        self, args: tuple, kwargs: dict, inputs: list[torch.Tensor], targets: tuple
+    ) -> torch.Tensor:
+        """`args`/`kwargs`: the call as the user made it; `inputs`: its tensors, flattened."""
+        self.check_targets(targets)
+        check_trainable_parameters(self.module, self._param_ids)
+        self.scalars.check_unchanged()
+        if self.first_step_eager:
+            return self._eager_first_step(args, kwargs, targets)
+        self.step_replay.set_scalars(self.scalars.current_values())
+        outs = self.step_replay.run(list(inputs) + list(targets), True, 1)
+        for p, g in zip(self.params, outs[1:]):
+            p.grad = g
+        return outs[0]
+
+    def _eager_first_step(self, args, kwargs, targets) -> torch.Tensor:
+        with torch.enable_grad():
+            loss = self.loss_fn(self.module(*args, **kwargs), *targets)
+            grads = torch.autograd.grad(loss, self.params)
+        for p, g in zip(self.params, grads):
+            p.grad = g
+        self.optimizer.step()
+        with torch.no_grad():
+            for p, entries in self.optimizer_state.items():
+                for k, replayed in entries.items():
+                    created = self.optimizer.state[p][k]
+                    if isinstance(replayed, torch.Tensor):
+                        replayed.copy_(created)
+                        self.optimizer.state[p][k] = replayed
+        self.first_step_eager = False
+        return loss.detach()
