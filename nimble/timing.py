@@ -46,6 +46,23 @@ def alternate(
     return samples
 
 
+def back_to_back(
+    calls: Sequence[Callable[[], Any]],
+    runs: int,
+    warmup: int,
+    measure: Callable[[Callable[[], Any]], Any] = wall_seconds,
+) -> list[list]:
+    """Each call `warmup` times, then `runs` timed times in a row, one call after the other:
+    the warm caches a model served alone keeps (its weights stay in the caches between
+    calls), which `alternate` takes away from all alike. Returns each call's samples."""
+    samples: list[list] = []
+    for fn in calls:
+        for _ in range(warmup):
+            fn()
+        samples.append([measure(fn) for _ in range(runs)])
+    return samples
+
+
 class CudaTimer:
     """Measures one call on a GPU as (wall seconds, device seconds).
 

@@ -22,7 +22,7 @@ class LayoutPlanner {
                 const TraceAccess& access, const CpuLoweringCallbacks& callbacks)
       : ops_(ops), access_(access), callbacks_(callbacks) {
     for (FusedConvolution& conv : convs) {
-      reader_of_[conv.convolution] = &conv;
+      reader_of_[conv.product] = &conv;
       for (size_t f : conv.fused) reader_of_[f] = &conv;
     }
   }

@@ -7,20 +7,15 @@
 #include <vector>
 
 #include "csrc/kernels/cpu/prepacked_convolution.h"
+#include "csrc/passes/fused_product.h"
 
 namespace nimble {
 
-struct FusedConvolution {
-  size_t convolution = 0;
-  std::vector<size_t> fused;  // the ops after it that it replaces, ascending
-  at::Tensor input, other, weight, bias;
+struct FusedConvolution : FusedProduct {
+  at::Tensor weight, bias;
   std::vector<at::Tensor> sources;
   kernels::ConvolutionGeometry geometry;
-  kernels::ConvolutionEpilogue epilogue;
-  at::Tensor result;                // what the last replaced op returned
-  std::vector<at::Tensor> aliases;  // what in-place ops returned for it, if other tensors
   bool keep_kernel_layout = false;  // result in the kernel's own layout, not the model's
-  size_t last() const { return fused.empty() ? convolution : fused.back(); }
 };
 
 }  // namespace nimble

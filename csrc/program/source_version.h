@@ -29,6 +29,16 @@ class SourceVersion {
            storage_.unsafeGetStorageImpl() == other.storage_.unsafeGetStorageImpl();
   }
   bool operator!=(const SourceVersion& other) const { return !(*this == other); }
+  // Whether `t` is still as it was when this was taken (the check a replay makes on every
+  // call, without taking a new SourceVersion).
+  bool matches(const at::Tensor& t) const {
+    if (!t.defined()) return version_ == -1;
+    const int64_t version = t.is_inference() ? 0 : t._version();
+    const c10::StorageImpl* storage =
+        t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
+    return version == version_ && storage == storage_.unsafeGetStorageImpl() &&
+           (storage == nullptr || storage->data() == data_);
+  }
 
  private:
   int64_t version_ = -1;

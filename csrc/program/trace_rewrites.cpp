@@ -29,10 +29,15 @@ void ProgramBuilder::lower_for_cpu(const std::vector<FoldedBatchNorm>& folds) {
   callbacks.is_output = [&](const at::Tensor& t) {
     return t.has_storage() && outputs.count(t.storage().unsafeGetStorageImpl()) > 0;
   };
+  std::set<const void*> inputs;
+  for (int slot : inputs_) inputs.insert(slots_[slot].storage);
+  callbacks.is_input = [&](const at::Tensor& t) {
+    return t.has_storage() && inputs.count(t.storage().unsafeGetStorageImpl()) > 0;
+  };
   callbacks.redirect = [&](const at::Tensor& from, const at::Tensor& to) {
     redirect_reads(from, to);
   };
-  if (lower_convolutions_for_cpu(raw_ops_, folds, callbacks) > 0) renumber_rewritten_ops();
+  if (lower_for_cpu_inference(raw_ops_, folds, callbacks) > 0) renumber_rewritten_ops();
 }
 
 void ProgramBuilder::redirect_reads(const at::Tensor& from, const at::Tensor& to) {

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "csrc/kernels/cpu/prepacked_convolution.h"
+#include "csrc/kernels/cpu/prepacked_weights.h"
 #include "csrc/program/program_builder.h"
 #include "csrc/python/bindings.h"
 #include "csrc/python/model_watch.h"

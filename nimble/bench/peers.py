@@ -9,8 +9,10 @@ optional extra `pip install nimble[peers]`.
 A runtime that is not installed, or that fails to build or run the model, is skipped with
 a message saying why. Every runtime's output is checked against eager's first (max abs
 difference at most 1e-3); one that differs more is reported and not timed. The rest
-alternate call by call after a warm-up; the row reports medians, each runtime's speedup
-over eager and its prepare (compile, export) seconds.
+alternate call by call after a warm-up, then each runs back to back (warm caches); the row
+reports medians of both, each runtime's speedup over eager, its prepare (compile, export)
+seconds and its time as a multiple of the model's floor on this machine (floors.py: weight
+bytes over the measured memory bandwidth, arithmetic over the measured peak).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import torch
 
 from ..replay.wrapper import Nimble
 from ..zoo import build
-from ..timing import alternate, median_ms
+from ..timing import alternate, back_to_back, median_ms
+from . import floors
 
 TOLERANCE = 1e-3
 
@@ -146,26 +149,41 @@ def measure_peers(spec: str, batch: int, image_size: int, runs: int, warmup: int
                 continue
             calls[name] = lambda c=call: c(x)
         samples = alternate(list(calls.values()), runs, warmup)
+        warm = back_to_back(list(calls.values()), runs, warmup)
+        row.update(floors.machine())
+        row.update(floors.model_cost(model, x))
+    row.update(floors.floor_ms(row, row))
     eager_ms = median_ms(samples[0])
-    for name, times in zip(calls, samples):
+    for name, times, warm_times in zip(calls, samples, warm):
         ms = median_ms(times)
         row[f"{name}_ms"] = round(ms, 4)
+        row[f"{name}_b2b_ms"] = round(median_ms(warm_times), 4)
+        row[f"{name}_floors"] = round(ms / row["floor_ms"], 2)
+        row[f"{name}_b2b_floors"] = round(row[f"{name}_b2b_ms"] / row["floor_ms"], 2)
         if name != "eager":
             row[f"{name}_speedup"] = round(eager_ms / ms, 3)
     return row
 
 
 def print_report(rows: list[dict], out=None) -> None:
-    """Per model: one line per runtime, milliseconds, speedup over eager, prepare seconds."""
+    """Per model: its floor, then one line per runtime: milliseconds alternating and back to
+    back, each as a multiple of the floor, speedup over eager, prepare seconds."""
     for row in rows:
         print(f"{row['model']} batch {row['batch']} image {row['image_size']} "
-              f"({row['threads']} threads)", file=out)
+              f"({row['threads']} threads): floor {row['floor_ms']:.3f} ms "
+              f"({row['floor_bound']}: {row['weight_bytes'] / 1e6:.1f} MB at "
+              f"{row['bandwidth_gb_s']} GB/s, {row['flops'] / 1e9:.2f} GFLOP at "
+              f"{row['peak_gflop_s']} GFLOP/s)", file=out)
+        print(f"  {'':18s} {'alternating':>12s} {'':>7s} {'back to back':>13s} {'':>7s} "
+              f"{'vs eager':>8s}", file=out)
         names = ["eager"] + [name for name, _, _ in RUNTIMES]
         for name in names:
             if f"{name}_ms" in row:
                 speedup = row.get(f"{name}_speedup", 1.0)
                 prepare = row.get(f"{name}_prepare_s")
-                print(f"  {name:18s} {row[f'{name}_ms']:9.3f} ms  {speedup:6.2f}x"
+                print(f"  {name:18s} {row[f'{name}_ms']:9.3f} ms {row[f'{name}_floors']:6.1f}F "
+                      f"{row[f'{name}_b2b_ms']:10.3f} ms {row[f'{name}_b2b_floors']:6.1f}F "
+                      f"{speedup:7.2f}x"
                       + (f"  prepare {prepare:7.2f} s" if prepare is not None else ""), file=out)
             elif name in row["skipped"]:
                 print(f"  {name:18s} skipped: {row['skipped'][name]}", file=out)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from nimble.bench import cli, cuda
+from nimble.zoo import build
 from nimble.timing import CudaTimer, alternate, median_ms, wall_seconds
 
 FIELDS = {"model", "eager_ms", "nimble_ms", "speedup", "prepare_s", "ops", "overhead_us_per_op",
@@ -351,9 +352,31 @@ def test_bench_peers_json_checks_against_eager_and_says_why_a_runtime_is_skipped
     for name in ("eager", "nimble", "nimble_aten"):
         assert row[f"{name}_ms"] > 0
     assert row["nimble_max_diff"] <= peers.TOLERANCE and row["nimble_prepare_s"] > 0
+    # Back to back beside alternating; every time as a multiple of the model's floor.
+    assert row["floor_ms"] > 0 and row["weight_bytes"] == sum(
+        t.nbytes for t in build("torchvision:squeezenet1_1")[0].state_dict().values())
+    assert row["flops"] > 0 and row["bandwidth_gb_s"] > 0 and row["peak_gflop_s"] > 0
+    for name in ("eager", "nimble", "nimble_aten"):
+        assert row[f"{name}_b2b_ms"] > 0
+        assert row[f"{name}_floors"] == round(row[f"{name}_ms"] / row["floor_ms"], 2)
     out = io.StringIO()
     peers.print_report([row], out=out)
     assert "absent" in out.getvalue() and "nimble_aten" in out.getvalue()
+    assert "floor" in out.getvalue() and "back to back" in out.getvalue()
+
+
+def test_a_floor_is_the_larger_of_streaming_the_weights_and_the_arithmetic():
+    from nimble.bench import floors
+
+    machine = {"bandwidth_gb_s": 10.0, "peak_gflop_s": 100.0}
+    # 20 MB at 10 GB/s: 2 ms; 0.1 GFLOP at 100 GFLOP/s: 1 ms.
+    floor = floors.floor_ms({"weight_bytes": 20e6, "flops": 1e8}, machine)
+    assert floor["floor_ms"] == 2.0 and floor["floor_bound"] == "memory"
+    floor = floors.floor_ms({"weight_bytes": 20e6, "flops": 1e9}, machine)
+    assert floor["floor_ms"] == 10.0 and floor["floor_bound"] == "arithmetic"
+    # One linear layer of 64 by 32 on 4 rows: 2 x 4 x 64 x 32 operations, 4 x (64 x 32 + 32) bytes.
+    cost = floors.model_cost(torch.nn.Linear(64, 32), torch.randn(4, 64))
+    assert cost == {"weight_bytes": 4 * (64 * 32 + 32), "flops": 2 * 4 * 64 * 32}
 
 
 def test_bench_peers_cli_times_only_the_runtimes_asked_for():

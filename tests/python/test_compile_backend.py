@@ -63,7 +63,8 @@ def test_transformers_models_match_eager(spec):
     with torch.no_grad():
         for seed in (0, 1, 2):
             call = kwargs if seed == 0 else other_call(kwargs, seed)
-            torch.testing.assert_close(compiled(**call)[0], model(**call)[0], rtol=0, atol=0)
+            # Linear layers are lowered to oneDNN and prepacked BLAS calls (docs/cpu.md).
+            torch.testing.assert_close(compiled(**call)[0], model(**call)[0], rtol=1e-4, atol=1e-4)
     expected_graphs, breaks = HF_GRAPHS[spec]
     print(f"{spec}: {graphs()} graphs, {graph_breaks()} graph breaks, "
           f"{counters['nimble']['ops_replayed']} ops replayed")

@@ -37,37 +37,6 @@ int64_t output_pixels(c10::IntArrayRef input, c10::IntArrayRef weight,
 
 }  // namespace
 
-std::string ConvolutionEpilogue::describe() const {
-  std::string out = add_residual ? "add" : "";
-  if (activation != "none") out += (out.empty() ? "" : "+") + activation;
-  return out.empty() ? "none" : out;
-}
-
-void ConvolutionEpilogue::activate_in_place(at::Tensor& y) const {
-  if (activation == "relu") {
-    y.relu_();
-  } else if (activation == "hardtanh") {
-    at::hardtanh_(y, *scalars.at(0), *scalars.at(1));
-  } else if (activation == "swish") {
-    at::silu_(y);
-  } else if (activation == "hardswish") {
-    at::hardswish_(y);
-  } else if (activation == "gelu") {
-    at::gelu_(y, algorithm.value_or("none"));
-  } else if (activation == "sigmoid") {
-    y.sigmoid_();
-  } else if (activation == "tanh") {
-    y.tanh_();
-  } else if (activation == "leaky_relu") {
-    at::leaky_relu_(y, *scalars.at(0));
-  } else if (activation == "hardsigmoid") {
-    at::hardsigmoid_(y);
-  } else {
-    TORCH_CHECK(activation == "none", "nimble::convolution_prepacked: unknown activation ",
-                activation);
-  }
-}
-
 PrepackedConvolution::Kernel PrepackedConvolution::choose(c10::IntArrayRef weight_sizes,
                                                           const ConvolutionGeometry& geometry,
                                                           c10::IntArrayRef input_sizes) {
@@ -93,8 +62,8 @@ PrepackedConvolution::Kernel PrepackedConvolution::choose(c10::IntArrayRef weigh
 
 PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
                                            std::vector<at::Tensor> sources,
-                                           ConvolutionGeometry geometry,
-                                           ConvolutionEpilogue epilogue, const at::Tensor& input,
+                                           ConvolutionGeometry geometry, FusedEpilogue epilogue,
+                                           const at::Tensor& input,
                                            std::vector<int64_t> out_strides,
                                            std::shared_ptr<NonFiniteWeights> non_finite)
     : weight_(std::move(weight)),
@@ -105,25 +74,18 @@ PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
       kernel_(choose(weight_.sizes(), geometry_, input.sizes())),
       input_sizes_(input.sizes().vec()),
       single_pixel_(output_pixels(input.sizes(), weight_.sizes(), geometry_) == 1),
+      finite_weights_(std::move(non_finite)),
       out_strides_(std::move(out_strides)),
       unary_(mkldnn_op("mkldnn::_convolution_pointwise", "")),
       binary_(mkldnn_op("mkldnn::_convolution_pointwise", "binary")),
-      reorder_(mkldnn_op("mkldnn::_reorder_convolution_weight", "")),
-      non_finite_(std::move(non_finite)) {
+      reorder_(mkldnn_op("mkldnn::_reorder_convolution_weight", "")) {
   pack();
-}
-
-PrepackedConvolution::~PrepackedConvolution() {
-  if (!finite_weights_) --non_finite_->convolutions;
 }
 
 void PrepackedConvolution::pack() {
   at::NoGradGuard no_grad;
   versions_ = versions_of(sources_);
-  const bool finite = weight_.isfinite().all().item<bool>() &&
-                      (!bias_.defined() || bias_.isfinite().all().item<bool>());
-  if (finite != finite_weights_) non_finite_->convolutions += finite ? -1 : 1;
-  finite_weights_ = finite;
+  finite_weights_.update(weight_, bias_);
   if (kernel_ == Kernel::kGemm) {
     packed_ = weight_.reshape({weight_.size(0), weight_.size(1)}).t().contiguous();  // [C, K]
     return;
@@ -176,16 +138,15 @@ at::Tensor PrepackedConvolution::run_onednn(const at::Tensor& input,
                                             const std::optional<at::Tensor>& other) {
   // oneDNN (torch 2.11) cannot make the residual's memory for a binary post-op when the
   // result has one pixel, and takes no activation but relu after a binary post-op: what
-  // it cannot fuse runs after it, in ATen; so does the activation while a convolution of the
-  // program has non-finite weights (NonFiniteWeights).
+  // it cannot fuse runs after it, in ATen; so does the activation while a product of the
+  // program has non-finite weights (NonFiniteWeights, fused_epilogue.h).
   const bool fuse_add = epilogue_.add_residual && !single_pixel_;
   const bool fuse_activation =
-      non_finite_->convolutions.load() == 0 &&
+      finite_weights_.may_fuse_activation() &&
       (!epilogue_.add_residual ||
        (fuse_add && (epilogue_.activation == "relu" || epilogue_.activation == "none")));
-  c10::List<std::optional<at::Scalar>> scalars;
-  if (fuse_activation)
-    for (const auto& s : epilogue_.scalars) scalars.push_back(s);
+  const c10::List<std::optional<at::Scalar>> scalars =
+      fuse_activation ? epilogue_.scalar_list() : c10::List<std::optional<at::Scalar>>();
   const std::string activation = fuse_activation ? epilogue_.activation : "none";
   const std::optional<std::string> algorithm = fuse_activation ? epilogue_.algorithm : std::nullopt;
   // Both overloads: (input, [other,] weight, bias, padding, stride, dilation, groups, ...).
@@ -232,20 +193,6 @@ at::Tensor convolution_prepacked(const at::Tensor& input, const std::optional<at
 
 c10::OperatorHandle convolution_prepacked_op() {
   return c10::Dispatcher::singleton().findSchemaOrThrow("nimble::convolution_prepacked", "");
-}
-
-int64_t prepacked_weight_bytes(const Program& program) {
-  const c10::ClassTypePtr type =
-      c10::getCustomClassType<c10::intrusive_ptr<PrepackedConvolution>>();
-  int64_t bytes = 0;
-  for (const OpNode& op : program.ops) {
-    for (const Arg& arg : op.args) {
-      if (arg.kind == Arg::Kind::kConstant && arg.constant.isCustomClass() &&
-          arg.constant.type() == type)
-        bytes += arg.constant.toCustomClass<PrepackedConvolution>()->packed_bytes();
-    }
-  }
-  return bytes;
 }
 
 TORCH_LIBRARY(nimble, m) {

@@ -20,13 +20,11 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/custom_class.h>
 
-#include <atomic>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "csrc/program/program.h"
+#include "csrc/kernels/cpu/fused_epilogue.h"
 #include "csrc/program/source_version.h"
 
 namespace nimble::kernels {
@@ -34,27 +32,6 @@ namespace nimble::kernels {
 struct ConvolutionGeometry {
   std::vector<int64_t> padding, stride, dilation;
   int64_t groups = 1;
-};
-
-// What runs after the convolution, in oneDNN's post-op terms.
-struct ConvolutionEpilogue {
-  bool add_residual = false;        // y = conv(x) + other, before the activation
-  std::string activation = "none";  // oneDNN's unary attribute: relu, hardtanh, swish, ...
-  std::vector<std::optional<at::Scalar>> scalars;  // the activation's (hardtanh's bounds)
-  std::optional<std::string> algorithm;            // gelu: "none" or "tanh"
-  std::string describe() const;
-  // The activation as ATen's in-place op on `y`.
-  void activate_in_place(at::Tensor& y) const;
-};
-
-// How many of one program's prepacked convolutions hold a NaN or an infinity in their weight
-// or bias (a folded batch norm of a negative variance, say). oneDNN's activations turn NaN
-// into a number (relu gives 0) where eager keeps it; while any convolution of the program
-// is non-finite, a NaN may flow from it into another one's input or residual, so none fuses
-// its activation (ATen's runs after the call instead). A NaN in the program's inputs is not
-// covered: docs/replays.md says so.
-struct NonFiniteWeights {
-  std::atomic<int> convolutions{0};
 };
 
 class PrepackedConvolution : public torch::CustomClassHolder {
@@ -70,12 +47,11 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   // one was folded); `sources` are the tensors they derive from, watched for changes.
   // `input` is the activation at capture (the kernel and oneDNN's weight layout are picked
   // for its shape); `out_strides` the layout the result must have (empty: channels_last,
-  // the kernels' own). `non_finite` is shared by the program's prepacked convolutions.
+  // the kernels' own). `non_finite` is shared by the program's prepacked products.
   PrepackedConvolution(at::Tensor weight, at::Tensor bias, std::vector<at::Tensor> sources,
-                       ConvolutionGeometry geometry, ConvolutionEpilogue epilogue,
+                       ConvolutionGeometry geometry, FusedEpilogue epilogue,
                        const at::Tensor& input, std::vector<int64_t> out_strides,
                        std::shared_ptr<NonFiniteWeights> non_finite);
-  ~PrepackedConvolution() override;
 
   at::Tensor run(const at::Tensor& input, const std::optional<at::Tensor>& other);
   // Bytes of the packed weight (its logical size: oneDNN may pad blocks beyond it).
@@ -91,12 +67,11 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   std::vector<at::Tensor> sources_;
   std::vector<SourceVersion> versions_;
   ConvolutionGeometry geometry_;
-  ConvolutionEpilogue epilogue_;
+  FusedEpilogue epilogue_;
   Kernel kernel_;
   std::vector<int64_t> input_sizes_;
-  bool single_pixel_;           // the result has one pixel per channel
-  bool finite_weights_ = true;  // no NaN or infinity in the weight and bias, as last packed
-  std::shared_ptr<NonFiniteWeights> non_finite_;
+  bool single_pixel_;  // the result has one pixel per channel
+  FiniteWeights finite_weights_;
   std::vector<int64_t> out_strides_;
   at::Tensor packed_;
   c10::OperatorHandle unary_, binary_, reorder_;
@@ -104,8 +79,5 @@ class PrepackedConvolution : public torch::CustomClassHolder {
 
 // The handle of `nimble::convolution_prepacked` (registered with this file).
 c10::OperatorHandle convolution_prepacked_op();
-
-// Bytes of the packed weights the program's prepacked convolutions hold.
-int64_t prepacked_weight_bytes(const Program& program);
 
 }  // namespace nimble::kernels
