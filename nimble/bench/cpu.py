@@ -58,8 +58,10 @@ def measure(spec: str, batch: int, image_size: int, runs: int, warmup: int,
     x = torch.randn_like(example)
     with torch.no_grad():
         expected = model(x)
-        torch.testing.assert_close(fast(x), expected)
-        torch.testing.assert_close(multi(x), expected, rtol=1e-4, atol=1e-4)
+        # The CPU lowering's prepacked kernels round differently from eager's: the zoo's
+        # bound (docs/cpu.md), as bench --peers checks every runtime.
+        torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-3)
+        torch.testing.assert_close(multi(x), expected, rtol=1e-4, atol=1e-3)
 
         # Two phases, each alternating its pair: OpenMP teams left spinning by one mode
         # would otherwise slow whichever mode runs next. Phase 1: eager vs one stream;

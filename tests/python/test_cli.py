@@ -54,6 +54,15 @@ def test_bench_without_out_buffers_preallocates_nothing():
     assert run("bench", "--out-variant-max-bytes", "-1").returncode == 2
 
 
+def test_bench_accepts_the_lowerings_float_rounding():
+    # resnet50's prepacked convolutions differ from eager by up to 1e-4: the bench's own
+    # check against eager once refused the second model of `--model all`.
+    done = run("bench", "--model", "torchvision:resnet50", "--runs", "1", "--warmup", "0",
+               "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["model"] == "torchvision:resnet50"
+
+
 def test_bench_measures_each_model_in_a_process_of_its_own():
     done = run("bench", "--model", "transformer:encoder", "--model", "torchvision:squeezenet1_1",
                "--image-size", "32", "--batch", "2", "--runs", "2", "--warmup", "1", "--json")
