@@ -2,8 +2,8 @@
 // Convolution weights with an eval-mode batch norm folded in (passes/batchnorm_folding.h
 // makes them): W' = W * g / sqrt(v + eps), b' = (b - m) * g / sqrt(v + eps) + beta. They are
 // derived state of the program: a replay refreshes them whenever a source parameter or
-// buffer changed since (its version counter moved, or its storage was swapped), so fine-tuning or load_state_dict
-// between calls is never replayed stale.
+// buffer changed since (its version counter moved, or its storage was swapped), so fine-tuning or
+// load_state_dict between calls is never replayed stale.
 #include <ATen/core/Tensor.h>
 
 #include <vector>
