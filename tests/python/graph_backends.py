@@ -51,3 +51,15 @@ def assert_trained_alike(got, expected, backend: str, what: str = "") -> None:
     within 1e-4 relative on a GPU (the issue's bound after 10 steps)."""
     tolerance = dict(rtol=0, atol=0) if backend == "cpu-graph" else dict(rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(got, expected, **tolerance, msg=lambda m: f"{what}: {m}")
+
+
+def assert_optimizer_states_alike(eager_opt, replayed_opt, same) -> None:
+    """The two optimizers' settings equal and their state entries the same keys, each entry
+    compared by `same(got, expected, what)`."""
+    a, b = eager_opt.state_dict(), replayed_opt.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    assert a["state"].keys() == b["state"].keys()
+    for key, entries in a["state"].items():
+        assert entries.keys() == b["state"][key].keys(), f"optimizer state {key}"
+        for name, value in entries.items():
+            same(b["state"][key][name], value, f"optimizer state {key}.{name}")

@@ -22,6 +22,7 @@ import torch
 import torchvision
 
 import nimble
+from graph_backends import assert_optimizer_states_alike
 from nimble.errors import NotPreparedError
 
 STEPS = 20
@@ -91,13 +92,7 @@ def _assert_models_equal(eager, replayed):
 
 
 def _assert_optimizers_equal(eager_opt, replayed_opt):
-    a, b = eager_opt.state_dict(), replayed_opt.state_dict()
-    assert a["param_groups"] == b["param_groups"]
-    assert a["state"].keys() == b["state"].keys()
-    for key, entries in a["state"].items():
-        assert entries.keys() == b["state"][key].keys(), f"optimizer state {key}"
-        for name, value in entries.items():
-            _assert_same(b["state"][key][name], value, f"optimizer state {key}.{name}")
+    assert_optimizer_states_alike(eager_opt, replayed_opt, _assert_same)
 
 
 def _pair(model_name, optimizer_name, seed=0):
