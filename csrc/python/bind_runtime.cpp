@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "csrc/kernels/cpu/prepacked_convolution.h"
+#include "csrc/kernels/cpu/prepacked_linear.h"
 #include "csrc/kernels/cpu/prepacked_weights.h"
 #include "csrc/program/program_builder.h"
 #include "csrc/python/bindings.h"
@@ -67,6 +69,17 @@ py::dict describe_op(const OpNode& op) {
   for (int s : op.writes) writes.append(s);
   d["reads"] = reads;
   d["writes"] = writes;
+  // What a lowered op runs (kernel, weight, epilogue): its packed object's own description.
+  for (const Arg& arg : op.args) {
+    if (arg.kind != Arg::Kind::kConstant || !arg.constant.isCustomClass()) continue;
+    if (arg.constant.type() ==
+        c10::getCustomClassType<c10::intrusive_ptr<kernels::PrepackedConvolution>>()) {
+      d["kernel"] = arg.constant.toCustomClass<kernels::PrepackedConvolution>()->describe();
+    } else if (arg.constant.type() ==
+               c10::getCustomClassType<c10::intrusive_ptr<kernels::PrepackedLinear>>()) {
+      d["kernel"] = arg.constant.toCustomClass<kernels::PrepackedLinear>()->describe();
+    }
+  }
   return d;
 }
 

@@ -11,5 +11,6 @@ std::shared_ptr<const KernelFamily> im2col_gemm_family();     // im2col_gemm.cpp
 std::shared_ptr<const KernelFamily> depthwise_conv_family();  // depthwise_conv.cpp
 std::shared_ptr<const KernelFamily> direct_conv_family();     // direct_conv.cpp
 std::shared_ptr<const KernelFamily> winograd_conv_family();   // winograd_conv.cpp
+std::shared_ptr<const KernelFamily> prepacked_family();       // prepacked_family.cpp
 
 }  // namespace nimble::kernels

@@ -8,8 +8,6 @@
 #include <future>
 #include <sstream>
 
-#include "csrc/kernels/cpu/cpu_features.h"
-
 namespace nimble::kernels {
 
 namespace {
@@ -40,24 +38,32 @@ int64_t output_pixels(c10::IntArrayRef input, c10::IntArrayRef weight,
 PrepackedConvolution::Kernel PrepackedConvolution::choose(c10::IntArrayRef weight_sizes,
                                                           const ConvolutionGeometry& geometry,
                                                           c10::IntArrayRef input_sizes) {
-  const auto all = [](const std::vector<int64_t>& values, int64_t v) {
-    return std::all_of(values.begin(), values.end(), [&](int64_t x) { return x == v; });
-  };
-  const bool pointwise = weight_sizes.size() == 4 && weight_sizes[2] == 1 && weight_sizes[3] == 1 &&
-                         geometry.groups == 1 && all(geometry.stride, 1) &&
-                         all(geometry.padding, 0) && all(geometry.dilation, 1);
-  if (!pointwise || input_sizes.size() != 4) return Kernel::kOneDnn;
-  const int64_t weights = weight_sizes[0] * weight_sizes[1];
-  const int64_t multiply_adds = weights * input_sizes[0] * input_sizes[2] * input_sizes[3];
-  // Measured on pointwise layers of mobilenet_v2, resnet50 and googlenet at batch 1, one
-  // thread (oneDNN and MKL limited to AVX2 for the AVX2 row): the product wins up to about
-  // 160 Ki weights while the arithmetic is small; oneDNN's AVX-512 kernels take over
-  // sooner than its AVX2 ones (256x512 weights on 4x4 pixels: product 1.19x slower than
-  // oneDNN with AVX-512, 0.84x with AVX2).
-  const int64_t most_multiply_adds =
-      this_cpu().vector_extension == VectorExtension::kAvx512 ? 1'000'000 : 2'200'000;
-  return weights <= 160 * 1024 && multiply_adds <= most_multiply_adds ? Kernel::kGemm
-                                                                      : Kernel::kOneDnn;
+  // Measured per layer against oneDNN on a prepacked weight (and MKL's product for pointwise
+  // layers), one thread, batch 1, shapes of mobilenet_v2, resnet18/50, googlenet,
+  // inception_v3 and regnet (docs/cpu.md): nimble's kernels were 1.04x-11x faster on every
+  // dense and depthwise layer with AVX-512 and with AVX2 code alike (oneDNN's fixed cost per
+  // call is 10-40 us), slower only where a group has few output channels (groups of 4 or 8
+  // channels: 0.90x-0.97x) and on CPUs without AVX2, where only their portable code runs.
+  if (nhwc::best_isa() == nhwc::Isa::kPortable || weight_sizes.size() != 4 ||
+      input_sizes.size() != 4)
+    return Kernel::kOneDnn;
+  const int64_t groups = geometry.groups;
+  const bool depthwise = groups > 1 && weight_sizes[1] == 1 && groups == input_sizes[1] &&
+                         weight_sizes[0] == input_sizes[1];
+  if (depthwise) return Kernel::kNimbleDepthwise;
+  return groups > 1 && weight_sizes[0] / groups <= 8 ? Kernel::kOneDnn : Kernel::kNimbleGemm;
+}
+
+const char* PrepackedConvolution::kernel_name(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::kOneDnn:
+      return "onednn_prepacked";
+    case Kernel::kNimbleDepthwise:
+      return "nimble_depthwise";
+    case Kernel::kNimbleGemm:
+      return "nimble_gemm";
+  }
+  return "?";
 }
 
 PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
@@ -65,13 +71,14 @@ PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
                                            ConvolutionGeometry geometry, FusedEpilogue epilogue,
                                            const at::Tensor& input,
                                            std::vector<int64_t> out_strides,
-                                           std::shared_ptr<NonFiniteWeights> non_finite)
+                                           std::shared_ptr<NonFiniteWeights> non_finite,
+                                           std::optional<Kernel> kernel)
     : weight_(std::move(weight)),
       bias_(std::move(bias)),
       sources_(std::move(sources)),
       geometry_(std::move(geometry)),
       epilogue_(std::move(epilogue)),
-      kernel_(choose(weight_.sizes(), geometry_, input.sizes())),
+      kernel_(kernel.value_or(choose(weight_.sizes(), geometry_, input.sizes()))),
       input_sizes_(input.sizes().vec()),
       single_pixel_(output_pixels(input.sizes(), weight_.sizes(), geometry_) == 1),
       finite_weights_(std::move(non_finite)),
@@ -79,15 +86,65 @@ PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
       unary_(mkldnn_op("mkldnn::_convolution_pointwise", "")),
       binary_(mkldnn_op("mkldnn::_convolution_pointwise", "binary")),
       reorder_(mkldnn_op("mkldnn::_reorder_convolution_weight", "")) {
+  if (nimble_kernel()) {
+    const std::optional<nhwc::Epilogue> epilogue = nhwc_epilogue(epilogue_);
+    TORCH_CHECK(epilogue.has_value(), "nimble::convolution_prepacked: the activation ",
+                epilogue_.activation, " has no form in nimble's kernels");
+    nhwc_epilogue_ = *epilogue;
+  }
   pack();
+}
+
+c10::intrusive_ptr<PrepackedConvolution> PrepackedConvolution::make(
+    at::Tensor weight, std::optional<at::Tensor> bias, std::vector<int64_t> stride,
+    std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups,
+    std::string activation, bool add_residual, const at::Tensor& input, std::string kernel) {
+  std::optional<Kernel> chosen;
+  for (Kernel k : {Kernel::kOneDnn, Kernel::kNimbleDepthwise, Kernel::kNimbleGemm})
+    if (kernel == kernel_name(k)) chosen = k;
+  TORCH_CHECK(chosen.has_value(),
+              "nimble::PrepackedConvolution: expected the kernel 'onednn_prepacked', "
+              "'nimble_depthwise' or 'nimble_gemm', got '",
+              kernel, "'");
+  FusedEpilogue epilogue;
+  epilogue.add_residual = add_residual;
+  epilogue.activation = std::move(activation);
+  if (epilogue.activation == "gelu") epilogue.algorithm = "none";
+  if (epilogue.activation == "hardtanh") epilogue.scalars = {at::Scalar(0.0), at::Scalar(6.0)};
+  if (epilogue.activation == "leaky_relu") epilogue.scalars = {at::Scalar(0.01)};
+  ConvolutionGeometry geometry{std::move(padding), std::move(stride), std::move(dilation), groups};
+  return c10::make_intrusive<PrepackedConvolution>(
+      std::move(weight), bias.value_or(at::Tensor()), std::vector<at::Tensor>{},
+      std::move(geometry), std::move(epilogue), input, std::vector<int64_t>{},
+      std::make_shared<NonFiniteWeights>(), chosen);
+}
+
+nhwc::ConvolutionGeometry PrepackedConvolution::nhwc_geometry() const {
+  nhwc::ConvolutionGeometry g;
+  g.images = input_sizes_[0];
+  g.in_channels = input_sizes_[1];
+  g.height = input_sizes_[2];
+  g.width = input_sizes_[3];
+  g.out_channels = weight_.size(0);
+  g.kernel_h = weight_.size(2);
+  g.kernel_w = weight_.size(3);
+  g.stride_h = geometry_.stride[0];
+  g.stride_w = geometry_.stride[1];
+  g.pad_h = geometry_.padding[0];
+  g.pad_w = geometry_.padding[1];
+  g.dilation_h = geometry_.dilation[0];
+  g.dilation_w = geometry_.dilation[1];
+  g.groups = geometry_.groups;
+  return g;
 }
 
 void PrepackedConvolution::pack() {
   at::NoGradGuard no_grad;
   versions_ = versions_of(sources_);
   finite_weights_.update(weight_, bias_);
-  if (kernel_ == Kernel::kGemm) {
-    packed_ = weight_.reshape({weight_.size(0), weight_.size(1)}).t().contiguous();  // [C, K]
+  if (nimble_kernel()) {
+    nhwc_ = std::make_unique<const NhwcConvolution>(weight_, bias_, nhwc_geometry(),
+                                                    kernel_ == Kernel::kNimbleDepthwise);
     return;
   }
   std::vector<c10::IValue> stack = {weight_,          geometry_.padding,
@@ -107,31 +164,10 @@ at::Tensor PrepackedConvolution::run(const at::Tensor& input,
   }
   TORCH_CHECK(!epilogue_.add_residual || other.has_value(),
               "nimble::convolution_prepacked: the residual is missing");
-  at::Tensor y = kernel_ == Kernel::kGemm ? run_gemm(input, other) : run_onednn(input, other);
+  at::Tensor y =
+      nimble_kernel() ? nhwc_->run(input, other, nhwc_epilogue_) : run_onednn(input, other);
   if (out_strides_.empty() || y.strides() == c10::IntArrayRef(out_strides_)) return y;
   return at::empty_strided(y.sizes(), out_strides_, y.options()).copy_(y);
-}
-
-at::Tensor PrepackedConvolution::run_gemm(const at::Tensor& input,
-                                          const std::optional<at::Tensor>& other) const {
-  const int64_t n = input.size(0), c = input.size(1), h = input.size(2), w = input.size(3);
-  // The activation as a [pixels, C] matrix: a view of a channels_last input, or of a
-  // contiguous one of batch 1 read transposed (BLAS takes either). The [pixels, K] product
-  // is then the channels_last result. (K x C times C x pixels, the NCHW way round, is 5x
-  // slower in MKL where there are few pixels.)
-  at::Tensor x;
-  if (input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
-    x = input.permute({0, 2, 3, 1}).reshape({-1, c});
-  } else if (n == 1) {
-    x = input.contiguous().view({c, h * w}).t();
-  } else {
-    x = input.permute({0, 2, 3, 1}).reshape({-1, c});
-  }
-  const at::Tensor product = bias_.defined() ? at::addmm(bias_, x, packed_) : at::mm(x, packed_);
-  at::Tensor y = product.view({n, h, w, packed_.size(1)}).permute({0, 3, 1, 2});
-  if (epilogue_.add_residual) y.add_(*other);
-  epilogue_.activate_in_place(y);
-  return y;
 }
 
 at::Tensor PrepackedConvolution::run_onednn(const at::Tensor& input,
@@ -171,12 +207,13 @@ at::Tensor PrepackedConvolution::run_onednn(const at::Tensor& input,
 }
 
 int64_t PrepackedConvolution::packed_bytes() const {
+  if (nhwc_) return nhwc_->packed_bytes();
   return packed_.numel() * static_cast<int64_t>(packed_.element_size());
 }
 
 std::string PrepackedConvolution::describe() const {
   std::ostringstream out;
-  out << (kernel_ == Kernel::kGemm ? "gemm_1x1" : "onednn_prepacked")
+  out << (nhwc_ ? nhwc_->describe() : kernel_name(kernel_))
       << " weight=" << join(weight_.sizes().vec()) << " stride=" << join(geometry_.stride)
       << " groups=" << geometry_.groups << " epilogue=" << epilogue_.describe();
   return out.str();
@@ -197,6 +234,7 @@ c10::OperatorHandle convolution_prepacked_op() {
 
 TORCH_LIBRARY(nimble, m) {
   m.class_<PrepackedConvolution>("PrepackedConvolution")
+      .def_static("make", &PrepackedConvolution::make)
       .def("describe", &PrepackedConvolution::describe)
       .def("packed_bytes", &PrepackedConvolution::packed_bytes);
   m.def(

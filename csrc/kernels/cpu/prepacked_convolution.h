@@ -1,15 +1,16 @@
 #pragma once
 // A 2-d convolution lowered for CPU inference (passes/cpu_lowering.h makes them), with its
 // weight packed once and the residual add and activation that followed it in the model
-// fused. Two kernels, by a rule on the shape (`choose`):
+// fused. Three kernels, by a rule on the shape and the CPU (`choose`):
+// - nimble_depthwise, nimble_gemm: nimble's own channels-last kernels (nhwc_convolution.h):
+//   a depthwise convolution vectorized over channels, and an indirect matrix product for
+//   dense and grouped ones, the epilogue applied as results are stored. No primitive lookup,
+//   no reorders, one thread where the work is too small to split: the fixed cost per call is
+//   a few microseconds, where oneDNN's is 10-30.
 // - onednn_prepacked: oneDNN's convolution (`mkldnn::_convolution_pointwise`) with the weight
 //   reordered into the blocked layout oneDNN prefers and the add and activation as post-ops.
 //   Its result is channels_last.
-// - gemm_1x1: a pointwise convolution as one matrix product (MKL), [pixels, C] x [C, K],
-//   on the activation as it lies, then the add and the activation in place. oneDNN costs
-//   20-30 us a call on this project's machines whatever the size (primitive lookup,
-//   reorders), which small pointwise layers of mobile nets cannot earn back.
-// Both give channels_last results.
+// All give channels_last results.
 // The packed weight is derived state: it is packed again, before the call that would read
 // it, whenever one of its sources (the convolution's weight, or the parameters and buffers
 // of a folded batch norm) changed since (source_version.h).
@@ -20,11 +21,13 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/custom_class.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "csrc/kernels/cpu/fused_epilogue.h"
+#include "csrc/kernels/cpu/nhwc_convolution.h"
 #include "csrc/program/source_version.h"
 
 namespace nimble::kernels {
@@ -36,12 +39,12 @@ struct ConvolutionGeometry {
 
 class PrepackedConvolution : public torch::CustomClassHolder {
  public:
-  enum class Kernel { kOneDnn, kGemm };
+  enum class Kernel { kOneDnn, kNimbleDepthwise, kNimbleGemm };
   // The kernel for this weight and input, by a rule measured per vector extension of the
-  // CPU this runs on (cpu_features.h): gemm_1x1 for pointwise convolutions (stride 1, no
-  // padding, ungrouped) with few weights and little arithmetic, oneDNN for the rest.
+  // CPU this runs on (cpu_features.h; the measurements are in docs/cpu.md).
   static Kernel choose(c10::IntArrayRef weight_sizes, const ConvolutionGeometry& geometry,
                        c10::IntArrayRef input_sizes);
+  static const char* kernel_name(Kernel kernel);
 
   // `weight` and `bias` are what the convolution reads (a folded batch norm's tensors when
   // one was folded); `sources` are the tensors they derive from, watched for changes.
@@ -51,7 +54,14 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   PrepackedConvolution(at::Tensor weight, at::Tensor bias, std::vector<at::Tensor> sources,
                        ConvolutionGeometry geometry, FusedEpilogue epilogue,
                        const at::Tensor& input, std::vector<int64_t> out_strides,
-                       std::shared_ptr<NonFiniteWeights> non_finite);
+                       std::shared_ptr<NonFiniteWeights> non_finite,
+                       std::optional<Kernel> kernel = std::nullopt);
+  // The same from Python, with the kernel by name (kernel_name) and the activation without
+  // scalars (hardtanh: relu6's bounds): what the kernels' tests and measurements build.
+  static c10::intrusive_ptr<PrepackedConvolution> make(
+      at::Tensor weight, std::optional<at::Tensor> bias, std::vector<int64_t> stride,
+      std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups,
+      std::string activation, bool add_residual, const at::Tensor& input, std::string kernel);
 
   at::Tensor run(const at::Tensor& input, const std::optional<at::Tensor>& other);
   // Bytes of the packed weight (its logical size: oneDNN may pad blocks beyond it).
@@ -60,8 +70,11 @@ class PrepackedConvolution : public torch::CustomClassHolder {
 
  private:
   void pack();
+  nhwc::ConvolutionGeometry nhwc_geometry() const;
   at::Tensor run_onednn(const at::Tensor& input, const std::optional<at::Tensor>& other);
-  at::Tensor run_gemm(const at::Tensor& input, const std::optional<at::Tensor>& other) const;
+  bool nimble_kernel() const {
+    return kernel_ == Kernel::kNimbleDepthwise || kernel_ == Kernel::kNimbleGemm;
+  }
 
   at::Tensor weight_, bias_;
   std::vector<at::Tensor> sources_;
@@ -74,6 +87,8 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   FiniteWeights finite_weights_;
   std::vector<int64_t> out_strides_;
   at::Tensor packed_;
+  std::unique_ptr<const NhwcConvolution> nhwc_;  // the nimble kernels' packed weight
+  nhwc::Epilogue nhwc_epilogue_;
   c10::OperatorHandle unary_, binary_, reorder_;
 };
 

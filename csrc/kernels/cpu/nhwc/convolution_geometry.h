@@ -1,0 +1,28 @@
+#pragma once
+// The shape of one 2-d convolution over channels-last (NHWC) activations, as nimble's own CPU
+// kernels (depthwise_convolution.h, gemm_convolution.h) take it. Torch-free.
+#include <cstdint>
+
+namespace nimble::kernels::nhwc {
+
+struct ConvolutionGeometry {
+  int64_t images = 1;
+  int64_t height = 0, width = 0;  // input pixels
+  int64_t in_channels = 0, out_channels = 0;
+  int64_t kernel_h = 1, kernel_w = 1;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+
+  int64_t out_height() const {
+    return (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1;
+  }
+  int64_t out_width() const {
+    return (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1;
+  }
+  // Output rows (one row: one output pixel's channels) over all images.
+  int64_t out_pixels() const { return images * out_height() * out_width(); }
+};
+
+}  // namespace nimble::kernels::nhwc

@@ -1,0 +1,138 @@
+#include "csrc/kernels/cpu/nhwc_convolution.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+namespace nimble::kernels {
+namespace {
+
+// Below this many multiply-adds a convolution runs on the calling thread alone: waking the
+// second thread of an OpenMP team and joining it costs more than it saves (measured on the
+// project's 2-core AMD EPYC; see docs/cpu.md).
+constexpr int64_t kParallelFrom = 200'000;
+
+template <typename F>
+void split(int64_t units, int64_t multiply_adds, const F& body) {
+  if (units < 2 || multiply_adds < kParallelFrom || at::get_num_threads() < 2 ||
+      at::in_parallel_region()) {
+    body(0, units);
+    return;
+  }
+  at::parallel_for(0, units, 1, body);
+}
+
+at::Tensor channels_last(const at::Tensor& t) {
+  return t.is_contiguous(at::MemoryFormat::ChannelsLast)
+             ? t
+             : t.contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+}  // namespace
+
+std::optional<nhwc::Epilogue> nhwc_epilogue(const FusedEpilogue& epilogue) {
+  using nhwc::Activation;
+  nhwc::Epilogue out;
+  const std::string& a = epilogue.activation;
+  const auto scalar = [&](size_t i) {
+    return static_cast<float>(epilogue.scalars.at(i).value().toDouble());
+  };
+  if (a == "none") {
+    out.activation = Activation::kNone;
+  } else if (a == "relu") {
+    out.activation = Activation::kRelu;
+  } else if (a == "hardtanh") {
+    out.activation = Activation::kClamp;
+    out.lo = scalar(0);
+    out.hi = scalar(1);
+  } else if (a == "leaky_relu") {
+    out.activation = Activation::kLeakyRelu;
+    out.lo = scalar(0);
+  } else if (a == "hardswish") {
+    out.activation = Activation::kHardswish;
+  } else if (a == "hardsigmoid") {
+    out.activation = Activation::kHardsigmoid;
+  } else if (a == "swish") {
+    out.activation = Activation::kSilu;
+  } else if (a == "sigmoid") {
+    out.activation = Activation::kSigmoid;
+  } else if (a == "tanh") {
+    out.activation = Activation::kTanh;
+  } else if (a == "gelu") {
+    out.activation = epilogue.algorithm.value_or("none") == "tanh" ? Activation::kGeluTanh
+                                                                   : Activation::kGeluErf;
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+NhwcConvolution::NhwcConvolution(const at::Tensor& weight, const at::Tensor& bias,
+                                 const nhwc::ConvolutionGeometry& geometry, bool depthwise,
+                                 nhwc::Isa isa)
+    : geometry_(geometry) {
+  const at::Tensor w = weight.contiguous();
+  const at::Tensor b = bias.defined() ? bias.contiguous() : at::Tensor();
+  const float* bias_data = b.defined() ? b.data_ptr<float>() : nullptr;
+  if (depthwise) {
+    depthwise_ = std::make_unique<const nhwc::DepthwiseWeights>(w.data_ptr<float>(), bias_data,
+                                                                geometry_, isa);
+  } else {
+    gemm_ = std::make_unique<const nhwc::GemmConvolution>(w.data_ptr<float>(), bias_data, geometry_,
+                                                          isa);
+  }
+}
+
+at::Tensor NhwcConvolution::run(const at::Tensor& input, const std::optional<at::Tensor>& residual,
+                                const nhwc::Epilogue& epilogue) const {
+  const nhwc::ConvolutionGeometry& g = geometry_;
+  TORCH_CHECK(input.dim() == 4 && input.size(0) == g.images && input.size(1) == g.in_channels &&
+                  input.size(2) == g.height && input.size(3) == g.width &&
+                  input.scalar_type() == at::kFloat,
+              "nimble::convolution_prepacked: expected a float input of sizes [", g.images, ", ",
+              g.in_channels, ", ", g.height, ", ", g.width, "] (as at prepare), got ",
+              input.sizes(), " ", input.scalar_type());
+  const at::Tensor x = channels_last(input);
+  at::Tensor y = at::empty({g.images, g.out_channels, g.out_height(), g.out_width()},
+                           input.options().memory_format(at::MemoryFormat::ChannelsLast));
+  at::Tensor r;
+  if (residual.has_value()) {
+    TORCH_CHECK(residual->sizes() == y.sizes() && residual->scalar_type() == at::kFloat,
+                "nimble::convolution_prepacked: expected a float residual of sizes ", y.sizes(),
+                ", got ", residual->sizes(), " ", residual->scalar_type());
+    r = channels_last(*residual);
+  }
+  const float* in = x.data_ptr<float>();
+  float* out = y.data_ptr<float>();
+  const float* res = r.defined() ? r.data_ptr<float>() : nullptr;
+  const int64_t multiply_adds =
+      g.out_pixels() * g.out_channels * g.kernel_h * g.kernel_w * (g.in_channels / g.groups);
+  if (depthwise_) {
+    split(g.images * g.out_height(), multiply_adds, [&](int64_t begin, int64_t end) {
+      nhwc::depthwise_rows(g, *depthwise_, in, out, res, epilogue, begin, end);
+    });
+    return y;
+  }
+  const int64_t columns = gemm_->column_blocks();
+  split(gemm_->row_blocks() * columns, multiply_adds, [&](int64_t begin, int64_t end) {
+    // Tiles in row-major order: whole or partial runs of one row block's column blocks.
+    for (int64_t tile = begin; tile < end;) {
+      const int64_t row = tile / columns, column = tile % columns;
+      const int64_t last = std::min(end - row * columns, columns);
+      gemm_->run(in, out, res, epilogue, row, row + 1, column, last);
+      tile = row * columns + last;
+    }
+  });
+  return y;
+}
+
+int64_t NhwcConvolution::packed_bytes() const {
+  return depthwise_ ? depthwise_->bytes() : gemm_->bytes();
+}
+
+std::string NhwcConvolution::describe() const {
+  const nhwc::Isa isa = depthwise_ ? depthwise_->isa() : gemm_->isa();
+  return std::string(depthwise_ ? "nimble_depthwise" : "nimble_gemm") + "(" + nhwc::isa_name(isa) +
+         ")";
+}
+
+}  // namespace nimble::kernels

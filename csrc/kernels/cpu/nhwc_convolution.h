@@ -1,0 +1,43 @@
+#pragma once
+// nimble's own channels-last convolution kernels (nhwc/: depthwise, and the indirect product
+// for the rest) called on ATen tensors: the lowered convolution (prepacked_convolution.h)
+// runs one of these where the rule there picks it. Packs the weight once for the geometry
+// seen at capture, takes an NHWC input (converting any other layout), returns a new
+// channels-last result with the residual add and the activation applied as it is stored
+// (NaN kept, as in eager), and splits the work over the calling thread's intra-op threads
+// when it is large enough to pay for the fork.
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "csrc/kernels/cpu/fused_epilogue.h"
+#include "csrc/kernels/cpu/nhwc/depthwise_convolution.h"
+#include "csrc/kernels/cpu/nhwc/gemm_convolution.h"
+
+namespace nimble::kernels {
+
+// The epilogue in the kernels' terms; none where the activation has no nhwc form.
+std::optional<nhwc::Epilogue> nhwc_epilogue(const FusedEpilogue& epilogue);
+
+class NhwcConvolution {
+ public:
+  // `weight` [K, C / groups, KH, KW] and `bias` [K] (undefined: none), as the convolution
+  // reads them; `geometry` with the input's sizes at capture. `depthwise` picks that kernel
+  // (groups == C == K), else the indirect product.
+  NhwcConvolution(const at::Tensor& weight, const at::Tensor& bias,
+                  const nhwc::ConvolutionGeometry& geometry, bool depthwise,
+                  nhwc::Isa isa = nhwc::best_isa());
+  at::Tensor run(const at::Tensor& input, const std::optional<at::Tensor>& residual,
+                 const nhwc::Epilogue& epilogue) const;
+  int64_t packed_bytes() const;
+  std::string describe() const;  // "nimble_depthwise" or "nimble_gemm", and the ISA
+
+ private:
+  nhwc::ConvolutionGeometry geometry_;
+  std::unique_ptr<const nhwc::DepthwiseWeights> depthwise_;
+  std::unique_ptr<const nhwc::GemmConvolution> gemm_;
+};
+
+}  // namespace nimble::kernels

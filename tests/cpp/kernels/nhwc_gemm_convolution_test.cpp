@@ -1,0 +1,382 @@
+// GemmConvolution (csrc/kernels/cpu/nhwc/gemm_convolution.h) against a naive convolution in
+// double: random geometries (groups, kernel sizes, strides, padding, dilation, residual, every
+// activation) on every Isa this CPU runs, linear-layer shapes, the tiling contract (tiles in
+// any order or on two threads give the one-call result), NaN propagation and bytes().
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "csrc/kernels/cpu/nhwc/gemm_convolution.h"
+
+namespace nimble::kernels::nhwc {
+namespace {
+
+double activate(double v, const Epilogue& e) {
+  switch (e.activation) {
+    case Activation::kNone:
+      return v;
+    case Activation::kRelu:
+      return v < 0 ? 0 : v;
+    case Activation::kClamp:
+      return v < e.lo ? e.lo : (v > e.hi ? e.hi : v);
+    case Activation::kLeakyRelu:
+      return v < 0 ? v * e.lo : v;
+    case Activation::kHardswish:
+      return v * std::clamp(v + 3, 0.0, 6.0) / 6;
+    case Activation::kHardsigmoid:
+      return std::clamp(v + 3, 0.0, 6.0) / 6;
+    case Activation::kSilu:
+      return v / (1 + std::exp(-v));
+    case Activation::kSigmoid:
+      return 1 / (1 + std::exp(-v));
+    case Activation::kTanh:
+      return std::tanh(v);
+    case Activation::kGeluErf:
+      return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    case Activation::kGeluTanh:
+      return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+  }
+  return v;
+}
+
+struct Problem {
+  ConvolutionGeometry g;
+  std::vector<float> input, weight, bias, residual;
+  bool has_bias = true, has_residual = false;
+  Epilogue epilogue;
+
+  std::vector<float> reference() const {
+    const int64_t oh = g.out_height(), ow = g.out_width();
+    const int64_t cg = g.in_channels / g.groups, kg = g.out_channels / g.groups;
+    std::vector<float> out(g.out_pixels() * g.out_channels);
+    for (int64_t n = 0; n < g.images; ++n)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox)
+          for (int64_t k = 0; k < g.out_channels; ++k) {
+            const int64_t group = k / kg;
+            double sum = has_bias ? bias[k] : 0.0;
+            for (int64_t ky = 0; ky < g.kernel_h; ++ky)
+              for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
+                const int64_t iy = oy * g.stride_h - g.pad_h + ky * g.dilation_h;
+                const int64_t ix = ox * g.stride_w - g.pad_w + kx * g.dilation_w;
+                if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width) continue;
+                for (int64_t c = 0; c < cg; ++c) {
+                  const double x =
+                      input[((n * g.height + iy) * g.width + ix) * g.in_channels + group * cg + c];
+                  sum += x * weight[((k * cg + c) * g.kernel_h + ky) * g.kernel_w + kx];
+                }
+              }
+            const int64_t at = ((n * oh + oy) * ow + ox) * g.out_channels + k;
+            if (has_residual) sum += residual[at];
+            out[at] = static_cast<float>(activate(sum, epilogue));
+          }
+    return out;
+  }
+
+  std::vector<float> run(Isa isa) const {
+    const GemmConvolution conv(weight.data(), has_bias ? bias.data() : nullptr, g, isa);
+    std::vector<float> out(g.out_pixels() * g.out_channels, -7.0F);
+    conv.run(input.data(), out.data(), has_residual ? residual.data() : nullptr, epilogue, 0,
+             conv.row_blocks(), 0, conv.column_blocks());
+    return out;
+  }
+};
+
+std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0F, 1.0F);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+Problem make_problem(const ConvolutionGeometry& g, std::mt19937& rng, bool bias = true,
+                     bool residual = false, Epilogue epilogue = {}) {
+  Problem p;
+  p.g = g;
+  p.input = random_floats(g.images * g.height * g.width * g.in_channels, rng);
+  p.weight =
+      random_floats(g.out_channels * (g.in_channels / g.groups) * g.kernel_h * g.kernel_w, rng);
+  p.bias = random_floats(g.out_channels, rng);
+  p.residual = random_floats(g.out_pixels() * g.out_channels, rng);
+  p.has_bias = bias;
+  p.has_residual = residual;
+  p.epilogue = epilogue;
+  return p;
+}
+
+ConvolutionGeometry linear(int64_t rows, int64_t in, int64_t out) {
+  ConvolutionGeometry g;
+  g.height = 1;
+  g.width = rows;
+  g.in_channels = in;
+  g.out_channels = out;
+  return g;
+}
+
+// Relative and absolute 1e-4: the kernel sums in another order, in float.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) {
+      ASSERT_TRUE(std::isnan(got[i])) << what << " at " << i;
+      continue;
+    }
+    ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::fabs(want[i]))
+        << what << " at " << i << " of " << got.size();
+  }
+}
+
+std::string describe(const Problem& p) {
+  const ConvolutionGeometry& g = p.g;
+  return "n" + std::to_string(g.images) + " " + std::to_string(g.height) + "x" +
+         std::to_string(g.width) + " c" + std::to_string(g.in_channels) + " k" +
+         std::to_string(g.out_channels) + " g" + std::to_string(g.groups) + " kernel " +
+         std::to_string(g.kernel_h) + "x" + std::to_string(g.kernel_w) + " stride " +
+         std::to_string(g.stride_h) + "," + std::to_string(g.stride_w) + " pad " +
+         std::to_string(g.pad_h) + "," + std::to_string(g.pad_w) + " dil " +
+         std::to_string(g.dilation_h) + "," + std::to_string(g.dilation_w) +
+         (p.has_bias ? " bias" : "") + (p.has_residual ? " residual" : "") + " act " +
+         std::to_string(static_cast<int>(p.epilogue.activation));
+}
+
+Problem random_problem(std::mt19937& rng) {
+  const auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (;;) {
+    ConvolutionGeometry g;
+    g.images = pick(1, 2);
+    g.height = pick(1, 12);
+    g.width = pick(1, 12);
+    const int64_t kind = pick(0, 4);  // dense, grouped, depthwise, pointwise in place
+    g.groups = kind == 1 ? pick(2, 4) : 1;
+    int64_t cg = pick(1, 70), kg = pick(1, 70);
+    if (kind == 2) {
+      g.groups = pick(1, 24);
+      cg = 1;
+      kg = pick(1, 2);
+    }
+    g.in_channels = cg * g.groups;
+    g.out_channels = kg * g.groups;
+    if (kind != 3) {
+      g.kernel_h = pick(1, 5);
+      g.kernel_w = pick(1, 5);
+      g.stride_h = pick(1, 3);
+      g.stride_w = pick(1, 3);
+      g.pad_h = pick(0, 3);
+      g.pad_w = pick(0, 3);
+      g.dilation_h = pick(1, 2);
+      g.dilation_w = pick(1, 2);
+    }
+    if (g.out_height() < 1 || g.out_width() < 1) continue;
+    const int64_t macs = g.out_pixels() * g.out_channels * cg * g.kernel_h * g.kernel_w;
+    if (macs > 3'000'000) continue;
+    Epilogue e;
+    e.activation = static_cast<Activation>(pick(0, static_cast<int>(Activation::kGeluTanh)));
+    if (e.activation == Activation::kClamp) {
+      e.lo = -std::uniform_real_distribution<float>(0.0F, 0.5F)(rng);
+      e.hi = std::uniform_real_distribution<float>(0.1F, 1.0F)(rng);
+    } else if (e.activation == Activation::kLeakyRelu) {
+      e.lo = std::uniform_real_distribution<float>(0.01F, 0.3F)(rng);
+    }
+    return make_problem(g, rng, pick(0, 1) == 1, pick(0, 1) == 1, e);
+  }
+}
+
+class GemmConvolutionIsaTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!supports(GetParam())) GTEST_SKIP() << isa_name(GetParam()) << " not on this CPU";
+  }
+};
+
+TEST_P(GemmConvolutionIsaTest, MatchesNaiveReferenceOnRandomGeometries) {
+  std::mt19937 rng(20240611);
+  for (int trial = 0; trial < 400; ++trial) {
+    const Problem p = random_problem(rng);
+    expect_close(p.run(GetParam()), p.reference(),
+                 "trial " + std::to_string(trial) + ": " + describe(p));
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_P(GemmConvolutionIsaTest, LinearLayerShapesIncludingOneRow) {
+  std::mt19937 rng(7);
+  const std::vector<std::pair<int64_t, std::pair<int64_t, int64_t>>> shapes = {
+      {1, {1280, 1000}}, {1, {3, 5}},     {1, {768, 17}}, {2, {512, 48}}, {3, {33, 40}},
+      {4, {576, 160}},   {5, {64, 100}},  {7, {100, 31}}, {9, {20, 64}},  {16, {384, 96}},
+      {17, {768, 768}},  {33, {70, 129}}, {1, {1, 1}},    {6, {7, 1}}};
+  for (const auto& [rows, ck] : shapes) {
+    const Problem p = make_problem(linear(rows, ck.first, ck.second), rng, true, rows % 2 == 0,
+                                   {Activation::kRelu});
+    expect_close(p.run(GetParam()), p.reference(), describe(p));
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The layers the kernel is tuned for (mobilenet_v2, resnet18, googlenet, first layers),
+// inception's 1x7 and 7x1, resnext's and regnet's grouped 3x3 (groups of 4, 8 and 16).
+TEST_P(GemmConvolutionIsaTest, MatchesReferenceOnNetworkLayers) {
+  std::mt19937 rng(11);
+  struct Layer {
+    int64_t c, k, hw, kh, kw, stride, pad_h, pad_w, groups;
+  };
+  for (const Layer& l :
+       {Layer{64, 64, 16, 3, 3, 1, 1, 1, 1}, Layer{64, 128, 16, 3, 3, 2, 1, 1, 1},
+        Layer{3, 64, 32, 7, 7, 2, 3, 3, 1}, Layer{3, 32, 32, 3, 3, 2, 1, 1, 1},
+        Layer{16, 32, 8, 5, 5, 1, 2, 2, 1}, Layer{96, 128, 8, 3, 3, 1, 1, 1, 1},
+        Layer{24, 144, 28, 1, 1, 1, 0, 0, 1}, Layer{256, 256, 4, 3, 3, 1, 1, 1, 1},
+        Layer{64, 80, 9, 1, 7, 1, 0, 3, 1}, Layer{64, 80, 9, 7, 1, 1, 3, 0, 1},
+        Layer{128, 128, 14, 3, 3, 1, 1, 1, 32}, Layer{128, 128, 14, 3, 3, 2, 1, 1, 16},
+        Layer{96, 96, 10, 3, 3, 1, 1, 1, 6}}) {
+    ConvolutionGeometry g;
+    g.height = g.width = l.hw;
+    g.in_channels = l.c;
+    g.out_channels = l.k;
+    g.kernel_h = l.kh;
+    g.kernel_w = l.kw;
+    g.stride_h = g.stride_w = l.stride;
+    g.pad_h = l.pad_h;
+    g.pad_w = l.pad_w;
+    g.groups = l.groups;
+    const Problem p = make_problem(g, rng, true, false, {Activation::kClamp, 0.0F, 6.0F});
+    expect_close(p.run(GetParam()), p.reference(), describe(p));
+  }
+}
+
+TEST_P(GemmConvolutionIsaTest, NanInInputStaysNanThroughRelu) {
+  std::mt19937 rng(3);
+  ConvolutionGeometry pointwise = linear(5, 40, 70);
+  ConvolutionGeometry padded;
+  padded.height = padded.width = 5;
+  padded.in_channels = 20;
+  padded.out_channels = 33;
+  padded.kernel_h = padded.kernel_w = 3;
+  padded.pad_h = padded.pad_w = 1;
+  for (const ConvolutionGeometry& g : {pointwise, padded}) {
+    for (const Activation a : {Activation::kRelu, Activation::kClamp, Activation::kSilu}) {
+      Problem p = make_problem(g, rng, true, false, {a, 0.0F, 6.0F});
+      p.input[2 * g.in_channels + 1] = std::numeric_limits<float>::quiet_NaN();  // pixel 2
+      const std::vector<float> want = p.reference();
+      ASSERT_TRUE(std::isnan(want[2 * g.out_channels]));
+      expect_close(p.run(GetParam()), want, describe(p));
+    }
+  }
+}
+
+TEST_P(GemmConvolutionIsaTest, TilesInAnyOrderOrOnTwoThreadsMatchOneCall) {
+  std::mt19937 rng(5);
+  ConvolutionGeometry grouped;
+  grouped.images = 2;
+  grouped.height = grouped.width = 20;
+  grouped.in_channels = 48;
+  grouped.out_channels = 100;
+  grouped.groups = 2;
+  grouped.kernel_h = grouped.kernel_w = 3;
+  grouped.pad_h = grouped.pad_w = 1;
+  for (const ConvolutionGeometry& g : {grouped, linear(1, 1280, 1000), linear(4, 576, 160)}) {
+    const Problem p = make_problem(g, rng, true, true, {Activation::kGeluTanh});
+    const GemmConvolution conv(p.weight.data(), p.bias.data(), g, GetParam());
+    const int64_t rb = conv.row_blocks(), cb = conv.column_blocks();
+    ASSERT_GE(rb * cb, 2) << describe(p);
+    const size_t size = g.out_pixels() * g.out_channels;
+    std::vector<float> whole(size), tiled(size, -7.0F), threaded(size, -7.0F);
+    conv.run(p.input.data(), whole.data(), p.residual.data(), p.epilogue, 0, rb, 0, cb);
+    std::vector<std::pair<int64_t, int64_t>> tiles;
+    for (int64_t r = 0; r < rb; ++r)
+      for (int64_t c = 0; c < cb; ++c) tiles.emplace_back(r, c);
+    std::shuffle(tiles.begin(), tiles.end(), rng);
+    for (const auto& [r, c] : tiles) {
+      conv.run(p.input.data(), tiled.data(), p.residual.data(), p.epilogue, r, r + 1, c, c + 1);
+    }
+    const auto half = [&](size_t parity) {
+      for (size_t i = parity; i < tiles.size(); i += 2) {
+        const auto [r, c] = tiles[i];
+        conv.run(p.input.data(), threaded.data(), p.residual.data(), p.epilogue, r, r + 1, c,
+                 c + 1);
+      }
+    };
+    std::thread other(half, 1);
+    half(0);
+    other.join();
+    EXPECT_EQ(0, std::memcmp(whole.data(), tiled.data(), size * sizeof(float))) << describe(p);
+    EXPECT_EQ(0, std::memcmp(whole.data(), threaded.data(), size * sizeof(float))) << describe(p);
+    expect_close(whole, p.reference(), describe(p));
+  }
+}
+
+TEST_P(GemmConvolutionIsaTest, InputMayMoveBetweenCalls) {
+  std::mt19937 rng(9);
+  ConvolutionGeometry g;
+  g.images = 2;
+  g.height = g.width = 7;
+  g.in_channels = g.out_channels = 24;
+  g.kernel_h = g.kernel_w = 3;
+  g.pad_h = g.pad_w = 1;
+  const Problem a = make_problem(g, rng);
+  Problem b = make_problem(g, rng);
+  b.weight = a.weight;
+  b.bias = a.bias;
+  const GemmConvolution conv(a.weight.data(), a.bias.data(), g, GetParam());
+  std::vector<float> out(g.out_pixels() * g.out_channels);
+  for (const Problem* p : {&a, static_cast<const Problem*>(&b)}) {
+    conv.run(p->input.data(), out.data(), nullptr, {}, 0, conv.row_blocks(), 0,
+             conv.column_blocks());
+    expect_close(out, p->reference(), describe(*p));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, GemmConvolutionIsaTest,
+                         ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(isa_name(info.param));
+                         });
+
+TEST(GemmConvolutionTest, SmallProductsAreOneTileLargerOnesSplit) {
+  const std::vector<float> weight(1280 * 1000, 0.5F);
+  const GemmConvolution tiny(weight.data(), nullptr, linear(1, 16, 16));
+  EXPECT_EQ(tiny.row_blocks() * tiny.column_blocks(), 1);
+  for (const ConvolutionGeometry& g :
+       {linear(1, 1280, 1000), linear(4, 576, 160), linear(1024, 32, 16), linear(3136, 24, 144)}) {
+    const GemmConvolution conv(weight.data(), nullptr, g);
+    EXPECT_GE(conv.row_blocks() * conv.column_blocks(), 2) << g.width << "x" << g.in_channels;
+  }
+}
+
+TEST(GemmConvolutionTest, BytesCoverThePackedWeightAndLittleMore) {
+  ConvolutionGeometry g;
+  g.height = g.width = 16;
+  g.in_channels = g.out_channels = 64;
+  g.kernel_h = g.kernel_w = 3;
+  g.pad_h = g.pad_w = 1;
+  const std::vector<float> weight(64 * 64 * 9, 1.0F);
+  const int64_t weight_bytes = 64 * 64 * 9 * 4, offset_bytes = 16 * 16 * 9 * 4;
+  const GemmConvolution conv(weight.data(), nullptr, g);
+  EXPECT_GE(conv.bytes(), weight_bytes + offset_bytes);
+  EXPECT_LE(conv.bytes(), weight_bytes + offset_bytes + 4096);
+  const GemmConvolution fc(weight.data(), nullptr, linear(1, 36, 1000));
+  EXPECT_GE(fc.bytes(), 36 * 1000 * 4);
+  EXPECT_LE(fc.bytes(), 36 * 1008 * 4 + 4096);  // pads to whole vectors, no offsets
+}
+
+TEST(GemmConvolutionTest, RejectsInconsistentGeometry) {
+  const std::vector<float> weight(64, 1.0F);
+  ConvolutionGeometry g = linear(2, 6, 4);
+  g.groups = 4;  // 6 channels do not split into 4 groups
+  EXPECT_THROW(GemmConvolution(weight.data(), nullptr, g), std::invalid_argument);
+  g = linear(2, 4, 4);
+  g.kernel_w = 5;  // wider than the padded input
+  EXPECT_THROW(GemmConvolution(weight.data(), nullptr, g), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace nimble::kernels::nhwc

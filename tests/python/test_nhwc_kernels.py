@@ -1,0 +1,129 @@
+"""nimble's own channels-last convolution kernels (csrc/kernels/cpu/nhwc/), called through
+the lowered convolution with the kernel forced (PrepackedConvolution.make): random
+geometries and every fused epilogue against eager's conv2d, on one thread and on two (the
+work split over threads must not change a result), inputs in either layout, NaN kept.
+
+The C++ suites (tests/cpp/kernels/nhwc_*_test.cpp) test the kernels themselves for every
+vector extension the CPU has; this file tests them as a replay calls them."""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import nimble._C  # noqa: F401  (the extension registers the kernels)
+
+# The activation as make() names it -> eager's function (relu6's bounds for hardtanh, 0.01
+# for leaky_relu, as make() sets them).
+ACTIVATIONS = {
+    "none": lambda y: y,
+    "relu": F.relu,
+    "hardtanh": F.relu6,
+    "leaky_relu": lambda y: F.leaky_relu(y, 0.01),
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "swish": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "gelu": F.gelu,
+}
+
+
+def make(conv, activation, residual, x, kernel):
+    return torch.classes.nimble.PrepackedConvolution.make(
+        conv.weight.detach(), None if conv.bias is None else conv.bias.detach(),
+        list(conv.stride), list(conv.padding), list(conv.dilation), conv.groups, activation,
+        residual, x, kernel)
+
+
+def expected(conv, activation, x, skip):
+    with torch.no_grad():
+        y = conv(x)
+        return ACTIVATIONS[activation](y if skip is None else y + skip)
+
+
+def random_conv(rng: random.Random, depthwise: bool):
+    c = rng.randint(1, 70)
+    if depthwise:
+        groups, c_in, c_out = c, c, c
+    else:
+        groups = rng.choice([1, 1, 1, 2, 3])
+        c_in, c_out = groups * rng.randint(1, 40), groups * rng.randint(1, 40)
+    kernel = (rng.randint(1, 5), rng.randint(1, 5)) if rng.random() < 0.3 else rng.choice([1, 3, 5])
+    return torch.nn.Conv2d(c_in, c_out, kernel, stride=rng.choice([1, 1, 2, (1, 2), 3]),
+                           padding=rng.choice([0, 1, 2, (1, 0)]), dilation=rng.choice([1, 1, 2]),
+                           groups=groups, bias=rng.random() < 0.7).eval()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("kernel", ["nimble_depthwise", "nimble_gemm"])
+@pytest.mark.parametrize("case", range(24))
+def test_random_convolutions_with_every_epilogue_match_eager(kernel, case, threads):
+    rng = random.Random(case * 7 + (kernel == "nimble_gemm"))
+    torch.manual_seed(case)
+    conv = random_conv(rng, depthwise=kernel == "nimble_depthwise")
+    kh, kw = conv.kernel_size
+    size_h = rng.randint(1, 20) + (kh - 1) * conv.dilation[0]
+    size_w = rng.randint(1, 20) + (kw - 1) * conv.dilation[1]
+    x = torch.randn(rng.choice([1, 1, 2]), conv.in_channels, size_h, size_w)
+    if rng.random() < 0.5:
+        x = x.contiguous(memory_format=torch.channels_last)
+    activation = list(ACTIVATIONS)[case % len(ACTIVATIONS)]
+    with torch.no_grad():
+        skip = torch.randn_like(conv(x)) if rng.random() < 0.5 else None
+    packed = make(conv, activation, skip is not None, x, kernel)
+    assert packed.describe().startswith(kernel), packed.describe()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = torch.ops.nimble.convolution_prepacked(x, skip, packed)
+    finally:
+        torch.set_num_threads(before)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(got, expected(conv, activation, x, skip), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel", ["nimble_depthwise", "nimble_gemm"])
+def test_large_layers_split_over_threads_match_one_thread(kernel):
+    torch.manual_seed(0)
+    c = 96
+    conv = torch.nn.Conv2d(c, c, 3, padding=1, groups=c if kernel == "nimble_depthwise" else 1)
+    x = torch.randn(1, c, 56, 56).contiguous(memory_format=torch.channels_last)
+    packed = make(conv.eval(), "relu", False, x, kernel)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = torch.ops.nimble.convolution_prepacked(x, None, packed)
+        torch.set_num_threads(2)
+        two = torch.ops.nimble.convolution_prepacked(x, None, packed)
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(one, two, rtol=0, atol=0)
+    torch.testing.assert_close(one, expected(conv, "relu", x, None), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel", ["nimble_depthwise", "nimble_gemm"])
+def test_nan_in_the_input_stays_nan_through_relu(kernel):
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16 if kernel == "nimble_depthwise" else 1)
+    x = torch.randn(1, 16, 6, 6)
+    x[0, 3, 2, 2] = float("nan")
+    packed = make(conv.eval(), "relu", False, x, kernel)
+    got = torch.ops.nimble.convolution_prepacked(x, None, packed)
+    want = expected(conv, "relu", x, None)
+    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
+
+
+def test_an_input_of_other_sizes_is_refused_with_both_shapes():
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8).eval()
+    packed = make(conv, "none", False, torch.randn(1, 8, 10, 10), "nimble_depthwise")
+    with pytest.raises(RuntimeError, match=r"expected a float input of sizes \[1, 8, 10, 10\].*"
+                                           r"got \[1, 8, 12, 12\]"):
+        torch.ops.nimble.convolution_prepacked(torch.randn(1, 8, 12, 12), None, packed)
+
+
+def test_an_unknown_kernel_name_is_refused():
+    conv = torch.nn.Conv2d(8, 8, 1).eval()
+    with pytest.raises(RuntimeError, match="expected the kernel 'onednn_prepacked'.*got 'blas'"):
+        make(conv, "none", False, torch.randn(1, 8, 4, 4), "blas")
