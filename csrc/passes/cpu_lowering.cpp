@@ -58,10 +58,23 @@ std::optional<FusedConvolution> lowerable(const std::vector<RecordedOp>& ops, si
 }
 
 RecordedOp make_fused_convolution_op(const FusedConvolution& conv,
-                                     const std::shared_ptr<kernels::NonFiniteWeights>& non_finite) {
-  auto packed = c10::make_intrusive<kernels::PrepackedConvolution>(
+                                     const std::shared_ptr<kernels::NonFiniteWeights>& non_finite,
+                                     const CpuLoweringCallbacks& callbacks) {
+  using kernels::PrepackedConvolution;
+  std::optional<PrepackedConvolution::Kernel> kernel;
+  int64_t threads = 0;
+  if (callbacks.tuned) {
+    const auto found = callbacks.tuned->find(
+        PrepackedConvolution::shape_key(conv.input.sizes(), conv.weight.sizes(), conv.geometry));
+    if (found != callbacks.tuned->end()) {
+      kernel = PrepackedConvolution::kernel_of_name(found->second.kernel);
+      threads = found->second.threads;
+    }
+  }
+  auto packed = c10::make_intrusive<PrepackedConvolution>(
       conv.weight, conv.bias, conv.sources, conv.geometry, conv.epilogue, conv.input,
-      conv.keep_kernel_layout ? std::vector<int64_t>{} : conv.result.strides().vec(), non_finite);
+      conv.keep_kernel_layout ? std::vector<int64_t>{} : conv.result.strides().vec(), non_finite,
+      kernel, threads);
   RecordedOp op{kernels::convolution_prepacked_op(), {}, {}};
   op.args = {conv.input, conv.other.defined() ? c10::IValue(conv.other) : c10::IValue(),
              c10::IValue(std::move(packed))};
@@ -108,7 +121,7 @@ int lower_for_cpu_inference(std::vector<RecordedOp>& ops, const std::vector<Fold
   std::vector<bool> drop(ops.size(), false);
   const auto non_finite = std::make_shared<kernels::NonFiniteWeights>();
   for (const FusedConvolution& conv : convs)
-    replace(drop, ops, conv, make_fused_convolution_op(conv, non_finite), callbacks);
+    replace(drop, ops, conv, make_fused_convolution_op(conv, non_finite, callbacks), callbacks);
   for (const FusedLinear& linear : linears)
     replace(drop, ops, linear, make_fused_linear_op(linear, non_finite), callbacks);
   std::vector<RecordedOp> kept;

@@ -13,12 +13,23 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "csrc/program/folded_batchnorm.h"
 #include "csrc/program/recorded_op.h"
 
 namespace nimble {
+
+// The kernel a tuning database chose for a convolution's shape (slot/lowering_choices.h),
+// by PrepackedConvolution::shape_key.
+struct TunedConvolution {
+  std::string kernel;   // PrepackedConvolution::kernel_name
+  int64_t threads = 0;  // intra-op threads (0: the caller's)
+};
+using TunedConvolutions = std::map<std::string, TunedConvolution>;
 
 struct CpuLoweringCallbacks {
   // Whether a tensor lives on the storage of a program output.
@@ -27,6 +38,8 @@ struct CpuLoweringCallbacks {
   std::function<bool(const at::Tensor&)> is_input;
   // Readers of `from` (an in-place op's returned alias) now read `to`.
   std::function<void(const at::Tensor& from, const at::Tensor& to)> redirect;
+  // Kernels chosen by tuning, by shape; a convolution without one gets the rule's.
+  const TunedConvolutions* tuned = nullptr;
 };
 
 // Rewrites `ops` in place; returns how many convolutions and linear layers were lowered. `folds`

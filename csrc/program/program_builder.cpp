@@ -244,7 +244,7 @@ BuiltProgram ProgramBuilder::finish(const BuildOptions& options) {
   std::vector<FoldedBatchNorm> folds;
   const bool lower_cpu = options.lower_for_cpu && on_cpu();
   if (options.fold_batchnorm || lower_cpu) folds = fold_batchnorms();
-  if (lower_cpu) lower_for_cpu(folds);
+  if (lower_cpu) lower_for_cpu(folds, options.tuned_convolutions);
   BuiltProgram built = start_program();
   built.state.folds = std::move(folds);
   Program& program = built.program;

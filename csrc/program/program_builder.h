@@ -14,6 +14,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "csrc/passes/cpu_lowering.h"
 #include "csrc/program/folded_batchnorm.h"
 #include "csrc/program/program.h"
 #include "csrc/program/program_state.h"
@@ -39,6 +40,8 @@ struct BuildOptions {
   bool plan_memory = true;
   // Drop copies and aliases readers cannot tell from their input (noop_elimination.h).
   bool drop_noop_ops = true;
+  // With lower_for_cpu: kernels a tuning database chose, by convolution shape.
+  TunedConvolutions tuned_convolutions;
 };
 
 // The dispatcher's handle for an op overload; UnsupportedOp (errors.h) naming it if none.
@@ -67,7 +70,7 @@ class ProgramBuilder {
   // their outputs read the convolutions' outputs; producers match the remaining ops.
   std::vector<FoldedBatchNorm> fold_batchnorms();
   // Convolutions of a CPU program are prepacked oneDNN calls (passes/cpu_lowering.h).
-  void lower_for_cpu(const std::vector<FoldedBatchNorm>& folds);
+  void lower_for_cpu(const std::vector<FoldedBatchNorm>& folds, const TunedConvolutions& tuned);
   // After a pass rewrote the recorded ops: tensors they introduced have slots (results as
   // transients), and transient slots name the op that now produces them.
   void renumber_rewritten_ops();

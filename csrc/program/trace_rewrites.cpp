@@ -23,7 +23,8 @@ std::vector<FoldedBatchNorm> ProgramBuilder::fold_batchnorms() {
   return folds;
 }
 
-void ProgramBuilder::lower_for_cpu(const std::vector<FoldedBatchNorm>& folds) {
+void ProgramBuilder::lower_for_cpu(const std::vector<FoldedBatchNorm>& folds,
+                                   const TunedConvolutions& tuned) {
   const std::set<const void*> outputs = output_storages();
   CpuLoweringCallbacks callbacks;
   callbacks.is_output = [&](const at::Tensor& t) {
@@ -37,6 +38,7 @@ void ProgramBuilder::lower_for_cpu(const std::vector<FoldedBatchNorm>& folds) {
   callbacks.redirect = [&](const at::Tensor& from, const at::Tensor& to) {
     redirect_reads(from, to);
   };
+  callbacks.tuned = &tuned;
   if (lower_for_cpu_inference(raw_ops_, folds, callbacks) > 0) renumber_rewritten_ops();
 }
 

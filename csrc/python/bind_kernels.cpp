@@ -12,6 +12,7 @@
 #include "csrc/kernels/kernel_family.h"
 #include "csrc/python/bindings.h"
 #include "csrc/slot/kernel_binding.h"
+#include "csrc/slot/lowering_choices.h"
 #include "csrc/slot/program_tasks.h"
 #include "tuning/scheduler/scheduler_factory.h"
 
@@ -195,6 +196,26 @@ void bind_kernels(py::module_& m) {
           },
           py::arg("signature"), py::arg("repeats") = 10,
           "ATen's kernel of the op, timed as its candidates are.");
+
+  k.def(
+      "lowering_choices",
+      [](const std::string& database, bool any_device) {
+        const tuning::TuningDatabase db(database);
+        py::dict out;
+        for (const auto& [key, choice] :
+             slot::lowering_choices(db, slot::device_key(c10::DeviceType::CPU), any_device)) {
+          py::dict d;
+          d["kernel"] = choice.kernel;
+          d["threads"] = choice.threads;
+          d["ms"] = choice.seconds * 1e3;
+          d["signature"] = choice.signature;
+          out[py::str(key)] = d;
+        }
+        return out;
+      },
+      py::arg("database"), py::arg("any_device") = false,
+      "Per convolution shape (PrepackedConvolution.shape_key), the lowering's kernel a tuning "
+      "database found fastest on this machine: {key: {kernel, threads, ms, signature}}.");
 
   k.def(
       "bind",

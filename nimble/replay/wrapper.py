@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import warnings
 from typing import Any
 
@@ -56,6 +57,8 @@ class Nimble(torch.nn.Module):
         self._options = None  # prepare's keywords, for preparing again after a change
         self._example = None  # prepare's example call (static copies)
         self._tuned_args = None  # use_tuned's arguments, bound again after preparing again
+        # (database, any_device) whose kernels the CPU lowering of the program runs, or None
+        self._lowered_with = None
         self._model_watch = None  # checked before every call (nimble/model_watch.py)
 
     # -- prepare ---------------------------------------------------------------------
@@ -83,6 +86,7 @@ class Nimble(torch.nn.Module):
         side_effects: str = "warn",
         _watch_model: bool = True,
         _graph_twin: bool = False,
+        _lowered_with: tuple | None = None,
     ) -> "Nimble":
         """Capture one run of the module on `example_inputs` (a tensor or a tuple of
         positional arguments) and build the replay.
@@ -102,12 +106,14 @@ class Nimble(torch.nn.Module):
         `example_targets` as well, the whole step (forward, `loss_fn(output, *targets)`,
         backward, `optimizer.step()`) is one program run by `fast.step(x, targets)`.
 
-        `lower_for_cpu` (inference on the CPU): convolutions become oneDNN calls with weights
-        packed once and the residual add and activation after them fused (batch norms
-        are folded into them first); False replays ATen's convolutions as captured, which
-        is what `nimble.tune` tunes and `tuned` binds to (so `tuned` turns it off).
+        `lower_for_cpu` (inference on the CPU): convolutions and linear layers become calls of
+        kernels with their weights packed once (nimble's own, or oneDNN's) and the residual
+        add and activation after them fused (batch norms are folded into them first); False
+        replays ATen's convolutions as captured.
 
-        `tuned`: a tuning database (`nimble.tune`); binds its kernels as `use_tuned` does.
+        `tuned`: a tuning database (`nimble.tune`): each lowered convolution runs the kernel
+        the database found fastest for its shape among the lowering's own, and ops left to
+        ATen get tuned kernels bound as `use_tuned` does.
 
         `on_change`: what a call does when the model changed since prepare in a way the
         replay cannot follow: "reprepare" (prepare again on that call's inputs, with these
@@ -143,13 +149,17 @@ class Nimble(torch.nn.Module):
             precompute_views=precompute_views,
             plan_memory=plan_memory,
             fold_batchnorm=fold_batchnorm,
-            lower_for_cpu=lower_for_cpu and not training and tuned is None,
+            lower_for_cpu=lower_for_cpu and not training,
             # An inference pass: training programs keep every copy they captured.
             drop_noop_ops=drop_noop_ops and not training,
             # The same for every device: the backend decides what a stream count means.
             streams=1 if streams == "auto" else streams,
             graph_twin=_graph_twin,
         )
+        lowered_with = (tuned, False) if tuned is not None else _lowered_with
+        if not options["lower_for_cpu"]:
+            lowered_with = None
+        options["tuned_convolutions"] = _lowering_choices(lowered_with)
         example = ExampleCall.of(example_inputs, example_kwargs, track_gradients=training)
         if training:
             check_training_devices(self.module, example)
@@ -200,6 +210,7 @@ class Nimble(torch.nn.Module):
         )
         self._tuned_report = []
         self._tuned_args = None
+        self._lowered_with = lowered_with
         if tuned is not None:
             self.use_tuned(tuned)
         return self
@@ -223,7 +234,8 @@ class Nimble(torch.nn.Module):
             stacklevel=3,
         )
         tuned = self._tuned_args
-        self.prepare(args, kwargs, **self._options, example_targets=targets)
+        self.prepare(args, kwargs, **self._options, example_targets=targets,
+                     _lowered_with=self._lowered_with)
         if tuned is not None and tuned[0] is not None:
             self.use_tuned(*tuned)
 
@@ -234,9 +246,13 @@ class Nimble(torch.nn.Module):
     ) -> list[dict]:
         """Binds tuned kernels from a tuning database (`nimble.tune`) into the replay.
 
-        Each tunable op's best record for this machine is checked against ATen on random
-        inputs and timed side by side with ATen's kernel now; it is bound only if it is
-        correct and faster. Records from another machine are used only with `any_device=True`
+        A replay whose convolutions are lowered (`lower_for_cpu`, the default) is built again
+        so that each runs the lowering's kernel the database found fastest for its shape
+        (a record of the "prepacked" family; the rule's own choice is one of them, so tuning
+        never makes a convolution slower than the untuned default); the report lists them.
+        Each op left to ATen gets its best record for this machine, checked against ATen
+        on random inputs and timed side by side with ATen's kernel now; it is bound only if
+        it is correct and faster. Records from another machine are used only with `any_device=True`
         (the report then says so). `min_speedup`: how much faster than ATen a kernel must be
         (0: bind every correct one). `use_tuned(None)` returns to ATen's kernels. Returns
         `tuned_report()`.
@@ -245,16 +261,23 @@ class Nimble(torch.nn.Module):
         from .tunable import inference_replay
 
         replay = inference_replay(self)
+        if database is not None and not os.path.exists(database):
+            raise FileNotFoundError(f"no tuning database at {database!r} (nimble.tune writes one)")
+        wanted = None if database is None else (database, any_device)
+        if self._options["lower_for_cpu"] and self._lowered_with != wanted:
+            # The lowering picks its kernels while it builds the program: build it again.
+            with warnings.catch_warnings():  # prepare named them already
+                warnings.simplefilter("ignore")
+                self.prepare(self._example.static_args, self._example.static_kwargs,
+                             **self._options, _lowered_with=wanted)
+            replay = inference_replay(self)
         self._tuned_args = (database, any_device, min_speedup)
         if database is None:
             kernels.unbind(replay)
             self._tuned_report = []
             return []
-        import os
-
-        if not os.path.exists(database):
-            raise FileNotFoundError(f"no tuning database at {database!r} (nimble.tune writes one)")
-        self._tuned_report = kernels.bind(
+        lowered = _lowered_report(replay, database, any_device)
+        self._tuned_report = lowered + kernels.bind(
             replay, database, any_device=any_device, min_speedup=min_speedup
         )
         return self.tuned_report()
@@ -401,3 +424,35 @@ class Nimble(torch.nn.Module):
         with self._program.snapshot():
             _, ops = self.replay.run_timed(self._program.example_inputs)
         write_trace(path, self.schedule["ops"], ops)
+
+
+def _lowering_choices(lowered_with: tuple | None) -> dict:
+    """The lowering's kernels a tuning database chose, by convolution shape, for
+    ProgramBuilder.finish: {shape key: (kernel, threads)}."""
+    if lowered_with is None or not os.path.exists(lowered_with[0]):
+        return {}
+    from .._C import kernels
+
+    choices = kernels.lowering_choices(lowered_with[0], any_device=lowered_with[1])
+    return {key: (c["kernel"], c["threads"]) for key, c in choices.items()}
+
+
+def _lowered_report(replay, database: str, any_device: bool) -> list[dict]:
+    """use_tuned's rows for the lowered convolutions that run a kernel the database chose."""
+    from .._C import kernels
+
+    choices = kernels.lowering_choices(database, any_device=any_device)
+    rows = []
+    for index, op in enumerate(replay.ops()):
+        choice = choices.get(op.get("shape_key"))
+        if choice is None:
+            continue
+        rows.append(dict(
+            op=index, absorbed=[], task=op["shape_key"], signature=choice["signature"],
+            kernel=f"family=prepacked prepacked.kernel={choice['kernel']} "
+                   f"prepacked.threads={choice['threads']}",
+            record_device="", aten_ms=0.0, tuned_ms=choice["ms"], bound=True,
+            reason="lowered convolution: the database's fastest of the lowering's kernels",
+        ))
+    return rows
+

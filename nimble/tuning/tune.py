@@ -1,9 +1,15 @@
 """Tuning a prepared model's kernels on this machine, and binding the winners into its replay.
 
-    fast = nimble.Nimble(model).prepare(x, lower_for_cpu=False)  # ATen's convolutions
+    fast = nimble.Nimble(model).prepare(x)
     report = nimble.tune(fast, budget_seconds=1200, database="tune.db")
-    fast.use_tuned("tune.db")         # ops whose tuned kernel is correct and faster now run it
+    fast.use_tuned("tune.db")  # each convolution: the fastest kernel measured for its shape
     print(fast.tuned_report())
+
+The tuner measures the model's convolutions as ATen runs them (a replay with the CPU lowering
+off, made here when `fast` is lowered), every kernel family against ATen: nimble's NCHW
+templates and PyTorch's own backends, and the lowering's kernels (the "prepacked" family:
+nimble's channels-last kernels and oneDNN's, each with its epilogue fused). A lowered replay
+then runs, per convolution shape, the fastest of the lowering's kernels the database holds.
 
 The tuner itself is C++ (tuning/, csrc/kernels/, csrc/slot/); this module checks arguments,
 shows progress and hands over.
@@ -122,13 +128,12 @@ def tune(
     if not (budget_seconds > 0 or budget_trials > 0):
         raise ValueError("give a positive budget_seconds or budget_trials")
     replay = inference_replay(fast)
+    if any(op["name"].startswith("nimble::") for op in replay.ops()):
+        replay = _unlowered_twin(fast).replay
     tasks = kernels.tasks(replay)
     if not tasks:
-        lowered = any(op["name"] == "nimble::convolution_prepacked" for op in replay.ops())
         raise ValueError("the model has no op a kernel family can replace (2-D float "
-                         "convolutions, linear layers with a bias)"
-                         + ("; its convolutions were lowered to prepacked oneDNN calls: "
-                            "prepare(..., lower_for_cpu=False) to tune ATen's" if lowered else ""))
+                         "convolutions, linear layers with a bias)")
     group = _workers(replay, workers, ray_address, model, options)
     busy = None if group else busy_warning()
     if busy:
@@ -149,6 +154,19 @@ def tune(
             shown.done()
         if group:
             group.close()
+
+
+def _unlowered_twin(fast):
+    """`fast`'s model prepared again on its example with the CPU lowering off: the tuner's
+    tasks are the convolutions as ATen runs them."""
+    from ..replay.wrapper import Nimble
+
+    with warnings.catch_warnings():  # `fast`'s prepare named them already
+        warnings.simplefilter("ignore")
+        return Nimble(fast.module).prepare(
+            fast._example.static_args, fast._example.static_kwargs, lower_for_cpu=False,
+            streams=fast._options["streams"],
+        )
 
 
 def _workers(replay, workers: int, ray_address: str | None, model: dict | None, options: dict):

@@ -134,7 +134,8 @@ def test_tune_records_every_measurement_and_binding_gives_eager_results(tmp_path
     assert len(kernels.bound_kernels(fast.replay)) == 5 + 1
     for r in fast.tuned_report():
         if r["bound"]:
-            assert r["family"] in ("aten", "im2col_gemm", "depthwise", "direct", "winograd")
+            assert r["family"] in ("aten", "im2col_gemm", "depthwise", "direct", "winograd",
+                                   "prepacked")
             assert r["speedup"] == pytest.approx(r["aten_ms"] / r["tuned_ms"])
     with torch.no_grad():
         for _ in range(3):

@@ -101,16 +101,21 @@ at::Tensor NhwcConvolution::run(const at::Tensor& input, const std::optional<at:
                 ", got ", residual->sizes(), " ", residual->scalar_type());
     r = channels_last(*residual);
   }
-  const float* in = x.data_ptr<float>();
-  float* out = y.data_ptr<float>();
-  const float* res = r.defined() ? r.data_ptr<float>() : nullptr;
+  run(x.data_ptr<float>(), y.data_ptr<float>(), r.defined() ? r.data_ptr<float>() : nullptr,
+      epilogue);
+  return y;
+}
+
+void NhwcConvolution::run(const float* in, float* out, const float* res,
+                          const nhwc::Epilogue& epilogue) const {
+  const nhwc::ConvolutionGeometry& g = geometry_;
   const int64_t multiply_adds =
       g.out_pixels() * g.out_channels * g.kernel_h * g.kernel_w * (g.in_channels / g.groups);
   if (depthwise_) {
     split(g.images * g.out_height(), multiply_adds, [&](int64_t begin, int64_t end) {
       nhwc::depthwise_rows(g, *depthwise_, in, out, res, epilogue, begin, end);
     });
-    return y;
+    return;
   }
   const int64_t columns = gemm_->column_blocks();
   split(gemm_->row_blocks() * columns, multiply_adds, [&](int64_t begin, int64_t end) {
@@ -122,7 +127,6 @@ at::Tensor NhwcConvolution::run(const at::Tensor& input, const std::optional<at:
       tile = row * columns + last;
     }
   });
-  return y;
 }
 
 int64_t NhwcConvolution::packed_bytes() const {

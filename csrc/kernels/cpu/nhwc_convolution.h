@@ -31,6 +31,12 @@ class NhwcConvolution {
                   nhwc::Isa isa = nhwc::best_isa());
   at::Tensor run(const at::Tensor& input, const std::optional<at::Tensor>& residual,
                  const nhwc::Epilogue& epilogue) const;
+  // The same on raw NHWC arrays of the geometry's sizes (a linear layer: [rows, in] into
+  // [rows, out], as a 1x1 convolution over one image row of `rows` pixels).
+  void run(const float* input, float* output, const float* residual,
+           const nhwc::Epilogue& epilogue) const;
+  int64_t in_channels() const { return geometry_.in_channels; }
+  int64_t out_channels() const { return geometry_.out_channels; }
   int64_t packed_bytes() const;
   std::string describe() const;  // "nimble_depthwise" or "nimble_gemm", and the ISA
 

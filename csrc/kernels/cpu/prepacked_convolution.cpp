@@ -8,6 +8,8 @@
 #include <future>
 #include <sstream>
 
+#include "csrc/runtime/cpu/intra_op_threads.h"
+
 namespace nimble::kernels {
 
 namespace {
@@ -16,9 +18,9 @@ c10::OperatorHandle mkldnn_op(const char* name, const char* overload) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
 }
 
-std::string join(const std::vector<int64_t>& values) {
+std::string join(const std::vector<int64_t>& values, const char* separator = ",") {
   std::ostringstream out;
-  for (size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << values[i];
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? separator : "") << values[i];
   return out.str();
 }
 
@@ -72,15 +74,17 @@ PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
                                            const at::Tensor& input,
                                            std::vector<int64_t> out_strides,
                                            std::shared_ptr<NonFiniteWeights> non_finite,
-                                           std::optional<Kernel> kernel)
+                                           std::optional<Kernel> kernel, int64_t threads)
     : weight_(std::move(weight)),
       bias_(std::move(bias)),
       sources_(std::move(sources)),
       geometry_(std::move(geometry)),
       epilogue_(std::move(epilogue)),
       kernel_(kernel.value_or(choose(weight_.sizes(), geometry_, input.sizes()))),
+      threads_(threads),
       input_sizes_(input.sizes().vec()),
-      single_pixel_(output_pixels(input.sizes(), weight_.sizes(), geometry_) == 1),
+      ambiguous_layout_(output_pixels(input.sizes(), weight_.sizes(), geometry_) == 1 ||
+                        weight_.size(0) == 1),
       finite_weights_(std::move(non_finite)),
       out_strides_(std::move(out_strides)),
       unary_(mkldnn_op("mkldnn::_convolution_pointwise", "")),
@@ -95,17 +99,30 @@ PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
   pack();
 }
 
+PrepackedConvolution::Kernel PrepackedConvolution::kernel_of_name(const std::string& name) {
+  for (Kernel k : {Kernel::kOneDnn, Kernel::kNimbleDepthwise, Kernel::kNimbleGemm})
+    if (name == kernel_name(k)) return k;
+  TORCH_CHECK(false,
+              "nimble::PrepackedConvolution: expected the kernel 'onednn_prepacked', "
+              "'nimble_depthwise' or 'nimble_gemm', got '",
+              name, "'");
+}
+
+std::string PrepackedConvolution::shape_key(c10::IntArrayRef input_sizes,
+                                            c10::IntArrayRef weight_sizes,
+                                            const ConvolutionGeometry& g) {
+  std::ostringstream out;
+  out << "in=" << join(input_sizes.vec(), "x") << " weight=" << join(weight_sizes.vec(), "x")
+      << " stride=" << join(g.stride) << " pad=" << join(g.padding) << " dil=" << join(g.dilation)
+      << " groups=" << g.groups;
+  return out.str();
+}
+
 c10::intrusive_ptr<PrepackedConvolution> PrepackedConvolution::make(
     at::Tensor weight, std::optional<at::Tensor> bias, std::vector<int64_t> stride,
     std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups,
     std::string activation, bool add_residual, const at::Tensor& input, std::string kernel) {
-  std::optional<Kernel> chosen;
-  for (Kernel k : {Kernel::kOneDnn, Kernel::kNimbleDepthwise, Kernel::kNimbleGemm})
-    if (kernel == kernel_name(k)) chosen = k;
-  TORCH_CHECK(chosen.has_value(),
-              "nimble::PrepackedConvolution: expected the kernel 'onednn_prepacked', "
-              "'nimble_depthwise' or 'nimble_gemm', got '",
-              kernel, "'");
+  const Kernel chosen = kernel_of_name(kernel);
   FusedEpilogue epilogue;
   epilogue.add_residual = add_residual;
   epilogue.activation = std::move(activation);
@@ -164,6 +181,13 @@ at::Tensor PrepackedConvolution::run(const at::Tensor& input,
   }
   TORCH_CHECK(!epilogue_.add_residual || other.has_value(),
               "nimble::convolution_prepacked: the residual is missing");
+  // A tuned thread count, never more than the calling thread has (a CPU stream of a
+  // multi-stream replay owns a share of the cores).
+  std::optional<KeepIntraOpThreads> keep;
+  if (threads_ > 0) {
+    keep.emplace();
+    if (threads_ < keep->saved()) keep->set(static_cast<int>(threads_));
+  }
   at::Tensor y =
       nimble_kernel() ? nhwc_->run(input, other, nhwc_epilogue_) : run_onednn(input, other);
   if (out_strides_.empty() || y.strides() == c10::IntArrayRef(out_strides_)) return y;
@@ -173,10 +197,10 @@ at::Tensor PrepackedConvolution::run(const at::Tensor& input,
 at::Tensor PrepackedConvolution::run_onednn(const at::Tensor& input,
                                             const std::optional<at::Tensor>& other) {
   // oneDNN (torch 2.11) cannot make the residual's memory for a binary post-op when the
-  // result has one pixel, and takes no activation but relu after a binary post-op: what
-  // it cannot fuse runs after it, in ATen; so does the activation while a product of the
+  // result has one pixel or one channel, and takes no activation but relu after a binary post-op:
+  // what it cannot fuse runs after it, in ATen; so does the activation while a product of the
   // program has non-finite weights (NonFiniteWeights, fused_epilogue.h).
-  const bool fuse_add = epilogue_.add_residual && !single_pixel_;
+  const bool fuse_add = epilogue_.add_residual && !ambiguous_layout_;
   const bool fuse_activation =
       finite_weights_.may_fuse_activation() &&
       (!epilogue_.add_residual ||
@@ -211,11 +235,16 @@ int64_t PrepackedConvolution::packed_bytes() const {
   return packed_.numel() * static_cast<int64_t>(packed_.element_size());
 }
 
+std::string PrepackedConvolution::key() const {
+  return shape_key(input_sizes_, weight_.sizes(), geometry_);
+}
+
 std::string PrepackedConvolution::describe() const {
   std::ostringstream out;
   out << (nhwc_ ? nhwc_->describe() : kernel_name(kernel_))
       << " weight=" << join(weight_.sizes().vec()) << " stride=" << join(geometry_.stride)
       << " groups=" << geometry_.groups << " epilogue=" << epilogue_.describe();
+  if (threads_ > 0) out << " threads=" << threads_;
   return out.str();
 }
 

@@ -45,6 +45,12 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   static Kernel choose(c10::IntArrayRef weight_sizes, const ConvolutionGeometry& geometry,
                        c10::IntArrayRef input_sizes);
   static const char* kernel_name(Kernel kernel);
+  // The kernel of that name; throws naming the names there are.
+  static Kernel kernel_of_name(const std::string& name);
+  // What tuned kernel choices are keyed by: the convolution's sizes and geometry,
+  // "in=1x32x16x16 weight=32x1x3x3 stride=1,1 pad=1,1 dil=1,1 groups=32".
+  static std::string shape_key(c10::IntArrayRef input_sizes, c10::IntArrayRef weight_sizes,
+                               const ConvolutionGeometry& geometry);
 
   // `weight` and `bias` are what the convolution reads (a folded batch norm's tensors when
   // one was folded); `sources` are the tensors they derive from, watched for changes.
@@ -55,7 +61,7 @@ class PrepackedConvolution : public torch::CustomClassHolder {
                        ConvolutionGeometry geometry, FusedEpilogue epilogue,
                        const at::Tensor& input, std::vector<int64_t> out_strides,
                        std::shared_ptr<NonFiniteWeights> non_finite,
-                       std::optional<Kernel> kernel = std::nullopt);
+                       std::optional<Kernel> kernel = std::nullopt, int64_t threads = 0);
   // The same from Python, with the kernel by name (kernel_name) and the activation without
   // scalars (hardtanh: relu6's bounds): what the kernels' tests and measurements build.
   static c10::intrusive_ptr<PrepackedConvolution> make(
@@ -67,6 +73,8 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   // Bytes of the packed weight (its logical size: oneDNN may pad blocks beyond it).
   int64_t packed_bytes() const;
   std::string describe() const;
+  // This convolution's shape_key.
+  std::string key() const;
 
  private:
   void pack();
@@ -82,8 +90,11 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   ConvolutionGeometry geometry_;
   FusedEpilogue epilogue_;
   Kernel kernel_;
+  int64_t threads_;  // intra-op threads a tuning run chose (0: the caller's)
   std::vector<int64_t> input_sizes_;
-  bool single_pixel_;  // the result has one pixel per channel
+  // The result has one pixel or one channel: NCHW and channels_last strides describe it
+  // alike, and oneDNN cannot make the residual's memory for a binary post-op.
+  bool ambiguous_layout_;
   FiniteWeights finite_weights_;
   std::vector<int64_t> out_strides_;
   at::Tensor packed_;

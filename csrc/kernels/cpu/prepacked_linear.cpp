@@ -8,8 +8,6 @@
 #include <optional>
 #include <sstream>
 
-#include "csrc/kernels/cpu/cpu_features.h"
-
 namespace nimble::kernels {
 
 namespace {
@@ -22,26 +20,18 @@ c10::OperatorHandle find(const char* name, const char* overload) {
 
 std::optional<PrepackedLinear::Kernel> PrepackedLinear::choose(int64_t rows, int64_t in_features,
                                                                int64_t out_features) {
-  // Measured in replays of chains of linear layers, against ATen's addmm on the weight's
-  // transposed view (oneDNN and MKL limited to AVX2 for the AVX2 rule; docs/cpu.md).
-  // oneDNN's call costs about 10 us more than BLAS's whatever the size (1x64x64: 11.7 us
-  // against 1.7); its AVX-512 kernels earn that back from about a million multiply-adds
-  // (32x128x256: 1.06x ATen, 8x512x512: 1.9x, 17x768x768: 2.2x, 197x768x768: 2.1x) but
-  // not on one row (1x2048x1000: as fast as the product); its AVX2 ones only on large
-  // products (17x768x768: 1.05x, 197x768x768: 1.11x; 8x512x512: 0.90x). The product on
-  // the weight transposed once pays where the weight is large and the rows few (4x512x512:
-  // 2.0x, 1x768x1000: 1.4x, 8x512x512: 1.2x); on small weights it is ATen's own kernel
-  // plus a call (0.93-0.99x at 64x64 to 256x256 weights), so they keep ATen's op.
-  const int64_t multiply_adds = rows * in_features * out_features;
-  const bool avx512 = this_cpu().vector_extension == VectorExtension::kAvx512;
-  if (avx512 ? rows > 1 && multiply_adds >= 1'000'000 : multiply_adds >= 8'000'000)
-    return Kernel::kOneDnn;
-  if (in_features * out_features >= 128 * 1024) return Kernel::kGemm;
+  // nimble's product beat MKL's (on the weight transposed once) 1.7-1.9x on one-row layers
+  // (1x512x1000, 1x1280x1000), oneDNN's prepacked matmul on 17x768x768, and ATen's addmm
+  // from 1x64x64 up (one thread, AVX-512 and AVX2 code alike; docs/cpu.md). Without AVX2
+  // only its portable code runs: oneDNN's AVX kernels earn back their ~10 us call from about
+  // a million multiply-adds, and below that ATen's op stays.
+  if (nhwc::best_isa() != nhwc::Isa::kPortable) return Kernel::kNimbleGemm;
+  if (rows > 1 && rows * in_features * out_features >= 1'000'000) return Kernel::kOneDnn;
   return std::nullopt;
 }
 
 const char* PrepackedLinear::kernel_name(Kernel kernel) {
-  return kernel == Kernel::kGemm ? "gemm" : "onednn_prepacked";
+  return kernel == Kernel::kNimbleGemm ? "nimble_gemm" : "onednn_prepacked";
 }
 
 PrepackedLinear::PrepackedLinear(at::Tensor source, bool transposed, at::Tensor bias,
@@ -62,6 +52,7 @@ PrepackedLinear::PrepackedLinear(at::Tensor source, bool transposed, at::Tensor 
   TORCH_CHECK(source_.dim() == 2 && (!bias_.defined() || bias_.dim() == 1),
               "nimble::linear_prepacked: expected a 2-d weight and a 1-d bias, got ",
               source_.sizes(), " and ", bias_.defined() ? bias_.sizes() : c10::IntArrayRef{});
+  if (kernel_ == Kernel::kNimbleGemm) nhwc_epilogue_ = nhwc_epilogue(epilogue_).value();
   pack();
 }
 
@@ -69,8 +60,9 @@ c10::intrusive_ptr<PrepackedLinear> PrepackedLinear::make(at::Tensor source, boo
                                                           std::optional<at::Tensor> bias,
                                                           std::string activation, int64_t rows,
                                                           std::string kernel) {
-  TORCH_CHECK(kernel == "gemm" || kernel == "onednn_prepacked",
-              "nimble::PrepackedLinear: expected the kernel 'gemm' or 'onednn_prepacked', got '",
+  TORCH_CHECK(kernel == "nimble_gemm" || kernel == "onednn_prepacked",
+              "nimble::PrepackedLinear: expected the kernel 'nimble_gemm' or 'onednn_prepacked', "
+              "got '",
               kernel, "'");
   FusedEpilogue epilogue;
   epilogue.activation = std::move(activation);
@@ -78,7 +70,8 @@ c10::intrusive_ptr<PrepackedLinear> PrepackedLinear::make(at::Tensor source, boo
   const int64_t out = transposed ? source.size(0) : source.size(1);
   return c10::make_intrusive<PrepackedLinear>(
       std::move(source), transposed, bias.value_or(at::Tensor()), std::move(epilogue), rows,
-      std::vector<int64_t>{rows, out}, kernel == "gemm" ? Kernel::kGemm : Kernel::kOneDnn,
+      std::vector<int64_t>{rows, out},
+      kernel == "nimble_gemm" ? Kernel::kNimbleGemm : Kernel::kOneDnn,
       std::make_shared<NonFiniteWeights>());
 }
 
@@ -87,9 +80,18 @@ at::Tensor PrepackedLinear::weight() const { return transposed_ ? source_.t() : 
 void PrepackedLinear::pack() {
   at::NoGradGuard no_grad;
   version_ = SourceVersion::of(source_);
+  bias_version_ = SourceVersion::of(bias_);
   finite_weights_.update(source_, bias_);
-  if (kernel_ == Kernel::kGemm) {
-    packed_ = weight().contiguous();  // [in, out] rows: BLAS reads it without transposing
+  if (kernel_ == Kernel::kNimbleGemm) {
+    // The weight as a 1x1 convolution's [out, in, 1, 1]; the rows as one image row.
+    const at::Tensor w = weight();
+    nhwc::ConvolutionGeometry g;
+    g.height = 1;
+    g.width = rows_;
+    g.in_channels = w.size(0);
+    g.out_channels = w.size(1);
+    nhwc_ = std::make_unique<const NhwcConvolution>(
+        w.t().reshape({g.out_channels, g.in_channels, 1, 1}), bias_, g, /*depthwise=*/false);
     return;
   }
   std::vector<c10::IValue> stack = {weight().t().contiguous(), rows_};  // oneDNN takes [out, in]
@@ -100,7 +102,8 @@ void PrepackedLinear::pack() {
 void PrepackedLinear::pack_if_changed(bool has_residual) {
   TORCH_CHECK(!epilogue_.add_residual || has_residual,
               "nimble::linear_prepacked: the residual is missing");
-  if (!version_.matches(source_)) {
+  if (!version_.matches(source_) ||
+      (kernel_ == Kernel::kNimbleGemm && !bias_version_.matches(bias_))) {
     // Packed on a thread of its own, not from a replay's private pool (as
     // PrepackedConvolution::run says).
     std::async(std::launch::async, [this] { pack(); }).get();
@@ -109,8 +112,9 @@ void PrepackedLinear::pack_if_changed(bool has_residual) {
 
 at::Tensor PrepackedLinear::run(const at::Tensor& input, const std::optional<at::Tensor>& other) {
   pack_if_changed(other.has_value());
-  const at::Tensor y =
-      kernel_ == Kernel::kGemm ? run_gemm(input, other, std::nullopt) : run_onednn(input, other);
+  if (kernel_ == Kernel::kOneDnn) return run_onednn(input, other).view(result_sizes_);
+  at::Tensor y = at::empty({input.size(0), nhwc_->out_channels()}, input.options());
+  run_nimble(input, other, y);
   return y.view(result_sizes_);
 }
 
@@ -122,25 +126,25 @@ void PrepackedLinear::run_into(const at::Tensor& input, const std::optional<at::
               c10::IntArrayRef(result_sizes_), ", got ", out.sizes(), " with strides ",
               out.strides());
   at::Tensor y = out.dim() == 2 ? out : out.view({input.size(0), -1});
-  if (kernel_ == Kernel::kGemm) {
-    run_gemm(input, other, y);
+  if (kernel_ == Kernel::kNimbleGemm) {
+    run_nimble(input, other, y);
   } else {
     y.copy_(run_onednn(input, other));
   }
 }
 
-at::Tensor PrepackedLinear::run_gemm(const at::Tensor& input,
-                                     const std::optional<at::Tensor>& other,
-                                     std::optional<at::Tensor> into) const {
-  at::Tensor y = into ? *into : at::empty({input.size(0), packed_.size(1)}, input.options());
-  if (bias_.defined()) {
-    at::addmm_out(y, bias_, input, packed_);
-  } else {
-    at::mm_out(y, input, packed_);
-  }
-  if (epilogue_.add_residual) y.add_(other->reshape(y.sizes()));
-  epilogue_.activate_in_place(y);
-  return y;
+void PrepackedLinear::run_nimble(const at::Tensor& input, const std::optional<at::Tensor>& other,
+                                 at::Tensor& y) const {
+  TORCH_CHECK(input.dim() == 2 && input.size(0) == rows_ && input.size(1) == nhwc_->in_channels() &&
+                  input.scalar_type() == at::kFloat,
+              "nimble::linear_prepacked: expected a float input of sizes [", rows_, ", ",
+              nhwc_->in_channels(), "] (as at prepare), got ", input.sizes(), " ",
+              input.scalar_type());
+  const at::Tensor x = input.contiguous();
+  at::Tensor residual;
+  if (epilogue_.add_residual) residual = other->reshape(y.sizes()).contiguous();
+  nhwc_->run(x.data_ptr<float>(), y.data_ptr<float>(),
+             residual.defined() ? residual.data_ptr<float>() : nullptr, nhwc_epilogue_);
 }
 
 at::Tensor PrepackedLinear::run_onednn(const at::Tensor& input,
@@ -172,6 +176,7 @@ at::Tensor PrepackedLinear::run_onednn(const at::Tensor& input,
 }
 
 int64_t PrepackedLinear::packed_bytes() const {
+  if (nhwc_) return nhwc_->packed_bytes();
   return packed_.numel() * static_cast<int64_t>(packed_.element_size());
 }
 

@@ -35,7 +35,13 @@ TEST(KernelFamilies, EveryConfigOfEveryFamilyMatchesAtenOnRandomConvolutions) {
     for (int c = 0; c < 6; ++c) {
       const tuning::Config config = space.knobs().random_config(rng);
       const auto kernel = space.build(config);
-      const std::string wrong = compare_results(kernel->run(operands), reference);
+      at::Tensor got;
+      try {
+        got = kernel->run(operands);
+      } catch (const std::exception& e) {
+        FAIL() << op.signature() << " with " << space.describe(config) << ": " << e.what();
+      }
+      const std::string wrong = compare_results(got, reference);
       ASSERT_EQ(wrong, "") << op.signature() << " with " << space.describe(config);
       ++per_family[space.family(config).name()];
       ++checked;
@@ -48,6 +54,7 @@ TEST(KernelFamilies, EveryConfigOfEveryFamilyMatchesAtenOnRandomConvolutions) {
   EXPECT_GT(per_family["depthwise"], 20);
   EXPECT_GT(per_family["direct"], 50);
   EXPECT_GT(per_family["winograd"], 10);
+  EXPECT_GT(per_family["prepacked"], 50);
 }
 
 // A linear layer (addmm of a bias, an input [n, c] and a transposed weight [k, c]), as the

@@ -1,0 +1,37 @@
+#pragma once
+// Tuned kernels for the CPU lowering: which of the lowering's own kernels (the "prepacked"
+// family, kernels/cpu/prepacked_family.cpp) a tuning database found fastest for each
+// convolution shape. Tuning measures ATen's convolutions as the unlowered program has them
+// (batch norm apart, no fused epilogue); the lowered program has the same convolutions with
+// batch norms folded and epilogues fused, so records are matched by shape alone (sizes,
+// stride, padding, dilation, groups), never by the full signature.
+#include <map>
+#include <optional>
+#include <string>
+
+#include "csrc/kernels/tunable_op.h"
+#include "tuning/database/tuning_database.h"
+
+namespace nimble::slot {
+
+struct LoweringChoice {
+  std::string kernel;   // PrepackedConvolution::kernel_name
+  int64_t threads = 0;  // intra-op threads (0: the caller's)
+  double seconds = 0;   // the record's mean time per call
+  std::string signature;
+};
+
+// "in=1x32x16x16 weight=32x1x3x3 stride=1,1 pad=1,1 dil=1,1 groups=32": what a choice is
+// keyed by.
+std::string convolution_shape_key(const kernels::TunableOp& op);
+
+// The tunable op a record's signature (TunableOp::signature) describes; nullopt for a
+// linear layer or a signature of another form.
+std::optional<kernels::TunableOp> convolution_of_signature(const std::string& signature);
+
+// Per shape key, the fastest successful "prepacked" record on `device` (any device's
+// records, the fastest overall, with `any_device`).
+std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatabase& database,
+                                                       const std::string& device, bool any_device);
+
+}  // namespace nimble::slot
