@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "csrc/kernels/cpu/cpu_features.h"
+#include "csrc/kernels/cpu/nhwc/epilogue.h"
 
 namespace nimble::slot {
 namespace {
@@ -69,6 +70,10 @@ std::string device_key(c10::DeviceType device) {
   const kernels::CpuFeatures& cpu = kernels::this_cpu();
   out << "cpu " << cpu.model << " " << kernels::vector_extension_name(cpu.vector_extension) << " "
       << cpu.cores << " cores x" << at::get_num_threads() << " threads";
+  // nimble's kernels capped below what the CPU has (NIMBLE_CPU_ISA): their times are another
+  // machine's.
+  if (kernels::nhwc::isa_capped())
+    out << " kernels " << kernels::nhwc::isa_name(kernels::nhwc::best_isa());
   return out.str();
 }
 

@@ -40,7 +40,8 @@ DEFAULT_IMAGE_SIZE = {"cpu": 64, "cuda": 224}
 
 def _measure_apart(spec: str, args: argparse.Namespace, streams) -> tuple[dict | None, int]:
     """Measures one model in a child process (see the module's docstring). Returns its
-    row, or None and the child's exit code; the child's errors reach stderr as they are."""
+    row, or None and a non-zero code (the child's exit code, or 1 when it printed no row);
+    the child's errors reach stderr as they are."""
     argv = [sys.executable, "-m", "nimble", "bench", "--model", spec, "--json",
             "--device", args.device,
             "--batch", str(args.batch), "--image-size", str(args.image_size),
@@ -59,7 +60,10 @@ def _measure_apart(spec: str, args: argparse.Namespace, streams) -> tuple[dict |
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
     if done.returncode != 0:
         return None, done.returncode
-    return json.loads(done.stdout), 0
+    try:
+        return json.loads(done.stdout), 0
+    except json.JSONDecodeError:
+        return None, 1
 
 
 def _no_cuda_reason() -> str | None:
@@ -161,13 +165,18 @@ def main(argv: list[str]) -> int:
         if reason is not None:
             print(f"{parser.prog}: error: --device cuda: {reason}", file=sys.stderr)
             return 1
-    rows = []
+    rows, failed = [], 0
     # Several models take minutes each: a bar with rate and time left (stderr, as the children's).
     for spec in tqdm(specs, desc="bench", unit="model", file=sys.stderr, disable=len(specs) == 1):
         if len(specs) > 1:
+            # One model that fails does not lose the others' rows: they are reported, and the
+            # exit code says that something failed.
             row, code = _measure_apart(spec, args, streams)
             if row is None:
-                return code
+                tqdm.write(f"{parser.prog}: {spec} failed (exit code {code}); its error is above",
+                           file=sys.stderr)
+                failed = code
+                continue
         else:
             try:
                 if args.peers:
@@ -195,8 +204,10 @@ def main(argv: list[str]) -> int:
         rows.append(row)
         if not args.json:
             tqdm.write(f"measured {spec}", file=sys.stderr)
+    if not rows:
+        return failed
     if args.json:
-        print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
+        print(json.dumps(rows[0] if len(rows) == 1 and len(specs) == 1 else rows, indent=2))
     elif args.peers:
         peers.print_report(rows)
     elif args.compile_backend:
@@ -212,4 +223,4 @@ def main(argv: list[str]) -> int:
                 train.print_breakdown(row)
     else:
         print_table(rows, cpu.COLUMNS)
-    return 0
+    return failed

@@ -59,7 +59,17 @@ def _inductor(freezing: bool) -> Callable:
 
 def _onnx_file(model, x, directory: str) -> str:
     path = os.path.join(directory, "model.onnx")
-    torch.onnx.export(model, (x,), path, dynamo=False, opset_version=17)
+    # The exporter prints a failing model's graph to standard output, which carries the
+    # --json row of a child process: it goes to standard error instead.
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        torch.onnx.export(model, (x,), path, dynamo=False, opset_version=17)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
     return path
 
 

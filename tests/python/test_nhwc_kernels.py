@@ -127,3 +127,51 @@ def test_an_unknown_kernel_name_is_refused():
     conv = torch.nn.Conv2d(8, 8, 1).eval()
     with pytest.raises(RuntimeError, match="expected the kernel 'onednn_prepacked'.*got 'blas'"):
         make(conv, "none", False, torch.randn(1, 8, 4, 4), "blas")
+
+
+CAPPED = """
+import torch, nimble, nimble._C
+from nimble.zoo import build
+torch.manual_seed(0)
+model, x = build("torchvision:mobilenet_v2", image_size=32)
+fast = nimble.Nimble(model).prepare(x)
+with torch.no_grad():
+    assert (fast(x) - model(x)).abs().max().item() <= 1e-3
+print(sorted({op["kernel"].split(" ")[0] for op in fast.replay.ops() if "kernel" in op}))
+print(nimble._C.kernels.device_key())
+"""
+
+
+@pytest.mark.parametrize("isa", ["avx2", "portable"])
+def test_a_capped_vector_extension_runs_that_code_and_the_rule_for_it(isa):
+    """NIMBLE_CPU_ISA runs the kernels' narrower code on this CPU, end to end: what an AVX2
+    machine (or one without AVX2, where oneDNN takes every convolution) runs."""
+    import os
+    import subprocess
+    import sys
+
+    if isa == "avx2" and "avx2" not in open("/proc/cpuinfo").read():
+        pytest.skip("this CPU has no AVX2")
+    env = {**os.environ, "NIMBLE_CPU_ISA": isa}
+    done = subprocess.run([sys.executable, "-c", CAPPED], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kernels, key = done.stdout.strip().splitlines()[-2:]
+    if isa == "avx2":
+        assert "nimble_depthwise(avx2)" in kernels and "nimble_gemm(avx2)" in kernels, kernels
+    else:
+        assert "nimble_" not in kernels and "onednn_prepacked" in kernels, kernels
+    if "avx512" in key.split(" kernels ")[0]:  # capped below what this CPU has: said so
+        assert key.endswith(f" kernels {isa}"), key
+
+
+def test_an_unknown_capped_vector_extension_is_refused():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NIMBLE_CPU_ISA": "avx9000"}
+    done = subprocess.run([sys.executable, "-c", CAPPED], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode != 0
+    assert "NIMBLE_CPU_ISA: expected avx512, avx2 or portable, got 'avx9000'" in done.stderr

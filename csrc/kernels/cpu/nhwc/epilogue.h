@@ -33,7 +33,11 @@ void finish(float* y, const float* residual, int64_t n, const Epilogue& epilogue
 // Which vector code a kernel object runs: the best this CPU has (read at run time, not what
 // the build machine had), or a narrower one that tests and measurements ask for.
 enum class Isa : int8_t { kPortable, kAvx2, kAvx512 };  // kAvx2 means AVX2 with FMA
+// The best this CPU supports, capped by the environment variable NIMBLE_CPU_ISA ("avx2",
+// "portable") when it is set: to run and measure the AVX2 code, and the rules that choose
+// for an AVX2 machine, on an AVX-512 one. Read once, on first use; an unknown value throws.
 Isa best_isa();
+bool isa_capped();              // whether NIMBLE_CPU_ISA keeps best_isa() below what the CPU has
 bool supports(Isa isa);         // whether this CPU can run `isa`
 const char* isa_name(Isa isa);  // "portable", "avx2", "avx512"
 
