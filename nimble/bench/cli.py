@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -55,6 +56,8 @@ def _measure_apart(spec: str, args: argparse.Namespace, streams) -> tuple[dict |
         argv += ["--compile-backend", "--sequence", str(args.sequence)]
     if args.peers:
         argv += ["--peers"] + [a for r in args.runtime or [] for a in ("--runtime", r)]
+        if args.tuned:
+            argv += ["--tuned", args.tuned]
     if args.train:
         argv += ["--train", "--optimizer", args.optimizer] + (["--breakdown"] if args.breakdown else [])
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
@@ -100,6 +103,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--peers", action="store_true",
                         help="eager, nimble (lowered and not), inductor (with and without "
                              "freezing), ONNX Runtime and OpenVINO, alternating (CPU)")
+    parser.add_argument("--tuned", metavar="DB", default=None,
+                        help="with --peers: also nimble prepared with this tuning database "
+                             "(nimble_tuned; python -m nimble tune writes one)")
     parser.add_argument("--runtime", action="append",
                         choices=[name for name, _, _ in peers.RUNTIMES],
                         help="with --peers: time only these runtimes besides eager; repeatable")
@@ -141,6 +147,10 @@ def main(argv: list[str]) -> int:
     if args.peers and (args.device == "cuda" or args.train or args.compile_backend):
         parser.error("--peers times inference on the CPU, apart from --train and "
                      "--compile-backend")
+    if args.tuned and not args.peers:
+        parser.error("--tuned is an option of --peers")
+    if args.tuned and not os.path.exists(args.tuned):
+        parser.error(f"--tuned: no tuning database at {args.tuned!r}")
     if args.runtime and not args.peers:
         parser.error("--runtime goes with --peers")
     streams = args.streams
@@ -181,7 +191,7 @@ def main(argv: list[str]) -> int:
             try:
                 if args.peers:
                     row = peers.measure_peers(spec, args.batch, args.image_size, args.runs,
-                                              args.warmup, args.runtime)
+                                              args.warmup, args.runtime, args.tuned)
                 elif args.compile_backend:
                     row = compiled.measure_compile_backend(
                         spec, args.batch, args.image_size, args.sequence, args.runs, args.warmup)

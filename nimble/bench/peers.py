@@ -116,6 +116,14 @@ RUNTIMES: list[tuple[str, str | None, Callable[[Any, torch.Tensor], Callable]]] 
 ]
 
 
+def _nimble_tuned(database: str) -> Callable:
+    def make(model, x):
+        fast = Nimble(model).prepare(x, tuned=database)
+        return lambda t: fast(t)
+
+    return make
+
+
 def _missing(module: str | None) -> str | None:
     if module is None:
         return None
@@ -127,9 +135,10 @@ def _missing(module: str | None) -> str | None:
 
 
 def measure_peers(spec: str, batch: int, image_size: int, runs: int, warmup: int,
-                  only: list[str] | None = None) -> dict:
+                  only: list[str] | None = None, tuned: str | None = None) -> dict:
     """One row: each runtime's median milliseconds, speedup over eager and prepare seconds;
-    `skipped` says why a runtime is absent from it. `only` limits the runtimes."""
+    `skipped` says why a runtime is absent from it. `only` limits the runtimes; `tuned` (a
+    tuning database) adds nimble prepared with it, `nimble_tuned`."""
     model, example = build(spec, batch=batch, image_size=image_size)
     row: dict = {"model": spec, "batch": batch, "image_size": image_size,
                  "threads": torch.get_num_threads(), "skipped": {}}
@@ -138,8 +147,9 @@ def measure_peers(spec: str, batch: int, image_size: int, runs: int, warmup: int
     with torch.no_grad():
         expected = model(x)
         calls["eager"] = lambda: model(x)
-        for name, module, make in RUNTIMES:
-            if only and name not in only:
+        runtimes = RUNTIMES + ([("nimble_tuned", None, _nimble_tuned(tuned))] if tuned else [])
+        for name, module, make in runtimes:
+            if only and name not in only and name != "nimble_tuned":
                 continue
             reason = _missing(module)
             if reason is None:
@@ -186,7 +196,7 @@ def print_report(rows: list[dict], out=None) -> None:
               f"{row['peak_gflop_s']} GFLOP/s)", file=out)
         print(f"  {'':18s} {'alternating':>12s} {'':>7s} {'back to back':>13s} {'':>7s} "
               f"{'vs eager':>8s}", file=out)
-        names = ["eager"] + [name for name, _, _ in RUNTIMES]
+        names = ["eager"] + [name for name, _, _ in RUNTIMES] + ["nimble_tuned"]
         for name in names:
             if f"{name}_ms" in row:
                 speedup = row.get(f"{name}_speedup", 1.0)

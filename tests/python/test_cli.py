@@ -396,3 +396,32 @@ def test_bench_peers_cli_times_only_the_runtimes_asked_for():
     assert {"eager_ms", "nimble_ms", "nimble_speedup"} <= row.keys()
     assert "inductor_ms" not in row and "onnxruntime_ms" not in row
     assert run("bench", "--runtime", "nimble").returncode != 0  # --runtime needs --peers
+
+
+def test_bench_keeps_the_other_models_rows_when_one_child_fails(monkeypatch, capsys):
+    class Done:
+        def __init__(self, argv):
+            model = argv[argv.index("--model") + 1]
+            # A failing child: an exit code, or (as a crashed exporter did) no row on stdout.
+            self.returncode = 3 if model == "torchvision:googlenet" else 0
+            self.stdout = "" if model == "torchvision:alexnet" else json.dumps(
+                _fake_row(model, compile=True))
+
+    monkeypatch.setattr(cli.subprocess, "run", lambda argv, **kwargs: Done(argv))
+    code = cli.main(["--device", "cuda", "--compile", "--json", "--model", "torchvision:resnet18",
+                     "--model", "torchvision:googlenet", "--model", "torchvision:alexnet"])
+    out, err = capsys.readouterr()
+    assert code != 0
+    assert [r["model"] for r in json.loads(out)] == ["torchvision:resnet18"]
+    assert "torchvision:googlenet failed (exit code 3)" in err
+    assert "torchvision:alexnet failed (exit code 1)" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tuned", "x.db"], "--tuned is an option of --peers"),
+    (["--peers", "--tuned", "/nonexistent/x.db"], "no tuning database at '/nonexistent/x.db'"),
+])
+def test_bench_refuses_a_tuned_database_it_cannot_use(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit:
+        cli.main(argv + ["--model", "torchvision:resnet18"])
+    assert exit.value.code == 2 and message in capsys.readouterr().err

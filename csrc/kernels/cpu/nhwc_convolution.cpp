@@ -11,9 +11,11 @@ namespace {
 // project's 2-core AMD EPYC; see docs/cpu.md).
 constexpr int64_t kParallelFrom = 200'000;
 
+// One thread is asked for by not forking, never by changing OpenMP's thread count: a team
+// resized between two calls is rebuilt, which costs more than most of these layers.
 template <typename F>
-void split(int64_t units, int64_t multiply_adds, const F& body) {
-  if (units < 2 || multiply_adds < kParallelFrom || at::get_num_threads() < 2 ||
+void split(int64_t units, int64_t multiply_adds, int64_t threads, const F& body) {
+  if (threads == 1 || units < 2 || multiply_adds < kParallelFrom || at::get_num_threads() < 2 ||
       at::in_parallel_region()) {
     body(0, units);
     return;
@@ -83,7 +85,7 @@ NhwcConvolution::NhwcConvolution(const at::Tensor& weight, const at::Tensor& bia
 }
 
 at::Tensor NhwcConvolution::run(const at::Tensor& input, const std::optional<at::Tensor>& residual,
-                                const nhwc::Epilogue& epilogue) const {
+                                const nhwc::Epilogue& epilogue, int64_t threads) const {
   const nhwc::ConvolutionGeometry& g = geometry_;
   TORCH_CHECK(input.dim() == 4 && input.size(0) == g.images && input.size(1) == g.in_channels &&
                   input.size(2) == g.height && input.size(3) == g.width &&
@@ -102,23 +104,23 @@ at::Tensor NhwcConvolution::run(const at::Tensor& input, const std::optional<at:
     r = channels_last(*residual);
   }
   run(x.data_ptr<float>(), y.data_ptr<float>(), r.defined() ? r.data_ptr<float>() : nullptr,
-      epilogue);
+      epilogue, threads);
   return y;
 }
 
 void NhwcConvolution::run(const float* in, float* out, const float* res,
-                          const nhwc::Epilogue& epilogue) const {
+                          const nhwc::Epilogue& epilogue, int64_t threads) const {
   const nhwc::ConvolutionGeometry& g = geometry_;
   const int64_t multiply_adds =
       g.out_pixels() * g.out_channels * g.kernel_h * g.kernel_w * (g.in_channels / g.groups);
   if (depthwise_) {
-    split(g.images * g.out_height(), multiply_adds, [&](int64_t begin, int64_t end) {
+    split(g.images * g.out_height(), multiply_adds, threads, [&](int64_t begin, int64_t end) {
       nhwc::depthwise_rows(g, *depthwise_, in, out, res, epilogue, begin, end);
     });
     return;
   }
   const int64_t columns = gemm_->column_blocks();
-  split(gemm_->row_blocks() * columns, multiply_adds, [&](int64_t begin, int64_t end) {
+  split(gemm_->row_blocks() * columns, multiply_adds, threads, [&](int64_t begin, int64_t end) {
     // Tiles in row-major order: whole or partial runs of one row block's column blocks.
     for (int64_t tile = begin; tile < end;) {
       const int64_t row = tile / columns, column = tile % columns;

@@ -29,12 +29,14 @@ class NhwcConvolution {
   NhwcConvolution(const at::Tensor& weight, const at::Tensor& bias,
                   const nhwc::ConvolutionGeometry& geometry, bool depthwise,
                   nhwc::Isa isa = nhwc::best_isa());
+  // `threads` 1 keeps the work on the calling thread (a tuned choice); 0 lets it split over
+  // the calling thread's intra-op threads when it is large enough.
   at::Tensor run(const at::Tensor& input, const std::optional<at::Tensor>& residual,
-                 const nhwc::Epilogue& epilogue) const;
+                 const nhwc::Epilogue& epilogue, int64_t threads = 0) const;
   // The same on raw NHWC arrays of the geometry's sizes (a linear layer: [rows, in] into
   // [rows, out], as a 1x1 convolution over one image row of `rows` pixels).
-  void run(const float* input, float* output, const float* residual,
-           const nhwc::Epilogue& epilogue) const;
+  void run(const float* input, float* output, const float* residual, const nhwc::Epilogue& epilogue,
+           int64_t threads = 0) const;
   int64_t in_channels() const { return geometry_.in_channels; }
   int64_t out_channels() const { return geometry_.out_channels; }
   int64_t packed_bytes() const;

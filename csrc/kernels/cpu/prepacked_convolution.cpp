@@ -184,12 +184,12 @@ at::Tensor PrepackedConvolution::run(const at::Tensor& input,
   // A tuned thread count, never more than the calling thread has (a CPU stream of a
   // multi-stream replay owns a share of the cores).
   std::optional<KeepIntraOpThreads> keep;
-  if (threads_ > 0) {
+  if (threads_ > 0 && !nimble_kernel()) {
     keep.emplace();
     if (threads_ < keep->saved()) keep->set(static_cast<int>(threads_));
   }
-  at::Tensor y =
-      nimble_kernel() ? nhwc_->run(input, other, nhwc_epilogue_) : run_onednn(input, other);
+  at::Tensor y = nimble_kernel() ? nhwc_->run(input, other, nhwc_epilogue_, threads_)
+                                 : run_onednn(input, other);
   if (out_strides_.empty() || y.strides() == c10::IntArrayRef(out_strides_)) return y;
   return at::empty_strided(y.sizes(), out_strides_, y.options()).copy_(y);
 }

@@ -41,7 +41,8 @@ class Prepacked : public TunedKernel {
       : op_(std::move(op)), kernel_(kernel), threads_(threads) {}
 
   at::Tensor run(at::TensorList operands) const override {
-    ThreadsScope threads(threads_);
+    // The thread count as the lowered program applies it (PrepackedConvolution's own), so
+    // that what is measured here is what a lowered replay runs.
     const at::Tensor& weight = operands[1];
     const at::Tensor bias = op_.bias ? operands[2] : at::Tensor();
     // Packed for the weight it was given; the convolution itself repacks when that weight
@@ -56,7 +57,7 @@ class Prepacked : public TunedKernel {
                               {op_.dilation[0], op_.dilation[1]},
                               op_.groups},
           fused_epilogue(op_.epilogue), operands[0], op_.out_strides,
-          std::make_shared<NonFiniteWeights>(), kernel_);
+          std::make_shared<NonFiniteWeights>(), kernel_, threads_);
     }
     const std::optional<at::Tensor> residual =
         op_.epilogue.residual ? std::optional<at::Tensor>(operands.back()) : std::nullopt;
