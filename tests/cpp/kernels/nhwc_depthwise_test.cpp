@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "csrc/kernels/cpu/nhwc/depthwise_convolution.h"
+#include "tests/cpp/kernels/nhwc_reference.h"
 
 namespace nimble::kernels::nhwc {
 namespace {
@@ -25,37 +26,6 @@ std::vector<Isa> runnable_isas() {
     if (supports(isa)) isas.push_back(isa);
   }
   return isas;
-}
-
-double activate(double v, const Epilogue& e) {
-  const auto hard = [](double x) { return std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; };
-  switch (e.activation) {
-    case Activation::kNone:
-      return v;
-    case Activation::kRelu:
-      return std::max(v, 0.0);
-    case Activation::kClamp:
-      return std::min(std::max(v, static_cast<double>(e.lo)), static_cast<double>(e.hi));
-    case Activation::kLeakyRelu:
-      return v < 0.0 ? v * e.lo : v;
-    case Activation::kHardswish:
-      return v * hard(v);
-    case Activation::kHardsigmoid:
-      return hard(v);
-    case Activation::kSilu:
-      return v / (1.0 + std::exp(-v));
-    case Activation::kSigmoid:
-      return 1.0 / (1.0 + std::exp(-v));
-    case Activation::kTanh:
-      return std::tanh(v);
-    case Activation::kGeluErf:
-      return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
-    case Activation::kGeluTanh:
-      return 0.5 * v *
-             (1.0 +
-              std::tanh(std::sqrt(2.0 / 3.14159265358979323846) * (v + 0.044715 * v * v * v)));
-  }
-  return v;
 }
 
 // The definition, in double: padding reads zeros.
@@ -79,7 +49,7 @@ std::vector<float> reference(const ConvolutionGeometry& g, const std::vector<flo
             }
           const int64_t o = ((n * oh + oy) * ow + ox) * c_count + c;
           if (residual) sum += residual[o];
-          out[o] = static_cast<float>(activate(sum, e));
+          out[o] = static_cast<float>(reference_activation(sum, e));
         }
   return out;
 }

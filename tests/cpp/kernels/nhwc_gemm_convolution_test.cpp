@@ -15,37 +15,10 @@
 #include <vector>
 
 #include "csrc/kernels/cpu/nhwc/gemm_convolution.h"
+#include "tests/cpp/kernels/nhwc_reference.h"
 
 namespace nimble::kernels::nhwc {
 namespace {
-
-double activate(double v, const Epilogue& e) {
-  switch (e.activation) {
-    case Activation::kNone:
-      return v;
-    case Activation::kRelu:
-      return v < 0 ? 0 : v;
-    case Activation::kClamp:
-      return v < e.lo ? e.lo : (v > e.hi ? e.hi : v);
-    case Activation::kLeakyRelu:
-      return v < 0 ? v * e.lo : v;
-    case Activation::kHardswish:
-      return v * std::clamp(v + 3, 0.0, 6.0) / 6;
-    case Activation::kHardsigmoid:
-      return std::clamp(v + 3, 0.0, 6.0) / 6;
-    case Activation::kSilu:
-      return v / (1 + std::exp(-v));
-    case Activation::kSigmoid:
-      return 1 / (1 + std::exp(-v));
-    case Activation::kTanh:
-      return std::tanh(v);
-    case Activation::kGeluErf:
-      return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
-    case Activation::kGeluTanh:
-      return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
-  }
-  return v;
-}
 
 struct Problem {
   ConvolutionGeometry g;
@@ -76,7 +49,7 @@ struct Problem {
               }
             const int64_t at = ((n * oh + oy) * ow + ox) * g.out_channels + k;
             if (has_residual) sum += residual[at];
-            out[at] = static_cast<float>(activate(sum, epilogue));
+            out[at] = static_cast<float>(reference_activation(sum, epilogue));
           }
     return out;
   }
