@@ -62,19 +62,16 @@ RecordedOp make_fused_convolution_op(const FusedConvolution& conv,
                                      const CpuLoweringCallbacks& callbacks) {
   using kernels::PrepackedConvolution;
   std::optional<PrepackedConvolution::Kernel> kernel;
-  int64_t threads = 0;
   if (callbacks.tuned) {
     const auto found = callbacks.tuned->find(
         PrepackedConvolution::shape_key(conv.input.sizes(), conv.weight.sizes(), conv.geometry));
-    if (found != callbacks.tuned->end()) {
-      kernel = PrepackedConvolution::kernel_of_name(found->second.kernel);
-      threads = found->second.threads;
-    }
+    if (found != callbacks.tuned->end())
+      kernel = PrepackedConvolution::kernel_of_name(found->second);
   }
   auto packed = c10::make_intrusive<PrepackedConvolution>(
       conv.weight, conv.bias, conv.sources, conv.geometry, conv.epilogue, conv.input,
       conv.keep_kernel_layout ? std::vector<int64_t>{} : conv.result.strides().vec(), non_finite,
-      kernel, threads);
+      kernel);
   RecordedOp op{kernels::convolution_prepacked_op(), {}, {}};
   op.args = {conv.input, conv.other.defined() ? c10::IValue(conv.other) : c10::IValue(),
              c10::IValue(std::move(packed))};

@@ -23,13 +23,10 @@
 
 namespace nimble {
 
-// The kernel a tuning database chose for a convolution's shape (slot/lowering_choices.h),
-// by PrepackedConvolution::shape_key.
-struct TunedConvolution {
-  std::string kernel;   // PrepackedConvolution::kernel_name
-  int64_t threads = 0;  // intra-op threads (0: the caller's)
-};
-using TunedConvolutions = std::map<std::string, TunedConvolution>;
+// The kernel (PrepackedConvolution::kernel_name) a tuning database chose for each convolution
+// shape (PrepackedConvolution::shape_key; slot/lowering_choices.h). Only the kernel: a thread
+// count found best for a layer timed alone made whole replays slower (docs/cpu.md).
+using TunedConvolutions = std::map<std::string, std::string>;
 
 struct CpuLoweringCallbacks {
   // Whether a tensor lives on the storage of a program output.

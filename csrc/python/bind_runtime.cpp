@@ -105,7 +105,7 @@ void bind_runtime(py::module_& m) {
           [](ProgramBuilder& b, bool use_out_variants, bool precompute_views, bool fold_batchnorm,
              bool plan_memory, int streams, int cores, int64_t out_variant_max_bytes,
              bool drop_noop_ops, bool lower_for_cpu, bool graph_twin,
-             const std::map<std::string, std::pair<std::string, int64_t>>& tuned_convolutions) {
+             const TunedConvolutions& tuned_convolutions) {
             BuildOptions options;
             options.drop_noop_ops = drop_noop_ops;
             options.out_variant_max_bytes = out_variant_max_bytes;
@@ -114,8 +114,7 @@ void bind_runtime(py::module_& m) {
             options.precompute_views = precompute_views;
             options.fold_batchnorm = fold_batchnorm;
             options.lower_for_cpu = lower_for_cpu;
-            for (const auto& [key, choice] : tuned_convolutions)
-              options.tuned_convolutions[key] = TunedConvolution{choice.first, choice.second};
+            options.tuned_convolutions = tuned_convolutions;
             ExecutorOptions executor{streams, cores, plan_memory};
             executor.graph_twin = graph_twin;
             return std::make_shared<Replay>(b.finish(options), executor);
@@ -124,8 +123,7 @@ void bind_runtime(py::module_& m) {
           py::arg("fold_batchnorm") = false, py::arg("plan_memory") = true, py::arg("streams") = 1,
           py::arg("cores") = 0, py::arg("out_variant_max_bytes") = 0,
           py::arg("drop_noop_ops") = true, py::arg("lower_for_cpu") = false,
-          py::arg("graph_twin") = false,
-          py::arg("tuned_convolutions") = std::map<std::string, std::pair<std::string, int64_t>>{});
+          py::arg("graph_twin") = false, py::arg("tuned_convolutions") = TunedConvolutions{});
 
   py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
       .def(

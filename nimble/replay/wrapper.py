@@ -59,6 +59,7 @@ class Nimble(torch.nn.Module):
         self._tuned_args = None  # use_tuned's arguments, bound again after preparing again
         # (database, any_device) whose kernels the CPU lowering of the program runs, or None
         self._lowered_with = None
+        self._lowered_choices = {}  # what that database chose, by convolution shape
         self._model_watch = None  # checked before every call (nimble/model_watch.py)
 
     # -- prepare ---------------------------------------------------------------------
@@ -159,7 +160,8 @@ class Nimble(torch.nn.Module):
         lowered_with = (tuned, False) if tuned is not None else _lowered_with
         if not options["lower_for_cpu"]:
             lowered_with = None
-        options["tuned_convolutions"] = _lowering_choices(lowered_with)
+        lowered_choices = _lowering_choices(lowered_with)
+        options["tuned_convolutions"] = {key: c["kernel"] for key, c in lowered_choices.items()}
         example = ExampleCall.of(example_inputs, example_kwargs, track_gradients=training)
         if training:
             check_training_devices(self.module, example)
@@ -211,6 +213,7 @@ class Nimble(torch.nn.Module):
         self._tuned_report = []
         self._tuned_args = None
         self._lowered_with = lowered_with
+        self._lowered_choices = lowered_choices
         if tuned is not None:
             self.use_tuned(tuned)
         return self
@@ -276,7 +279,7 @@ class Nimble(torch.nn.Module):
             kernels.unbind(replay)
             self._tuned_report = []
             return []
-        lowered = _lowered_report(replay, database, any_device)
+        lowered = _lowered_report(replay, self._lowered_choices)
         self._tuned_report = lowered + kernels.bind(
             replay, database, any_device=any_device, min_speedup=min_speedup
         )
@@ -427,24 +430,19 @@ class Nimble(torch.nn.Module):
 
 
 def _lowering_choices(lowered_with: tuple | None) -> dict:
-    """The lowering's kernels a tuning database chose, by convolution shape, for
-    ProgramBuilder.finish: {shape key: (kernel, threads)}."""
+    """The lowering's kernels a tuning database (database, any_device) chose, by convolution
+    shape: {shape key: {kernel, threads, ms, signature}}. The program runs the kernel only
+    (csrc/passes/cpu_lowering.h says why not the thread count)."""
     if lowered_with is None or not os.path.exists(lowered_with[0]):
         return {}
     from .._C import kernels
 
-    choices = kernels.lowering_choices(lowered_with[0], any_device=lowered_with[1])
-    # The kernel only: thread counts the tuner found best for a layer timed alone made whole
-    # replays slower (mobilenet_v2 0.86x, shufflenet_v2 0.83x the untuned replay, back to
-    # back; docs/numbers.md), where the rule's split by work size does not.
-    return {key: (c["kernel"], 0) for key, c in choices.items()}
+    return kernels.lowering_choices(lowered_with[0], any_device=lowered_with[1])
 
 
-def _lowered_report(replay, database: str, any_device: bool) -> list[dict]:
-    """use_tuned's rows for the lowered convolutions that run a kernel the database chose."""
-    from .._C import kernels
-
-    choices = kernels.lowering_choices(database, any_device=any_device)
+def _lowered_report(replay, choices: dict) -> list[dict]:
+    """use_tuned's rows for the lowered convolutions that run a kernel the database chose
+    (`choices`: what the program was built with)."""
     rows = []
     for index, op in enumerate(replay.ops()):
         choice = choices.get(op.get("shape_key"))
