@@ -6,7 +6,10 @@ work split over threads must not change a result), inputs in either layout, NaN 
 The C++ suites (tests/cpp/kernels/nhwc_*_test.cpp) test the kernels themselves for every
 vector extension the CPU has; this file tests them as a replay calls them."""
 
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -146,10 +149,6 @@ print(nimble._C.kernels.device_key())
 def test_a_capped_vector_extension_runs_that_code_and_the_rule_for_it(isa):
     """NIMBLE_CPU_ISA runs the kernels' narrower code on this CPU, end to end: what an AVX2
     machine (or one without AVX2, where oneDNN takes every convolution) runs."""
-    import os
-    import subprocess
-    import sys
-
     if isa == "avx2" and "avx2" not in open("/proc/cpuinfo").read():
         pytest.skip("this CPU has no AVX2")
     env = {**os.environ, "NIMBLE_CPU_ISA": isa}
@@ -166,10 +165,6 @@ def test_a_capped_vector_extension_runs_that_code_and_the_rule_for_it(isa):
 
 
 def test_an_unknown_capped_vector_extension_is_refused():
-    import os
-    import subprocess
-    import sys
-
     env = {**os.environ, "NIMBLE_CPU_ISA": "avx9000"}
     done = subprocess.run([sys.executable, "-c", CAPPED], env=env, capture_output=True,
                           text=True, timeout=300)
