@@ -2,19 +2,62 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
+#include <unordered_set>
+
 #include "csrc/passes/op_patterns.h"
 
 namespace nimble {
 
 namespace {
 
-// Whether the op is a pooling that computes the same in channels_last.
-bool is_layout_free_pooling(const RecordedOp& op) {
+bool is_four_d_tensor(const c10::IValue& v) { return v.isTensor() && v.toTensor().dim() == 4; }
+
+// Ops whose results hold the same values whatever the memory layout of their tensor
+// arguments (elementwise ops, inference batch norm, concatenation, pooling), so that they
+// can read and return channels_last where the model had contiguous tensors.
+bool is_layout_free(const RecordedOp& op) {
+  static const std::unordered_set<std::string> kElementwise = {
+      "aten::relu",        "aten::relu_",        "aten::hardtanh",  "aten::hardtanh_",
+      "aten::silu",        "aten::silu_",        "aten::sigmoid",   "aten::sigmoid_",
+      "aten::tanh",        "aten::tanh_",        "aten::hardswish", "aten::hardswish_",
+      "aten::hardsigmoid", "aten::hardsigmoid_", "aten::gelu",      "aten::gelu_",
+      "aten::leaky_relu",  "aten::leaky_relu_",  "aten::elu",       "aten::elu_",
+      "aten::clamp",       "aten::clamp_",       "aten::clamp_min", "aten::clamp_min_",
+      "aten::mish",        "aten::mish_",        "aten::add",       "aten::add_",
+      "aten::sub",         "aten::sub_",         "aten::mul",       "aten::mul_",
+      "aten::div",         "aten::div_",         "aten::maximum",   "aten::minimum"};
+  static const std::unordered_set<std::string> kPooling = {
+      "aten::max_pool2d_with_indices", "aten::avg_pool2d", "aten::adaptive_avg_pool2d",
+      "aten::_adaptive_avg_pool2d", "aten::adaptive_max_pool2d"};
   const auto& name = op.handle.operator_name();
-  return (name.name == "aten::max_pool2d_with_indices" || name.name == "aten::avg_pool2d") &&
-         name.overload_name.empty() && op.args[0].isTensor() && op.args[0].toTensor().dim() == 4 &&
-         !op.returns.empty() && op.returns[0].isTensor();
+  if (op.returns.empty() || !op.returns[0].isTensor()) return false;
+  if (kElementwise.count(name.name)) {
+    // .Tensor and .Scalar overloads and the plain ones; not .out and the like.
+    return name.overload_name.empty() || name.overload_name == "Tensor" ||
+           name.overload_name == "Scalar";
+  }
+  if (!name.overload_name.empty()) return false;
+  if (kPooling.count(name.name)) return is_four_d_tensor(op.args[0]);
+  if (name.name == "aten::cat") return true;
+  // native_batch_norm(input, weight, bias, running_mean, running_var, training, ...): only
+  // inference, where the running statistics are read and not updated.
+  if (name.name == "aten::native_batch_norm")
+    return op.args.size() > 5 && op.args[5].isBool() && !op.args[5].toBool() &&
+           is_four_d_tensor(op.args[0]);
+  return name.name == "aten::_native_batch_norm_legit_no_training" && is_four_d_tensor(op.args[0]);
 }
+
+bool has_channels_last_kernel(const RecordedOp& op) {
+  const std::string& name = op.handle.operator_name().name;
+  return name == "aten::max_pool2d_with_indices" || name == "aten::avg_pool2d" ||
+         name == "aten::cat" || name == "aten::native_batch_norm" ||
+         name == "aten::_native_batch_norm_legit_no_training";
+}
+
+// How many elementwise ops in a row may stand between a planned value and the reader that
+// gains from it.
+constexpr int kMaxElementwiseChain = 4;
 
 class LayoutPlanner {
  public:
@@ -54,30 +97,84 @@ class LayoutPlanner {
     return out;
   }
 
+  // Whether op `r` reads `value` itself (not a view of it) and can take it channels_last.
   bool layout_free_reader(size_t r, const at::Tensor& value) const {
     if (reader_of_.count(r)) return true;
-    return is_layout_free_pooling(ops_[r]) && same_values(ops_[r].args[0].toTensor(), value) &&
-           !writes_first_argument(ops_[r]);
+    if (!is_layout_free(ops_[r]) || !reads_only_itself(r, value)) return false;
+    // ATen gives a channels_last result for channels_last inputs: each such new result must
+    // be plannable, or a reader that needs the model's layout (a view) would get the other.
+    if (writes_first_argument(ops_[r]) || routed_.count(r)) return true;
+    for (const c10::IValue& ret : ops_[r].returns) {
+      if (needs_planning(ret) && !plannable(ret.toTensor(), r)) return false;
+    }
+    return true;
   }
 
-  // Planned only where some reader gains from it and no reader writes it in place (readers
-  // after that write would otherwise see the planned copy, not the written one).
+  bool reads_only_itself(size_t r, const at::Tensor& value) const {
+    bool reads_it = false;
+    bool reads_a_view = false;
+    for_each_tensor_arg(ops_[r], [&](const at::Tensor& t, bool) {
+      if (storage_of(t) != storage_of(value)) return;
+      (same_values(t, value) ? reads_it : reads_a_view) = true;
+    });
+    return reads_it && !reads_a_view;
+  }
+
+  // A 4-d result not already laid out both ways (1x1 pixels, one channel).
+  static bool needs_planning(const c10::IValue& ret) {
+    return is_four_d_tensor(ret) && !ret.toTensor().is_contiguous(at::MemoryFormat::ChannelsLast);
+  }
+
+  bool writes(size_t r, const at::Tensor& value) const {
+    auto writers = access_.writers.find(storage_of(value));
+    return writers != access_.writers.end() &&
+           std::find(writers->second.begin(), writers->second.end(), r) != writers->second.end();
+  }
+
+  // A value some reader writes in place can be planned only if no reader needs the model's
+  // layout: a conversion right after the producer would not see that write.
+  bool plannable(const at::Tensor& value, size_t position) const {
+    bool written = false, all_free = !callbacks_.is_output(value);
+    for (size_t r : readers_after(value, position)) {
+      written = written || writes(r, value);
+      all_free = all_free &&
+                 (reader_of_.count(r) || (is_layout_free(ops_[r]) && reads_only_itself(r, value)));
+    }
+    return !written || all_free;
+  }
+
+  // Whether reading `value` channels_last pays in reader `r`: a lowered convolution, or a
+  // pooling, concatenation or batch norm (nimble's channels-last kernels run those), or an
+  // elementwise op whose result goes on to one of them. An elementwise op alone does not:
+  // its result would need converting back instead of its input.
+  bool reader_gains(size_t r, const at::Tensor& value, int depth = 0) const {
+    if (reader_of_.count(r)) return true;
+    if (!layout_free_reader(r, value) || writes_first_argument(ops_[r])) return false;
+    if (has_channels_last_kernel(ops_[r])) return true;
+    if (depth >= kMaxElementwiseChain) return false;
+    for (const c10::IValue& ret : ops_[r].returns) {
+      if (!needs_planning(ret)) continue;
+      for (size_t next : readers_after(ret.toTensor(), r))
+        if (reader_gains(next, ret.toTensor(), depth + 1)) return true;
+    }
+    return false;
+  }
+
+  // A convolution's result is planned where some reader gains from it.
   bool worth_planning(const at::Tensor& value, size_t position) const {
     bool gains = false;
-    for (size_t r : readers_after(value, position)) {
-      auto writers = access_.writers.find(storage_of(value));
-      if (writers != access_.writers.end() &&
-          std::find(writers->second.begin(), writers->second.end(), r) != writers->second.end())
-        return false;
-      gains = gains || layout_free_reader(r, value);
-    }
-    return gains;
+    for (size_t r : readers_after(value, position)) gains = gains || reader_gains(r, value);
+    return gains && plannable(value, position);
   }
 
   // Readers of `original` after `position` read `planned` where they can; the rest read
   // `original`, converted from `planned` right after `position`.
   void route(const at::Tensor& original, const at::Tensor& planned, size_t position) {
     bool convert = callbacks_.is_output(original);
+    // Written in place: every reader must read the planned value (plannable() made sure each
+    // can), since a conversion right after `position` would not see the write.
+    bool written = false;
+    for (size_t r : readers_after(original, position)) written = written || writes(r, original);
     for (size_t r : readers_after(original, position)) {
       auto lowered = reader_of_.find(r);
       if (lowered != reader_of_.end()) {
@@ -89,8 +186,9 @@ class LayoutPlanner {
           }
         }
         convert = convert || !replaced;
-      } else if (layout_free_reader(r, original)) {
-        route_pooling(r, planned);
+      } else if (layout_free_reader(r, original) &&
+                 (written || writes_first_argument(ops_[r]) || reader_gains(r, original))) {
+        route_layout_free(r, original, planned);
       } else {
         convert = true;
       }
@@ -101,16 +199,33 @@ class LayoutPlanner {
     }
   }
 
-  // A pooling reading a planned value runs in channels_last: its results are planned too.
-  void route_pooling(size_t r, const at::Tensor& planned_input) {
-    RecordedOp& pool = ops_[r];
-    pool.args[0] = planned_input;
-    for (c10::IValue& ret : pool.returns) {
-      if (!ret.isTensor() || !ret.toTensor().defined()) continue;
-      const at::Tensor original = ret.toTensor();
-      at::Tensor planned = channels_last_like(original);
-      ret = planned;
-      route(original, planned, r);
+  // A layout-free op reading a planned value reads it channels_last; its new 4-d results are
+  // planned too (an in-place op's result is the planned value itself).
+  void route_layout_free(size_t r, const at::Tensor& original, const at::Tensor& planned) {
+    RecordedOp& op = ops_[r];
+    const bool in_place = writes_first_argument(op);
+    const bool writes_planned =
+        in_place && op.args[0].isTensor() && same_values(op.args[0].toTensor(), original);
+    for (c10::IValue& arg : op.args) {
+      if (arg.isTensor() && same_values(arg.toTensor(), original)) arg = planned;
+      if (!arg.isList()) continue;
+      c10::impl::GenericList list = arg.toList();
+      for (size_t i = 0; i < list.size(); ++i) {
+        const c10::IValue item = list.get(i);
+        if (item.isTensor() && same_values(item.toTensor(), original)) list.set(i, planned);
+      }
+    }
+    if (in_place) {
+      if (writes_planned) op.returns[0] = planned;
+      return;
+    }
+    if (!routed_.insert(r).second) return;  // its results were planned by an earlier input
+    for (c10::IValue& ret : op.returns) {
+      if (!needs_planning(ret)) continue;
+      const at::Tensor result = ret.toTensor();
+      at::Tensor planned_result = channels_last_like(result);
+      ret = planned_result;
+      route(result, planned_result, r);
     }
   }
 
@@ -118,6 +233,7 @@ class LayoutPlanner {
   const TraceAccess& access_;
   const CpuLoweringCallbacks& callbacks_;
   std::unordered_map<size_t, FusedConvolution*> reader_of_;
+  std::unordered_set<size_t> routed_;
   const c10::OperatorHandle clone_ =
       c10::Dispatcher::singleton().findSchemaOrThrow("aten::clone", "");
 };

@@ -1,11 +1,14 @@
 #pragma once
-// Layouts planned across the lowered convolutions of a trace (cpu_lowering.h) and the
-// poolings between them: a value one of them produces stays channels_last (a new tensor of
-// that layout replaces it) where a lowered convolution or a pooling reads it; any other
-// reader, and a program output, gets the model's layout back from a conversion (`clone`)
-// right after the producer, which returns the original tensor, so those readers are
-// unchanged. Poolings are 15x faster in channels_last (3x3 max pooling of 64 channels on
-// 32x32 pixels: 350 us contiguous, 23 us channels_last).
+// Layouts planned across the lowered convolutions of a trace (cpu_lowering.h) and the ops
+// between them: a value one of them produces stays channels_last (a new tensor of that layout
+// replaces it) where a reader gains from it: a lowered convolution, a pooling, concatenation
+// or inference batch norm (channels_last_ops.h gives those nimble's kernels), or an
+// elementwise op whose result goes on to one of them. Those layout-free ops then read the
+// planned value and their results are planned in turn. Any other reader, and a program
+// output, gets the model's layout back from a conversion (`clone`) right after the producer,
+// which returns the original tensor, so those readers are unchanged. A value written in place
+// is planned only where every reader takes it channels_last: the conversion would not see the
+// write.
 #include <unordered_map>
 #include <vector>
 

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "csrc/kernels/cpu/prepacked_convolution.h"
+#include "csrc/passes/channels_last_ops.h"
 #include "csrc/passes/cpu_layout_plan.h"
 #include "csrc/passes/epilogue_fusion.h"
 #include "csrc/passes/fused_convolution.h"
@@ -129,7 +130,10 @@ int lower_for_cpu_inference(std::vector<RecordedOp>& ops, const std::vector<Fold
     for (RecordedOp& conversion : after->second) kept.push_back(std::move(conversion));
   }
   ops = std::move(kept);
-  return static_cast<int>(convs.size() + linears.size());
+  // Counted too: a trace with nothing else lowered (every weight computed) may still have
+  // batch norms on channels_last values, and the caller renumbers only after a rewrite.
+  const int channels_last_ops = lower_channels_last_ops(ops, callbacks);
+  return static_cast<int>(convs.size() + linears.size()) + channels_last_ops;
 }
 
 }  // namespace nimble

@@ -7,9 +7,10 @@
 // activation. The fused op sits where the last op it replaces was and returns that op's
 // result, so every later reader is unchanged.
 //
-// Layouts: lowered convolutions hand back channels_last. One whose result only other
-// lowered convolutions read keeps it so (no conversion between them); any other result is
-// converted to the layout the model gave it.
+// Layouts: lowered convolutions hand back channels_last, kept so where readers gain from it
+// (cpu_layout_plan.h); any other result is converted to the layout the model gave it. Last,
+// the poolings, concatenations and batch norms left reading channels_last become nimble's
+// kernels (channels_last_ops.h).
 #include <ATen/core/Tensor.h>
 
 #include <functional>
@@ -39,7 +40,8 @@ struct CpuLoweringCallbacks {
   const TunedConvolutions* tuned = nullptr;
 };
 
-// Rewrites `ops` in place; returns how many convolutions and linear layers were lowered. `folds`
+// Rewrites `ops` in place; returns how many ops were lowered (convolutions, linear layers,
+// and the ops channels_last_ops.h replaced): zero when `ops` is unchanged. `folds`
 // say which convolution weights are folded batch norms (and so which tensors they derive from).
 int lower_for_cpu_inference(std::vector<RecordedOp>& ops, const std::vector<FoldedBatchNorm>& folds,
                             const CpuLoweringCallbacks& callbacks);

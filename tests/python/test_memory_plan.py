@@ -11,7 +11,9 @@ from nimble.zoo import build
 @pytest.mark.parametrize("spec", ["torchvision:densenet121", "torchvision:googlenet", "transformer:encoder"])
 def test_planned_buffers_shrink_and_replay_stays_exact(spec, streams):
     model, example = build(spec, batch=2)
-    fast = nimble.Nimble(model).prepare(example, streams=streams)
+    # Unlowered: the CPU lowering turns densenet's and googlenet's concatenations and
+    # poolings into nimble's kernels, which return new tensors, leaving few `.out` buffers.
+    fast = nimble.Nimble(model).prepare(example, streams=streams, lower_for_cpu=False)
     memory = fast.memory
     assert 0 < memory["buffer_bytes"] < memory["buffer_bytes_unplanned"]
     for _ in range(2):
@@ -92,7 +94,9 @@ def test_pool_keeps_peak_memory_at_eager_or_below(spec):
         expected = model(x)
     torch.testing.assert_close(fast(x), expected, **tol)  # the recorded replay
     pool = fast.memory["pool"]
-    assert pool["planned"] and pool["planned_requests"] > 0 and pool["buffers_moved"] > 0
+    # Requests: tensors ops allocate; moved buffers: `.out` buffers (squeezenet's lowered
+    # program has none left, its concatenations being nimble's kernels).
+    assert pool["planned"] and pool["planned_requests"] > 0
     for _ in range(2):
         x = torch.randn_like(example)
         with torch.no_grad():

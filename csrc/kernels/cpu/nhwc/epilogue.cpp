@@ -44,6 +44,18 @@ void finish(float* y, const float* residual, int64_t n, const Epilogue& epilogue
   }
 }
 
+void scale_shift(const float* x, float* y, const float* scale, const float* shift,
+                 int64_t channels, const Epilogue& epilogue, int64_t begin, int64_t end) {
+  switch (best_isa()) {
+    case Isa::kAvx512:
+      return avx512::scale_shift_body(x, y, scale, shift, channels, epilogue, begin, end);
+    case Isa::kAvx2:
+      return avx2::scale_shift_body(x, y, scale, shift, channels, epilogue, begin, end);
+    case Isa::kPortable:
+      return portable::scale_shift_body(x, y, scale, shift, channels, epilogue, begin, end);
+  }
+}
+
 bool supports(Isa isa) {
   switch (isa) {
     case Isa::kPortable:

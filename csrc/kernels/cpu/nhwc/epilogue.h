@@ -30,6 +30,12 @@ struct Epilogue {
 // (as in eager PyTorch), whatever the activation.
 void finish(float* y, const float* residual, int64_t n, const Epilogue& epilogue);
 
+// y[p, c] = activation(x[p, c] * scale[c] + shift[c]) for pixels [begin, end) of x and y
+// [pixels, channels], dense and not overlapping: an inference batch norm and the activation
+// after it (kernels/cpu/nhwc_tensor_ops.h).
+void scale_shift(const float* x, float* y, const float* scale, const float* shift,
+                 int64_t channels, const Epilogue& epilogue, int64_t begin, int64_t end);
+
 // Which vector code a kernel object runs: the best this CPU has (read at run time, not what
 // the build machine had), or a narrower one that tests and measurements ask for.
 enum class Isa : int8_t { kPortable, kAvx2, kAvx512 };  // kAvx2 means AVX2 with FMA

@@ -1,0 +1,25 @@
+#pragma once
+// nimble's channels-last kernels for the ops between convolutions (nhwc/pooling.h,
+// nhwc/channel_ops.h), registered as `nimble::` ops the lowered program calls where the
+// layout plan left their inputs channels_last (passes/channels_last_ops.h):
+//
+//   max_pool2d_nhwc(self, kernel_size, stride, padding, dilation, ceil_mode)
+//   avg_pool2d_nhwc(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+//                   divisor_override)
+//   batch_norm_nhwc(input, weight?, bias?, running_mean, running_var, eps, activation, lo, hi)
+//   cat_nhwc(tensors)  (along channels)
+//
+// Each returns a new channels_last tensor equal to its ATen op's (batch_norm_nhwc: the
+// inference batch norm, then `activation` as FusedEpilogue names it, with `lo`, `hi` its
+// bounds or slope). An input that is not dense channels_last float (a layout the plan did
+// not foresee) runs ATen's op instead, so the result is right whatever comes.
+#include <ATen/core/dispatch/Dispatcher.h>
+
+namespace nimble::kernels {
+
+c10::OperatorHandle max_pool2d_nhwc_op();
+c10::OperatorHandle avg_pool2d_nhwc_op();
+c10::OperatorHandle batch_norm_nhwc_op();
+c10::OperatorHandle cat_nhwc_op();
+
+}  // namespace nimble::kernels

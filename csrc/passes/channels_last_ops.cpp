@@ -1,0 +1,135 @@
+#include "csrc/passes/channels_last_ops.h"
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+#include "csrc/kernels/cpu/nhwc_convolution.h"
+#include "csrc/kernels/cpu/nhwc_tensor_ops.h"
+#include "csrc/passes/epilogue_fusion.h"
+#include "csrc/passes/op_patterns.h"
+#include "csrc/passes/trace_access.h"
+
+namespace nimble {
+
+namespace {
+
+bool channels_last_float(const c10::IValue& v) {
+  if (!v.isTensor()) return false;
+  const at::Tensor& t = v.toTensor();
+  return t.dim() == 4 && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
+         t.layout() == at::kStrided && t.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+bool named(const RecordedOp& op, const char* name) {
+  return op.handle.operator_name().name == name && op.handle.operator_name().overload_name.empty();
+}
+
+class ChannelsLastLowering {
+ public:
+  ChannelsLastLowering(std::vector<RecordedOp>& ops, const CpuLoweringCallbacks& callbacks)
+      : ops_(ops), access_(ops), callbacks_(callbacks), drop_(ops.size(), false) {}
+
+  int run() {
+    int replaced = 0;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (drop_[i]) continue;
+      std::optional<RecordedOp> lowered = lower(i);
+      if (!lowered) continue;
+      ops_[i] = std::move(*lowered);
+      ++replaced;
+    }
+    std::vector<RecordedOp> kept;
+    for (size_t i = 0; i < ops_.size(); ++i)
+      if (!drop_[i]) kept.push_back(std::move(ops_[i]));
+    ops_ = std::move(kept);
+    return replaced;
+  }
+
+ private:
+  bool unread(const c10::IValue& v, size_t after) const {
+    return !v.isTensor() || !v.toTensor().defined() ||
+           (!access_.read_after(v.toTensor(), after) && !callbacks_.is_output(v.toTensor()));
+  }
+
+  std::optional<RecordedOp> lower(size_t i) const {
+    const RecordedOp& op = ops_[i];
+    if (op.returns.empty() || !channels_last_float(op.returns[0])) return std::nullopt;
+    const std::vector<c10::IValue>& a = op.args;
+    if (named(op, "aten::max_pool2d_with_indices") && a.size() == 6 && channels_last_float(a[0]) &&
+        op.returns.size() == 2 && unread(op.returns[1], i)) {
+      return RecordedOp{kernels::max_pool2d_nhwc_op(), a, {op.returns[0]}};
+    }
+    if (named(op, "aten::avg_pool2d") && a.size() == 7 && channels_last_float(a[0])) {
+      return RecordedOp{kernels::avg_pool2d_nhwc_op(), a, op.returns};
+    }
+    if (named(op, "aten::cat") && a.size() == 2 && a[0].isList() && a[1].isInt() &&
+        (a[1].toInt() == 1 || a[1].toInt() == -3)) {
+      for (const c10::IValue& t : a[0].toListRef())
+        if (!channels_last_float(t)) return std::nullopt;
+      return RecordedOp{kernels::cat_nhwc_op(), {a[0]}, op.returns};
+    }
+    if (named(op, "aten::native_batch_norm")) return batch_norm(i);
+    return std::nullopt;
+  }
+
+  // Whether `op` (the first reader of a batch norm's `result`, at `index`) is an activation
+  // the batch norm can apply as it stores: in place on the result, or reading it and nothing
+  // else reading it after, its own result channels_last.
+  bool fuses_activation(const RecordedOp& op, const at::Tensor& result, size_t index) const {
+    if (op.args.empty() || !op.args[0].isTensor() || !same_values(op.args[0].toTensor(), result) ||
+        op.returns.size() != 1 || !op.returns[0].isTensor())
+      return false;
+    const std::optional<kernels::FusedEpilogue> fused = activation_of(op);
+    if (!fused || fused->algorithm || !kernels::nhwc_epilogue(*fused)) return false;
+    if (writes_first_argument(op)) return true;
+    return channels_last_float(op.returns[0]) && !access_.read_after(result, index) &&
+           !callbacks_.is_output(result);
+  }
+
+  // native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum,
+  // eps) in inference, and the in-place activation right after it if there is one.
+  std::optional<RecordedOp> batch_norm(size_t i) const {
+    const RecordedOp& op = ops_[i];
+    const std::vector<c10::IValue>& a = op.args;
+    if (a.size() != 8 || !channels_last_float(a[0]) || !a[5].isBool() || a[5].toBool() ||
+        !a[3].isTensor() || !a[4].isTensor() || op.returns.size() != 3 ||
+        !unread(op.returns[1], i) || !unread(op.returns[2], i))
+      return std::nullopt;
+    const at::Tensor& result = op.returns[0].toTensor();
+    c10::IValue returned = op.returns[0];
+    std::string activation = "none";
+    double lo = 0.0, hi = 0.0;
+    const std::optional<size_t> next = access_.next_reader(result, i);
+    if (next && !drop_[*next] && fuses_activation(ops_[*next], result, *next)) {
+      const RecordedOp& activate = ops_[*next];
+      const kernels::FusedEpilogue fused = *activation_of(activate);
+      activation = fused.activation;
+      if (!fused.scalars.empty()) lo = fused.scalars[0]->toDouble();
+      if (fused.scalars.size() > 1) hi = fused.scalars[1]->toDouble();
+      if (!writes_first_argument(activate)) {
+        returned = activate.returns[0];
+      } else if (!activate.returns[0].toTensor().is_same(result)) {
+        callbacks_.redirect(activate.returns[0].toTensor(), result);
+      }
+      drop_[*next] = true;
+    }
+    return RecordedOp{kernels::batch_norm_nhwc_op(),
+                      {a[0], a[1], a[2], a[3], a[4], a[7], c10::IValue(activation), c10::IValue(lo),
+                       c10::IValue(hi)},
+                      {returned}};
+  }
+
+  std::vector<RecordedOp>& ops_;
+  const TraceAccess access_;
+  const CpuLoweringCallbacks& callbacks_;
+  mutable std::vector<bool> drop_;
+};
+
+}  // namespace
+
+int lower_channels_last_ops(std::vector<RecordedOp>& ops, const CpuLoweringCallbacks& callbacks) {
+  return ChannelsLastLowering(ops, callbacks).run();
+}
+
+}  // namespace nimble

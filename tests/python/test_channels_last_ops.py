@@ -1,0 +1,209 @@
+"""The ops between lowered convolutions (csrc/passes/channels_last_ops.h, cpu_layout_plan.h):
+poolings, concatenations and inference batch norms reading channels_last values run
+nimble's kernels (kernels/cpu/nhwc_tensor_ops.h), elementwise ops pass the layout on, and
+results stay eager's: random pooling geometries, a batch norm with each activation fused,
+statistics changed after prepare, indices someone reads, values written in place."""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import nimble
+from fused_epilogues import ACTIVATIONS
+
+CONV = "nimble::convolution_prepacked"
+
+
+def _check(model, *inputs, names=()):
+    fast = nimble.Nimble(model).prepare(*inputs)
+    ops = fast.schedule["ops"]
+    for name in names:
+        assert name in ops, ops
+    with torch.no_grad():
+        expected = model(*inputs)
+    got = fast(*inputs)
+    for g, e in zip(got if isinstance(got, tuple) else (got,),
+                    expected if isinstance(expected, tuple) else (expected,)):
+        assert g.shape == e.shape and g.stride() == e.stride()
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    return fast
+
+
+class PoolBetweenConvolutions(torch.nn.Module):
+    def __init__(self, pool):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 19, 3, padding=1)  # 19 channels: vector tails
+        self.b = torch.nn.Conv2d(19, 8, 1)
+        self.pool = pool
+
+    def forward(self, x):
+        return self.b(self.pool(torch.relu(self.a(x))))
+
+
+def _random_pool(rng: random.Random):
+    k = rng.randint(1, 4)
+    stride = rng.choice([None, 1, 2, 3])
+    padding = rng.randint(0, k // 2)
+    ceil_mode = rng.random() < 0.5
+    if rng.random() < 0.5:
+        dilation = rng.randint(1, 2)
+        return (lambda x: F.max_pool2d(x, k, stride, padding, dilation, ceil_mode),
+                "nimble::max_pool2d_nhwc")
+    count_include_pad = rng.random() < 0.5
+    divisor = rng.choice([None, None, 3])
+    return (lambda x: F.avg_pool2d(x, k, stride, padding, ceil_mode, count_include_pad, divisor),
+            "nimble::avg_pool2d_nhwc")
+
+
+class Lambda(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_poolings_between_convolutions_match_eager(seed):
+    rng = random.Random(seed)
+    pool, name = _random_pool(rng)
+    size = rng.randint(7, 17)
+    _check(PoolBetweenConvolutions(Lambda(pool)).eval(), torch.randn(rng.randint(1, 2), 3, size, size),
+           names=[name])
+
+
+class DenseLayer(torch.nn.Module):
+    """densenet's pattern: concatenate, batch norm, activation, convolution."""
+
+    def __init__(self, activation: str):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(3, 5, 1)
+        self.bn = torch.nn.BatchNorm2d(13)
+        self.c = torch.nn.Conv2d(13, 4, 3, padding=1)
+        self.activation = activation
+
+    def forward(self, x):
+        y = torch.cat([self.a(x), self.b(x)], 1)
+        return self.c(ACTIVATIONS[self.activation](self.bn(y)))
+
+
+def _randomize(bn: torch.nn.BatchNorm2d) -> None:
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.5, 0.5)
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "relu_", "relu6", "hardswish", "silu"])
+def test_concatenation_and_batch_norm_with_its_activation_match_eager(activation):
+    if activation not in ACTIVATIONS:
+        pytest.skip(f"fused_epilogues has no {activation}")
+    model = DenseLayer(activation).eval()
+    _randomize(model.bn)
+    fast = _check(model, torch.randn(2, 3, 9, 9), names=["nimble::cat_nhwc", "nimble::batch_norm_nhwc"])
+    assert not any(n.startswith("aten::relu") for n in fast.schedule["ops"]), fast.schedule["ops"]
+
+
+def test_batch_norm_statistics_changed_after_prepare_are_seen():
+    model = DenseLayer("relu").eval()
+    x = torch.randn(1, 3, 8, 8)
+    fast = nimble.Nimble(model).prepare(x)
+    with torch.no_grad():
+        model.bn.running_var.mul_(3.0)  # in place
+        model.bn.running_mean.add_(0.25)
+        model.bn.weight.data = model.bn.weight.data * -1  # a new tensor
+        expected = model(x)
+    torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_max_pooling_indices_someone_reads_keep_atens_op():
+    class Unpool(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(3, 6, 3, padding=1)
+            self.b = torch.nn.Conv2d(6, 6, 1)
+
+        def forward(self, x):
+            pooled, indices = F.max_pool2d(self.a(x), 2, return_indices=True)
+            return self.b(pooled), indices
+
+    fast = _check(Unpool().eval(), torch.randn(1, 3, 8, 8))
+    assert "nimble::max_pool2d_nhwc" not in fast.schedule["ops"]
+
+
+def test_a_batch_norm_result_read_before_its_activation_keeps_the_activation_apart():
+    class ReadFirst(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(3, 6, 3, padding=1)
+            self.b = torch.nn.Conv2d(3, 2, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            y = self.bn(torch.cat([self.a(x), self.b(x)], 1))
+            doubled = y * 2
+            torch.relu_(y)
+            return doubled + y
+
+    model = ReadFirst().eval()
+    _randomize(model.bn)
+    _check(model, torch.randn(1, 3, 6, 6), names=["nimble::batch_norm_nhwc"])
+
+
+def test_a_value_written_in_place_and_viewed_keeps_the_models_layout():
+    class WrittenAndViewed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.b = torch.nn.Conv2d(4, 4, 1)
+
+        def forward(self, x):
+            y = self.a(x)
+            flat = y.flatten(1)  # a view: it sees the in-place write below
+            z = F.max_pool2d(y, 2)
+            y.mul_(3)
+            return self.b(z), flat
+
+    _check(WrittenAndViewed().eval(), torch.randn(1, 3, 6, 6))
+
+
+def test_elementwise_ops_pass_the_layout_on_to_a_pooling():
+    class Gate(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.b = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.c = torch.nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            gated = self.a(x) * torch.sigmoid(self.b(x))
+            return self.c(F.max_pool2d(gated, 2))
+
+    fast = _check(Gate().eval(), torch.randn(1, 3, 8, 8), names=["nimble::max_pool2d_nhwc"])
+    assert not any(n.startswith("aten::clone") for n in fast.schedule["ops"]), fast.schedule["ops"]
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_a_batch_norm_after_a_convolution_left_to_aten_in_a_channels_last_model(streams):
+    # The pruned weight is computed by the trace, so the convolution stays ATen's and nothing
+    # else is lowered; the model's own channels_last layout still lets the batch norm and its
+    # relu run nimble's kernel (the trace is renumbered after that rewrite too).
+    import torch.nn.utils.prune as prune
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU()).eval()
+    prune.random_unstructured(model[0], "weight", 0.3)
+    _randomize(model[1])
+    model.to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 8, 8)
+    with pytest.warns(UserWarning, match="hooks ran during the capture"):
+        fast = nimble.Nimble(model).prepare(x, streams=streams)
+    assert "nimble::batch_norm_nhwc" in fast.schedule["ops"] and CONV not in fast.schedule["ops"]
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-5)
