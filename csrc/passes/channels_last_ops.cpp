@@ -54,8 +54,10 @@ class ChannelsLastLowering {
 
   std::optional<RecordedOp> lower(size_t i) const {
     const RecordedOp& op = ops_[i];
-    if (op.returns.empty() || !channels_last_float(op.returns[0])) return std::nullopt;
     const std::vector<c10::IValue>& a = op.args;
+    if (is_spatial_mean(op) && channels_last_float(a[0]))
+      return RecordedOp{kernels::mean_hw_nhwc_op(), {a[0], a[2]}, op.returns};
+    if (op.returns.empty() || !channels_last_float(op.returns[0])) return std::nullopt;
     if (named(op, "aten::max_pool2d_with_indices") && a.size() == 6 && channels_last_float(a[0]) &&
         op.returns.size() == 2 && unread(op.returns[1], i)) {
       return RecordedOp{kernels::max_pool2d_nhwc_op(), a, {op.returns[0]}};

@@ -37,6 +37,7 @@ bool is_layout_free(const RecordedOp& op) {
     return name.overload_name.empty() || name.overload_name == "Tensor" ||
            name.overload_name == "Scalar";
   }
+  if (is_spatial_mean(op)) return true;
   if (!name.overload_name.empty()) return false;
   if (kPooling.count(name.name)) return is_four_d_tensor(op.args[0]);
   if (name.name == "aten::cat") return true;
@@ -50,8 +51,8 @@ bool is_layout_free(const RecordedOp& op) {
 
 bool has_channels_last_kernel(const RecordedOp& op) {
   const std::string& name = op.handle.operator_name().name;
-  return name == "aten::max_pool2d_with_indices" || name == "aten::avg_pool2d" ||
-         name == "aten::cat" || name == "aten::native_batch_norm" ||
+  return is_spatial_mean(op) || name == "aten::max_pool2d_with_indices" ||
+         name == "aten::avg_pool2d" || name == "aten::cat" || name == "aten::native_batch_norm" ||
          name == "aten::_native_batch_norm_legit_no_training";
 }
 

@@ -18,4 +18,18 @@ inline bool writes_first_argument(const RecordedOp& op) {
   return !arguments.empty() && arguments[0].alias_info() && arguments[0].alias_info()->isWrite();
 }
 
+// mean(self, dim, keepdim, dtype=None) of a 4-d tensor over its pixels: dim {2, 3} in any
+// order or sign (global average pooling, squeeze-excitation).
+inline bool is_spatial_mean(const RecordedOp& op) {
+  const auto& name = op.handle.operator_name();
+  if (name.name != "aten::mean" || name.overload_name != "dim" || op.args.size() != 4 ||
+      !op.args[0].isTensor() || op.args[0].toTensor().dim() != 4 || !op.args[1].isIntList() ||
+      !op.args[2].isBool() || !op.args[3].isNone())
+    return false;
+  const std::vector<int64_t> dims = op.args[1].toIntVector();
+  if (dims.size() != 2) return false;
+  const auto spatial = [](int64_t d) { return d == 2 || d == 3 || d == -1 || d == -2; };
+  return spatial(dims[0]) && spatial(dims[1]) && (dims[0] + 4) % 4 != (dims[1] + 4) % 4;
+}
+
 }  // namespace nimble

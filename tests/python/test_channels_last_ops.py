@@ -207,3 +207,25 @@ def test_a_batch_norm_after_a_convolution_left_to_aten_in_a_channels_last_model(
     with torch.no_grad():
         expected = model(x)
     torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_squeeze_excitation_and_global_pooling_take_the_mean_over_pixels_channels_last():
+    class SqueezeExcite(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(3, 24, 3, padding=1)
+            self.reduce = torch.nn.Conv2d(24, 6, 1)
+            self.expand = torch.nn.Conv2d(6, 24, 1)
+            self.b = torch.nn.Conv2d(24, 16, 3, padding=1)
+            self.fc = torch.nn.Linear(16, 5)
+
+        def forward(self, x):
+            y = torch.relu(self.a(x))
+            scale = torch.sigmoid(self.expand(torch.relu(self.reduce(y.mean((2, 3), keepdim=True)))))
+            z = self.b(y * scale)
+            return self.fc(z.mean((-1, -2)))
+
+    fast = _check(SqueezeExcite().eval(), torch.randn(2, 3, 9, 9))
+    ops = fast.schedule["ops"]
+    assert ops.count("nimble::mean_hw_nhwc") == 2, ops
+    assert not any(n.startswith("aten::clone") for n in ops), ops

@@ -173,6 +173,20 @@ at::Tensor cat_nhwc(at::TensorList inputs) {
   return y;
 }
 
+at::Tensor mean_hw_nhwc(const at::Tensor& self, bool keepdim) {
+  if (!dense_channels_last(self)) return at::mean(self, {2, 3}, keepdim);
+  const int64_t images = self.size(0), channels = self.size(1);
+  at::Tensor y = keepdim ? at::empty({images, channels, 1, 1}, self.options())
+                         : at::empty({images, channels}, self.options());
+  const float* x_data = self.const_data_ptr<float>();
+  float* y_data = y.mutable_data_ptr<float>();
+  const int64_t pixels = self.size(2) * self.size(3);
+  split(images, self.numel(), [&](int64_t begin, int64_t end) {
+    nhwc::mean_over_pixels(x_data, y_data, pixels, channels, begin, end);
+  });
+  return y;
+}
+
 c10::OperatorHandle nimble_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
 }
@@ -183,6 +197,7 @@ c10::OperatorHandle max_pool2d_nhwc_op() { return nimble_op("nimble::max_pool2d_
 c10::OperatorHandle avg_pool2d_nhwc_op() { return nimble_op("nimble::avg_pool2d_nhwc"); }
 c10::OperatorHandle batch_norm_nhwc_op() { return nimble_op("nimble::batch_norm_nhwc"); }
 c10::OperatorHandle cat_nhwc_op() { return nimble_op("nimble::cat_nhwc"); }
+c10::OperatorHandle mean_hw_nhwc_op() { return nimble_op("nimble::mean_hw_nhwc"); }
 
 TORCH_LIBRARY_FRAGMENT(nimble, m) {
   m.def(
@@ -195,6 +210,7 @@ TORCH_LIBRARY_FRAGMENT(nimble, m) {
       "batch_norm_nhwc(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, "
       "Tensor running_var, float eps, str activation, float lo, float hi) -> Tensor");
   m.def("cat_nhwc(Tensor[] tensors) -> Tensor");
+  m.def("mean_hw_nhwc(Tensor self, bool keepdim) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(nimble, CPU, m) {
@@ -202,6 +218,7 @@ TORCH_LIBRARY_IMPL(nimble, CPU, m) {
   m.impl("avg_pool2d_nhwc", TORCH_FN(avg_pool2d_nhwc));
   m.impl("batch_norm_nhwc", TORCH_FN(batch_norm_nhwc));
   m.impl("cat_nhwc", TORCH_FN(cat_nhwc));
+  m.impl("mean_hw_nhwc", TORCH_FN(mean_hw_nhwc));
 }
 
 }  // namespace nimble::kernels

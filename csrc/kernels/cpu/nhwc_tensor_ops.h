@@ -8,6 +8,7 @@
 //                   divisor_override)
 //   batch_norm_nhwc(input, weight?, bias?, running_mean, running_var, eps, activation, lo, hi)
 //   cat_nhwc(tensors)  (along channels)
+//   mean_hw_nhwc(self, keepdim)  (over the pixels: mean(self, [2, 3], keepdim))
 //
 // Each returns a new channels_last tensor equal to its ATen op's (batch_norm_nhwc: the
 // inference batch norm, then `activation` as FusedEpilogue names it, with `lo`, `hi` its
@@ -21,5 +22,6 @@ c10::OperatorHandle max_pool2d_nhwc_op();
 c10::OperatorHandle avg_pool2d_nhwc_op();
 c10::OperatorHandle batch_norm_nhwc_op();
 c10::OperatorHandle cat_nhwc_op();
+c10::OperatorHandle mean_hw_nhwc_op();
 
 }  // namespace nimble::kernels

@@ -2,7 +2,7 @@
 // (csrc/kernels/cpu/nhwc/pooling.h) against a direct reference over random geometries
 // (padding, dilation, ceil_mode's partial windows, ATen's divisors), NaN winning a max
 // window; concatenation along channels (channel_ops.h); and the inference batch norm with its
-// activation (epilogue.h's scale_shift).
+// activation (epilogue.h's scale_shift); the mean over pixels.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -183,6 +183,22 @@ TEST(NhwcChannelOps, ScaleShiftIsAnAffinePerChannelThenTheActivation) {
         ASSERT_NEAR(y[i], want, 1e-5 + 1e-5 * std::fabs(want));
       }
   }
+}
+
+TEST(NhwcChannelOps, MeanOverPixelsAveragesEachImagesChannels) {
+  std::mt19937_64 rng(9);
+  const int64_t images = 3, pixels = 7, channels = 35;
+  const std::vector<float> x = random_values(rng, images * pixels * channels);
+  std::vector<float> y(static_cast<size_t>(images * channels));
+  mean_over_pixels(x.data(), y.data(), pixels, channels, 0, 1);
+  mean_over_pixels(x.data(), y.data(), pixels, channels, 1, images);
+  for (int64_t n = 0; n < images; ++n)
+    for (int64_t c = 0; c < channels; ++c) {
+      double sum = 0;
+      for (int64_t p = 0; p < pixels; ++p)
+        sum += x[static_cast<size_t>((n * pixels + p) * channels + c)];
+      ASSERT_NEAR(y[static_cast<size_t>(n * channels + c)], sum / pixels, 1e-6);
+    }
 }
 
 }  // namespace
