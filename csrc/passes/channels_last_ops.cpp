@@ -52,7 +52,7 @@ class ChannelsLastLowering {
            (!access_.read_after(v.toTensor(), after) && !callbacks_.is_output(v.toTensor()));
   }
 
-  std::optional<RecordedOp> lower(size_t i) const {
+  std::optional<RecordedOp> lower(size_t i) {
     const RecordedOp& op = ops_[i];
     const std::vector<c10::IValue>& a = op.args;
     if (is_spatial_mean(op) && channels_last_float(a[0]))
@@ -91,7 +91,7 @@ class ChannelsLastLowering {
 
   // native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum,
   // eps) in inference, and the in-place activation right after it if there is one.
-  std::optional<RecordedOp> batch_norm(size_t i) const {
+  std::optional<RecordedOp> batch_norm(size_t i) {
     const RecordedOp& op = ops_[i];
     const std::vector<c10::IValue>& a = op.args;
     if (a.size() != 8 || !channels_last_float(a[0]) || !a[5].isBool() || a[5].toBool() ||
@@ -125,7 +125,7 @@ class ChannelsLastLowering {
   std::vector<RecordedOp>& ops_;
   const TraceAccess access_;
   const CpuLoweringCallbacks& callbacks_;
-  mutable std::vector<bool> drop_;
+  std::vector<bool> drop_;  // activations fused into the batch norm before them
 };
 
 }  // namespace
