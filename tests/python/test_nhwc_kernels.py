@@ -170,3 +170,18 @@ def test_an_unknown_capped_vector_extension_is_refused():
                           text=True, timeout=300)
     assert done.returncode != 0
     assert "NIMBLE_CPU_ISA: expected avx512, avx2 or portable, got 'avx9000'" in done.stderr
+
+
+@pytest.mark.parametrize("size,kernel", [(8, "nimble_gemm"), (56, "onednn_prepacked")])
+def test_groups_of_few_channels_go_to_onednn_only_with_much_work(size, kernel):
+    """4 channels a group: 0.3 M multiply-adds at 8x8 pixels (nimble's product: oneDNN's fixed
+    cost is most of its call), 14 M at 56x56 (oneDNN)."""
+    if "avx2" not in open("/proc/cpuinfo").read():
+        pytest.skip("without AVX2 oneDNN takes every convolution")
+    model = torch.nn.Sequential(torch.nn.Conv2d(128, 128, 3, padding=1, groups=32)).eval()
+    x = torch.randn(1, 128, size, size)
+    fast = nimble.Nimble(model).prepare(x)
+    kernels = [op["kernel"] for op in fast.replay.ops() if "kernel" in op]
+    assert len(kernels) == 1 and kernels[0].startswith(kernel), kernels
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)

@@ -44,8 +44,13 @@ PrepackedConvolution::Kernel PrepackedConvolution::choose(c10::IntArrayRef weigh
   // layers), one thread, batch 1, shapes of mobilenet_v2, resnet18/50, googlenet,
   // inception_v3 and regnet (docs/cpu.md): nimble's kernels were 1.04x-11x faster on every
   // dense and depthwise layer with AVX-512 and with AVX2 code alike (oneDNN's fixed cost per
-  // call is 10-40 us), slower only where a group has few output channels (groups of 4 or 8
-  // channels: 0.90x-0.97x) and on CPUs without AVX2, where only their portable code runs.
+  // call is 10-40 us), slower only on CPUs without AVX2, where only their portable code runs,
+  // and where a group has few output channels (4 or 8) and the layer much work: resnext50's
+  // 3x3 layers of 4 and 8 channels a group, 14 M multiply-adds, 0.81x-0.83x with two threads.
+  // With little work, oneDNN's fixed cost wins again: regnet_y_400mf's layers of 8 channels a
+  // group at 64x64 pixels (0.1-1.5 M) take 52-60 us a call through oneDNN, 18-30 us here
+  // (AVX2 code alike), and the threshold between holds for both: at 2.9 M, 1.3x-1.5x with
+  // AVX-512, 0.91x-1.17x with AVX2.
   if (nhwc::best_isa() == nhwc::Isa::kPortable || weight_sizes.size() != 4 ||
       input_sizes.size() != 4)
     return Kernel::kOneDnn;
@@ -53,7 +58,17 @@ PrepackedConvolution::Kernel PrepackedConvolution::choose(c10::IntArrayRef weigh
   const bool depthwise = groups > 1 && weight_sizes[1] == 1 && groups == input_sizes[1] &&
                          weight_sizes[0] == input_sizes[1];
   if (depthwise) return Kernel::kNimbleDepthwise;
-  return groups > 1 && weight_sizes[0] / groups <= 8 ? Kernel::kOneDnn : Kernel::kNimbleGemm;
+  if (groups == 1 || weight_sizes[0] / groups > 8) return Kernel::kNimbleGemm;
+  if (geometry.padding.size() != 2 || geometry.stride.size() != 2 || geometry.dilation.size() != 2)
+    return Kernel::kOneDnn;
+  constexpr int64_t kNarrowGroupsOneDnnFromMacs = 3'000'000;
+  const auto out_size = [&](size_t d) {
+    const int64_t span = geometry.dilation[d] * (weight_sizes[2 + d] - 1) + 1;
+    return (input_sizes[2 + d] + 2 * geometry.padding[d] - span) / geometry.stride[d] + 1;
+  };
+  const int64_t macs = input_sizes[0] * out_size(0) * out_size(1) * weight_sizes[0] *
+                       weight_sizes[1] * weight_sizes[2] * weight_sizes[3];
+  return macs < kNarrowGroupsOneDnnFromMacs ? Kernel::kNimbleGemm : Kernel::kOneDnn;
 }
 
 const char* PrepackedConvolution::kernel_name(Kernel kernel) {
