@@ -91,7 +91,8 @@ run_python() {
     tests/python/test_memory_plan.py tests/python/test_training.py \
     tests/python/test_tuning.py tests/python/test_tuned_slot.py \
     tests/python/test_aliasing.py tests/python/test_errors.py tests/python/test_failures.py \
-    tests/python/test_multi_return_ops.py
+    tests/python/test_multi_return_ops.py tests/python/test_channels_last_ops.py \
+    tests/python/test_nhwc_kernels.py
 }
 
 for part in "${PARTS[@]}"; do
