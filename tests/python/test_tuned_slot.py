@@ -288,6 +288,9 @@ def test_cli_tunes_a_model_binds_and_reports_the_whole_replay(tmp_path):
     assert len(result["bound"]) == 26  # squeezenet1_1 has 26 convolutions
     assert result["max_relative_error"] < 1e-4
     assert result["untuned_ms"] > 0 and result["tuned_ms"] > 0
+    # The replay a user gets from prepare (CPU lowering on), untuned and with the database.
+    assert result["lowered_untuned_ms"] > 0 and result["lowered_tuned_ms"] > 0
+    assert result["lowered_max_relative_error"] < 1e-4
     assert tuning.TuningDatabase(db).count() == result["trials"]
 
 
