@@ -1,7 +1,8 @@
 #include "csrc/kernels/cpu/nhwc_convolution.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
+
+#include "csrc/kernels/cpu/intra_op_split.h"
 
 namespace nimble::kernels {
 namespace {
@@ -11,16 +12,9 @@ namespace {
 // project's 2-core AMD EPYC; see docs/cpu.md).
 constexpr int64_t kParallelFrom = 200'000;
 
-// One thread is asked for by not forking, never by changing OpenMP's thread count: a team
-// resized between two calls is rebuilt, which costs more than most of these layers.
-template <typename F>
-void split(int64_t units, int64_t multiply_adds, int64_t threads, const F& body) {
-  if (threads == 1 || units < 2 || multiply_adds < kParallelFrom || at::get_num_threads() < 2 ||
-      at::in_parallel_region()) {
-    body(0, units);
-    return;
-  }
-  at::parallel_for(0, units, 1, body);
+// `threads` 1 keeps the work on the calling thread (a tuned choice).
+bool worth_forking(int64_t multiply_adds, int64_t threads) {
+  return threads != 1 && multiply_adds >= kParallelFrom;
 }
 
 at::Tensor channels_last(const at::Tensor& t) {
@@ -114,21 +108,23 @@ void NhwcConvolution::run(const float* in, float* out, const float* res,
   const int64_t multiply_adds =
       g.out_pixels() * g.out_channels * g.kernel_h * g.kernel_w * (g.in_channels / g.groups);
   if (depthwise_) {
-    split(g.images * g.out_height(), multiply_adds, threads, [&](int64_t begin, int64_t end) {
-      nhwc::depthwise_rows(g, *depthwise_, in, out, res, epilogue, begin, end);
-    });
+    split_work(g.images * g.out_height(), worth_forking(multiply_adds, threads),
+               [&](int64_t begin, int64_t end) {
+                 nhwc::depthwise_rows(g, *depthwise_, in, out, res, epilogue, begin, end);
+               });
     return;
   }
   const int64_t columns = gemm_->column_blocks();
-  split(gemm_->row_blocks() * columns, multiply_adds, threads, [&](int64_t begin, int64_t end) {
-    // Tiles in row-major order: whole or partial runs of one row block's column blocks.
-    for (int64_t tile = begin; tile < end;) {
-      const int64_t row = tile / columns, column = tile % columns;
-      const int64_t last = std::min(end - row * columns, columns);
-      gemm_->run(in, out, res, epilogue, row, row + 1, column, last);
-      tile = row * columns + last;
-    }
-  });
+  split_work(gemm_->row_blocks() * columns, worth_forking(multiply_adds, threads),
+             [&](int64_t begin, int64_t end) {
+               // Tiles in row-major order: whole or partial runs of one row block's column blocks.
+               for (int64_t tile = begin; tile < end;) {
+                 const int64_t row = tile / columns, column = tile % columns;
+                 const int64_t last = std::min(end - row * columns, columns);
+                 gemm_->run(in, out, res, epilogue, row, row + 1, column, last);
+                 tile = row * columns + last;
+               }
+             });
 }
 
 int64_t NhwcConvolution::packed_bytes() const {

@@ -1,13 +1,13 @@
 #include "csrc/kernels/cpu/nhwc_tensor_ops.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <ATen/native/Pool.h>
 #include <torch/library.h>
 
 #include <vector>
 
 #include "csrc/kernels/cpu/fused_epilogue.h"
+#include "csrc/kernels/cpu/intra_op_split.h"
 #include "csrc/kernels/cpu/nhwc/channel_ops.h"
 #include "csrc/kernels/cpu/nhwc/epilogue.h"
 #include "csrc/kernels/cpu/nhwc/pooling.h"
@@ -21,14 +21,7 @@ namespace {
 // the intra-op threads costs more than it saves.
 constexpr int64_t kParallelFromElements = int64_t{1} << 16;
 
-template <typename Body>
-void split(int64_t units, int64_t elements, const Body& body) {
-  if (elements < kParallelFromElements || units < 2) {
-    body(0, units);
-    return;
-  }
-  at::parallel_for(0, units, 1, body);
-}
+bool worth_forking(int64_t elements) { return elements >= kParallelFromElements; }
 
 bool dense_channels_last(const at::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 4 &&
@@ -75,8 +68,8 @@ at::Tensor max_pool2d_nhwc(const at::Tensor& self, at::IntArrayRef kernel_size,
   at::Tensor y = empty_channels_last({g.batch, g.channels, g.out_height, g.out_width}, self);
   const float* x_data = self.const_data_ptr<float>();
   float* y_data = y.mutable_data_ptr<float>();
-  split(g.rows(), y.numel() * g.kernel_h * g.kernel_w,
-        [&](int64_t begin, int64_t end) { nhwc::max_pool(x_data, y_data, g, begin, end); });
+  split_work(g.rows(), worth_forking(y.numel() * g.kernel_h * g.kernel_w),
+             [&](int64_t begin, int64_t end) { nhwc::max_pool(x_data, y_data, g, begin, end); });
   return y;
 }
 
@@ -90,9 +83,11 @@ at::Tensor avg_pool2d_nhwc(const at::Tensor& self, at::IntArrayRef kernel_size,
   at::Tensor y = empty_channels_last({g.batch, g.channels, g.out_height, g.out_width}, self);
   const float* x_data = self.const_data_ptr<float>();
   float* y_data = y.mutable_data_ptr<float>();
-  split(g.rows(), y.numel() * g.kernel_h * g.kernel_w, [&](int64_t begin, int64_t end) {
-    nhwc::avg_pool(x_data, y_data, g, count_include_pad, divisor_override.value_or(0), begin, end);
-  });
+  split_work(g.rows(), worth_forking(y.numel() * g.kernel_h * g.kernel_w),
+             [&](int64_t begin, int64_t end) {
+               nhwc::avg_pool(x_data, y_data, g, count_include_pad, divisor_override.value_or(0),
+                              begin, end);
+             });
   return y;
 }
 
@@ -141,7 +136,7 @@ at::Tensor batch_norm_nhwc(const at::Tensor& input, const std::optional<at::Tens
   const float* x_data = input.const_data_ptr<float>();
   float* y_data = y.mutable_data_ptr<float>();
   const int64_t pixels = input.numel() / std::max<int64_t>(channels, 1);
-  split(pixels, input.numel(), [&](int64_t begin, int64_t end) {
+  split_work(pixels, worth_forking(input.numel()), [&](int64_t begin, int64_t end) {
     nhwc::scale_shift(x_data, y_data, alpha.data(), beta.data(), channels, *epilogue, begin, end);
   });
   return y;
@@ -166,7 +161,7 @@ at::Tensor cat_nhwc(at::TensorList inputs) {
   at::Tensor y = empty_channels_last({first.size(0), total, first.size(2), first.size(3)}, first);
   float* y_data = y.mutable_data_ptr<float>();
   const int64_t pixels = first.size(0) * first.size(2) * first.size(3);
-  split(pixels, y.numel(), [&](int64_t begin, int64_t end) {
+  split_work(pixels, worth_forking(y.numel()), [&](int64_t begin, int64_t end) {
     nhwc::concatenate_channels(data.data(), channels.data(), static_cast<int64_t>(data.size()),
                                y_data, begin, end);
   });
@@ -181,7 +176,7 @@ at::Tensor mean_hw_nhwc(const at::Tensor& self, bool keepdim) {
   const float* x_data = self.const_data_ptr<float>();
   float* y_data = y.mutable_data_ptr<float>();
   const int64_t pixels = self.size(2) * self.size(3);
-  split(images, self.numel(), [&](int64_t begin, int64_t end) {
+  split_work(images, worth_forking(self.numel()), [&](int64_t begin, int64_t end) {
     nhwc::mean_over_pixels(x_data, y_data, pixels, channels, begin, end);
   });
   return y;

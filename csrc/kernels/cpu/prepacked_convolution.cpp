@@ -62,12 +62,8 @@ PrepackedConvolution::Kernel PrepackedConvolution::choose(c10::IntArrayRef weigh
   if (geometry.padding.size() != 2 || geometry.stride.size() != 2 || geometry.dilation.size() != 2)
     return Kernel::kOneDnn;
   constexpr int64_t kNarrowGroupsOneDnnFromMacs = 3'000'000;
-  const auto out_size = [&](size_t d) {
-    const int64_t span = geometry.dilation[d] * (weight_sizes[2 + d] - 1) + 1;
-    return (input_sizes[2 + d] + 2 * geometry.padding[d] - span) / geometry.stride[d] + 1;
-  };
-  const int64_t macs = input_sizes[0] * out_size(0) * out_size(1) * weight_sizes[0] *
-                       weight_sizes[1] * weight_sizes[2] * weight_sizes[3];
+  const int64_t macs = input_sizes[0] * output_pixels(input_sizes, weight_sizes, geometry) *
+                       weight_sizes[0] * weight_sizes[1] * weight_sizes[2] * weight_sizes[3];
   return macs < kNarrowGroupsOneDnnFromMacs ? Kernel::kNimbleGemm : Kernel::kOneDnn;
 }
 
