@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from . import model_watch
+from . import lowered_tuning, model_watch
 from ..errors import NotPreparedError, SideEffectError, StaleModelError
 from .cuda_training import check_training_devices
 from .inference import InferenceReplay
@@ -113,8 +113,9 @@ class Nimble(torch.nn.Module):
         replays ATen's convolutions as captured.
 
         `tuned`: a tuning database (`nimble.tune`): each lowered convolution runs the kernel
-        the database found fastest for its shape among the lowering's own, and ops left to
-        ATen get tuned kernels bound as `use_tuned` does.
+        the database found fastest for its shape among the lowering's own where the replay
+        runs it faster than the rule's (timed side by side, lowered_tuning.py), and ops left
+        to ATen get tuned kernels bound as `use_tuned` does.
 
         `on_change`: what a call does when the model changed since prepare in a way the
         replay cannot follow: "reprepare" (prepare again on that call's inputs, with these
@@ -161,11 +162,14 @@ class Nimble(torch.nn.Module):
         if not options["lower_for_cpu"]:
             lowered_with = None
         lowered_choices = _lowering_choices(lowered_with)
-        options["tuned_convolutions"] = {key: c["kernel"] for key, c in lowered_choices.items()}
+        options["tuned_convolutions"] = {}
         example = ExampleCall.of(example_inputs, example_kwargs, track_gradients=training)
         if training:
             check_training_devices(self.module, example)
-        if not training:
+        if not training and lowered_choices:
+            program, lowered_choices = lowered_tuning.build_with_choices(
+                lambda opts: InferenceReplay(self.module, example, opts), options, lowered_choices)
+        elif not training:
             program = InferenceReplay(self.module, example, options)
         elif optimizer is None:
             program = ForwardBackwardReplay(self.module, example, options, copy_outputs)
@@ -251,8 +255,9 @@ class Nimble(torch.nn.Module):
 
         A replay whose convolutions are lowered (`lower_for_cpu`, the default) is built again
         so that each runs the lowering's kernel the database found fastest for its shape
-        (a record of the "prepacked" family; the rule's own choice is one of them, so tuning
-        never makes a convolution slower than the untuned default); the report lists them.
+        (a record of the "prepacked" family) where the replay runs it faster than the rule's
+        own choice, timed side by side in the replay: tuning never makes a lowered
+        convolution slower than the untuned default. The report lists them.
         Each op left to ATen gets its best record for this machine, checked against ATen
         on random inputs and timed side by side with ATen's kernel now; it is bound only if
         it is correct and faster. Records from another machine are used only with `any_device=True`
@@ -441,18 +446,27 @@ def _lowering_choices(lowered_with: tuple | None) -> dict:
 
 
 def _lowered_report(replay, choices: dict) -> list[dict]:
-    """use_tuned's rows for the lowered convolutions that run a kernel the database chose
-    (`choices`: what the program was built with)."""
+    """use_tuned's rows for the lowered convolutions a database chose a kernel for (`choices`,
+    as lowered_tuning.build_with_choices checked them in the replay): `aten_ms` is the rule's
+    kernel there, `tuned_ms` the database's (its record, when it is the rule's own)."""
     rows = []
     for index, op in enumerate(replay.ops()):
         choice = choices.get(op.get("shape_key"))
         if choice is None:
             continue
+        if "context_ms" not in choice:
+            reason = "lowered convolution: the database's fastest is the rule's kernel"
+        elif choice["kept"]:
+            reason = "lowered convolution: the database's kernel, faster in this replay"
+        else:
+            reason = (f"lowered convolution: the database's kernel took {choice['context_ms']:.3f}"
+                      f" ms in this replay against the rule's {choice['default_ms']:.3f} ms; "
+                      f"the rule's kept")
         rows.append(dict(
             op=index, absorbed=[], task=op["shape_key"], signature=choice["signature"],
             kernel=f"family=prepacked prepacked.kernel={choice['kernel']}",
-            record_device="", aten_ms=0.0, tuned_ms=choice["ms"], bound=True,
-            reason="lowered convolution: the database's fastest of the lowering's kernels",
+            record_device="", aten_ms=choice.get("default_ms", 0.0),
+            tuned_ms=choice.get("context_ms", choice["ms"]), bound=choice["kept"], reason=reason,
         ))
     return rows
 

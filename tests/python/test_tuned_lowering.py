@@ -1,7 +1,8 @@
 """Tuning the CPU lowering's kernels (kernels/cpu/prepacked_family.cpp, slot/lowering_choices.h):
 `nimble.tune` on a lowered replay measures the convolutions as ATen runs them, with the
 lowering's own kernels among the candidates; `use_tuned` / `prepare(tuned=...)` then build the
-lowered program again with each convolution on the fastest of those kernels for its shape.
+lowered program again with each convolution on the fastest of those kernels for its shape where
+the replay runs it faster than the rule's (replay/lowered_tuning.py).
 Results stay eager's; `use_tuned(None)` returns to the rule's kernels."""
 
 import pytest
@@ -43,27 +44,94 @@ def test_tuning_a_lowered_replay_records_the_lowerings_kernels(tuned):
 
 def test_use_tuned_runs_the_databases_kernels_and_stays_equal_to_eager(tuned):
     model, x, fast, db = tuned
+    plain = lowered_kernels(fast)
     report = fast.use_tuned(db)
-    rows = [r for r in report if r["family"] == "prepacked"]
+    rows = {r["op"]: r for r in report if r["family"] == "prepacked"}
     # Every lowered convolution whose shape has a prepacked record runs that record's kernel
-    # (6 trials a task over four families: most shapes have one, not all).
+    # where the replay ran it faster than the rule's, else the rule's (6 trials a task over
+    # four families: most shapes have a record, not all).
     choices = nimble._C.kernels.lowering_choices(db)
-    tuned_ops = [op for op in fast.replay.ops() if op.get("shape_key") in choices]
-    assert 0 < len(rows) == len(tuned_ops) and all(r["bound"] for r in rows)
-    for op in tuned_ops:
-        choice = choices[op["shape_key"]]
-        assert op["kernel"].startswith(choice["kernel"]), (op["kernel"], choice)
+    tuned_ops = [(i, op) for i, op in enumerate(fast.replay.ops()) if op.get("shape_key") in choices]
+    assert 0 < len(rows) == len(tuned_ops)
+    kernels = [op["kernel"] for op in fast.replay.ops() if "kernel" in op]
+    assert len(kernels) == len(plain)
+    for i, op in tuned_ops:
+        choice, row = choices[op["shape_key"]], rows[i]
+        if row["bound"]:
+            assert op["kernel"].startswith(choice["kernel"]), (op["kernel"], choice)
+        else:
+            assert not op["kernel"].startswith(choice["kernel"])
+            assert row["tuned_ms"] >= row["aten_ms"] > 0, row
     for _ in range(2):
         x2 = torch.randn_like(x)
         with torch.no_grad():
             torch.testing.assert_close(fast(x2), model(x2), **TOLERANCE)
-    # prepare(tuned=...) builds the same program.
+    # prepare(tuned=...) builds the program the same way: each convolution on the database's
+    # kernel or the rule's (which one may differ: it is timed again).
     again = nimble.Nimble(model).prepare(x, tuned=db)
-    assert lowered_kernels(again) == lowered_kernels(fast)
+    for mine, rule, op in zip(lowered_kernels(again), plain, again.replay.ops()):
+        choice = choices.get(op.get("shape_key"))
+        assert mine == rule or (choice and mine.startswith(choice["kernel"])), (mine, rule)
     fast.use_tuned(None)
     assert [r for r in fast.tuned_report() if r["family"] == "prepacked"] == []
+    assert lowered_kernels(fast) == plain
     with torch.no_grad():
         torch.testing.assert_close(fast(x), model(x), **TOLERANCE)
+
+
+class FakeProgram:
+    """A lowered program as lowered_tuning sees it: convolutions by shape, each op's time set
+    by its kernel."""
+
+    RULE = {"A": "nimble_gemm", "B": "nimble_depthwise", "C": "nimble_gemm"}
+
+    def __init__(self, tuned_convolutions, ns):
+        self.kernels = {**self.RULE, **tuned_convolutions}
+        self.ns = ns
+        self.example_inputs = []
+        self.replays = [self]
+
+    def ops(self):
+        return [{"name": "nimble::convolution_prepacked", "shape_key": key,
+                 "kernel": f"{self.kernels[key]}(avx512) weight=8,8,1,1"} for key in "ABC"]
+
+    def run_timed(self, inputs):
+        return 0, [(i, 0, 0, self.ns[(key, self.kernels[key])], 0) for i, key in enumerate("ABC")]
+
+    def snapshot(self):
+        import contextlib
+        return contextlib.nullcontext()
+
+
+def test_a_databases_kernel_is_kept_only_where_the_replay_runs_it_faster():
+    from nimble.replay.lowered_tuning import build_with_choices
+
+    # Timed alone, oneDNN won for A and B; in the replay it is faster for A only. C's record
+    # is the rule's own kernel.
+    ns = {("A", "nimble_gemm"): 300, ("A", "onednn_prepacked"): 200,
+          ("B", "nimble_depthwise"): 100, ("B", "onednn_prepacked"): 400,
+          ("C", "nimble_gemm"): 50}
+    choices = {key: {"kernel": kernel, "ms": 0.001, "signature": key}
+               for key, kernel in [("A", "onednn_prepacked"), ("B", "onednn_prepacked"),
+                                   ("C", "nimble_gemm")]}
+    built = []
+
+    def build(options):
+        built.append(dict(options["tuned_convolutions"]))
+        return FakeProgram(options["tuned_convolutions"], ns)
+
+    program, checked = build_with_choices(build, {"streams": 1}, choices)
+    assert program.kernels == {"A": "onednn_prepacked", "B": "nimble_depthwise", "C": "nimble_gemm"}
+    # The rule's program, the database's, then one with A's choice (and C's, the rule's) alone.
+    assert built == [{}, {k: c["kernel"] for k, c in choices.items()},
+                     {"A": "onednn_prepacked", "C": "nimble_gemm"}]
+    assert checked["A"]["kept"] and checked["A"]["context_ms"] == 200 / 1e6
+    assert not checked["B"]["kept"] and checked["B"]["default_ms"] == 100 / 1e6
+    assert checked["C"]["kept"] and "context_ms" not in checked["C"]
+    # A database that agrees with the rule costs one build.
+    built.clear()
+    program, _ = build_with_choices(build, {}, {"C": choices["C"]})
+    assert built == [{}] and program.kernels == FakeProgram.RULE
 
 
 def test_tuned_kernels_follow_weights_changed_after_prepare(tuned):

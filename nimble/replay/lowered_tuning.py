@@ -1,0 +1,86 @@
+"""A tuning database's kernels for the lowered convolutions, kept only where the replay itself
+runs them faster than the rule's.
+
+The tuner times each convolution alone, on the layouts ATen gives it (NCHW in and out, so the
+lowering's kernels pay for converting to channels_last and back inside the timed call). A lowered
+replay hands its convolutions channels_last activations, straight from the op before, with the
+caches that op left. A kernel faster alone can be slower there: on googlenet at 64x64 the 7x7
+stem took 0.23 ms through oneDNN against 0.25 ms through nimble's kernel when tuned alone, and
+0.21 ms against 0.13 ms in the replay. So `prepare(tuned=...)` builds the replay twice, with the
+rule's kernels and with the database's, times both op by op, round after round, and keeps the
+database's kernel only for the convolution shapes it made faster there: tuning never leaves a
+lowered convolution slower than the untuned default.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable
+
+# As streams='auto' times its choice (streams.py): warm-ups that fill the memory pools, then
+# enough alternating rounds that a median per op holds still against the machine's noise.
+_WARM_UPS = 3
+_ROUNDS = 15
+
+
+def build_with_choices(build: Callable[[dict], object], options: dict, choices: dict):
+    """The program `build(options)` makes with the database's `choices` (by convolution shape,
+    `_C.kernels.lowering_choices`) that measured faster in it than the rule's kernels, and
+    those choices, each with `kept` and, where the database's kernel is not the rule's,
+    `default_ms` and `context_ms` (its shape's convolutions per call, summed, with the rule's
+    kernel and with the database's)."""
+    # The rule's program first: built alone when the database agrees with the rule. (A
+    # program built after others were freed can run a few percent slower: glibc then serves
+    # its large blocks from the heap instead of fresh mappings; docs/tuning.md.)
+    default = build(dict(options, tuned_convolutions={}))
+    differing = _differing_ops(default.replays[0].ops(), choices)
+    checked = {key: dict(choice, kept=True) for key, choice in choices.items()}
+    if not differing:
+        return default, checked
+    tuned = build(dict(options, tuned_convolutions=_kernels(choices)))
+    if [op["name"] for op in default.replays[0].ops()] != [op["name"] for op in tuned.replays[0].ops()]:
+        raise RuntimeError("lowered_tuning: the programs built with and without the tuned "
+                           "kernels do not pair up op by op")
+    default_ns, tuned_ns = _per_op_ns(default, tuned)
+    for key, ops in differing.items():
+        checked[key]["default_ms"] = sum(default_ns[i] for i in ops) / 1e6
+        checked[key]["context_ms"] = sum(tuned_ns[i] for i in ops) / 1e6
+        checked[key]["kept"] = checked[key]["context_ms"] < checked[key]["default_ms"]
+    kept = [checked[key]["kept"] for key in differing]
+    if all(kept):
+        return tuned, checked
+    if not any(kept):
+        return default, checked
+    return build(dict(options, tuned_convolutions=_kernels(
+        {k: c for k, c in checked.items() if c["kept"]}))), checked
+
+
+def _kernels(choices: dict) -> dict:
+    return {key: choice["kernel"] for key, choice in choices.items()}
+
+
+def _differing_ops(default_ops: list[dict], choices: dict) -> dict:
+    """Per shape key the database chose another kernel for than the rule did, the indices of
+    the ops of that shape (a program built from one capture and one lowering has its ops in
+    the same order whichever kernels it runs)."""
+    out: dict[str, list[int]] = {}
+    for i, op in enumerate(default_ops):
+        key = op.get("shape_key")
+        # describe(): the kernel's name first ("nimble_gemm(avx512) weight=...").
+        if key in choices and op["kernel"].split(" ")[0].split("(")[0] != choices[key]["kernel"]:
+            out.setdefault(key, []).append(i)
+    return out
+
+
+def _per_op_ns(*programs) -> list[list[float]]:
+    """Each program's median nanoseconds per op, its replay run alternating with the others'."""
+    samples = [[[] for _ in p.replays[0].ops()] for p in programs]
+    with programs[0].snapshot():
+        for round_ in range(_WARM_UPS + _ROUNDS):
+            for program, mine in zip(programs, samples):
+                _, timings = program.replays[0].run_timed(program.example_inputs)
+                if round_ < _WARM_UPS:
+                    continue
+                for op, _stream, start, end, _ in timings:
+                    mine[op].append(end - start)
+    return [[statistics.median(s) if s else 0.0 for s in mine] for mine in samples]
