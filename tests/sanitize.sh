@@ -92,7 +92,7 @@ run_python() {
     tests/python/test_tuning.py tests/python/test_tuned_slot.py \
     tests/python/test_aliasing.py tests/python/test_errors.py tests/python/test_failures.py \
     tests/python/test_multi_return_ops.py tests/python/test_channels_last_ops.py \
-    tests/python/test_nhwc_kernels.py
+    tests/python/test_channel_shuffle.py tests/python/test_nhwc_kernels.py
 }
 
 for part in "${PARTS[@]}"; do

@@ -2,8 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <string>
 #include <unordered_set>
+#include <utility>
 
 #include "csrc/passes/op_patterns.h"
 
@@ -39,6 +41,7 @@ bool is_layout_free(const RecordedOp& op) {
   }
   if (is_spatial_mean(op)) return true;
   if (!name.overload_name.empty()) return false;
+  if (name.name == "nimble::channel_shuffle") return true;
   if (kPooling.count(name.name)) return is_four_d_tensor(op.args[0]);
   if (name.name == "aten::cat") return true;
   // native_batch_norm(input, weight, bias, running_mean, running_var, training, ...): only
@@ -53,7 +56,25 @@ bool has_channels_last_kernel(const RecordedOp& op) {
   const std::string& name = op.handle.operator_name().name;
   return is_spatial_mean(op) || name == "aten::max_pool2d_with_indices" ||
          name == "aten::avg_pool2d" || name == "aten::cat" || name == "aten::native_batch_norm" ||
-         name == "aten::_native_batch_norm_legit_no_training";
+         name == "aten::_native_batch_norm_legit_no_training" || name == "nimble::channel_shuffle";
+}
+
+// Ops whose channels-last kernels read slices of a wider tensor's channels as they are
+// (nhwc_tensor_ops.h): their list of tensors may hold pieces of a planned value's split.
+bool reads_channel_slices(const RecordedOp& op) {
+  const std::string& name = op.handle.operator_name().name;
+  return name == "aten::cat" || name == "nimble::channel_shuffle";
+}
+
+// split(value, size, 1) or split_with_sizes(value, sizes, 1) of a 4-d value: its pieces are
+// views of slices of the value's channels (ShuffleNet's halves).
+bool is_channel_split(const RecordedOp& op) {
+  const auto& name = op.handle.operator_name();
+  const bool split = (name.name == "aten::split" && name.overload_name == "Tensor") ||
+                     (name.name == "aten::split_with_sizes" && name.overload_name.empty());
+  return split && op.args.size() == 3 && is_four_d_tensor(op.args[0]) && op.args[2].isInt() &&
+         (op.args[2].toInt() == 1 || op.args[2].toInt() == -3) && op.returns.size() == 1 &&
+         op.returns[0].isTensorList();
 }
 
 // How many elementwise ops in a row may stand between a planned value and the reader that
@@ -101,7 +122,8 @@ class LayoutPlanner {
   // Whether op `r` reads `value` itself (not a view of it) and can take it channels_last.
   bool layout_free_reader(size_t r, const at::Tensor& value) const {
     if (reader_of_.count(r)) return true;
-    if (!is_layout_free(ops_[r]) || !reads_only_itself(r, value)) return false;
+    if (routable_split(r, value)) return true;
+    if (!is_layout_free(ops_[r]) || !reads_itself_or_pieces(r, value)) return false;
     // ATen gives a channels_last result for channels_last inputs: each such new result must
     // be plannable, or a reader that needs the model's layout (a view) would get the other.
     if (writes_first_argument(ops_[r]) || routed_.count(r)) return true;
@@ -109,6 +131,69 @@ class LayoutPlanner {
       if (needs_planning(ret) && !plannable(ret.toTensor(), r)) return false;
     }
     return true;
+  }
+
+  // Whether op `r` is a split of `value`'s channels whose every piece is read only by ops
+  // that take a piece as it is: a lowered convolution as its input, or a concatenation or
+  // channel shuffle. Routed, it splits the planned value instead.
+  bool routable_split(size_t r, const at::Tensor& value) const {
+    if (routed_splits_.count(r)) return true;  // its recorded value and pieces are replaced
+    const RecordedOp& split = ops_[r];
+    if (!is_channel_split(split) || !same_values(split.args[0].toTensor(), value)) return false;
+    for (const at::Tensor& piece : split.returns[0].toTensorList()) {
+      for (size_t reader : readers_after(value, r)) {
+        bool reads_piece = false, as_is = false;
+        for_each_tensor_arg(ops_[reader], [&](const at::Tensor& t, bool written) {
+          if (!same_values(t, piece)) return;
+          reads_piece = true;
+          as_is = !written;
+        });
+        if (!reads_piece) continue;
+        const auto lowered = reader_of_.find(reader);
+        if (lowered != reader_of_.end()) {
+          // The convolution itself (not an op fused into it), reading the piece as its input
+          // (the recorded op's: routing replaces the FusedConvolution's).
+          as_is = as_is && reader == lowered->second->product &&
+                  same_values(ops_[reader].args[0].toTensor(), piece);
+        } else {
+          as_is = as_is && reads_channel_slices(ops_[reader]);
+        }
+        if (!as_is) return false;
+      }
+    }
+    return true;
+  }
+
+  // Whether `t` is a piece of a routable split of `value` (before `position`).
+  bool is_routable_piece(const at::Tensor& t, const at::Tensor& value, size_t position) const {
+    if (storage_of(t) != storage_of(value)) return false;
+    if (planned_piece(t)) return true;
+    for (size_t r : readers_after(value, 0)) {
+      if (r >= position || !is_channel_split(ops_[r])) continue;
+      for (const at::Tensor& piece : ops_[r].returns[0].toTensorList())
+        if (same_values(piece, t)) return routable_split(r, value);
+    }
+    return false;
+  }
+
+  // The planned value's piece that replaces `t`, if `t` is a piece of a routed split.
+  std::optional<at::Tensor> planned_piece(const at::Tensor& t) const {
+    for (const auto& [piece, planned] : planned_pieces_)
+      if (same_values(piece, t)) return planned;
+    return std::nullopt;
+  }
+
+  // reads_only_itself, or for an op that takes channel slices as they are, the value and
+  // pieces of its routable splits.
+  bool reads_itself_or_pieces(size_t r, const at::Tensor& value) const {
+    if (!reads_channel_slices(ops_[r])) return reads_only_itself(r, value);
+    bool reads_it = false, other = false;
+    for_each_tensor_arg(ops_[r], [&](const at::Tensor& t, bool) {
+      if (storage_of(t) != storage_of(value)) return;
+      reads_it = true;
+      other = other || !(same_values(t, value) || is_routable_piece(t, value, r));
+    });
+    return reads_it && !other;
   }
 
   bool reads_only_itself(size_t r, const at::Tensor& value) const {
@@ -150,6 +235,7 @@ class LayoutPlanner {
   // its result would need converting back instead of its input.
   bool reader_gains(size_t r, const at::Tensor& value, int depth = 0) const {
     if (reader_of_.count(r)) return true;
+    if (is_channel_split(ops_[r])) return false;
     if (!layout_free_reader(r, value) || writes_first_argument(ops_[r])) return false;
     if (has_channels_last_kernel(ops_[r])) return true;
     if (depth >= kMaxElementwiseChain) return false;
@@ -186,7 +272,15 @@ class LayoutPlanner {
             replaced = true;
           }
         }
+        at::Tensor& input = lowered->second->input;
+        const std::optional<at::Tensor> piece = replaced ? std::nullopt : planned_piece(input);
+        if (piece) {
+          input = *piece;
+          replaced = true;
+        }
         convert = convert || !replaced;
+      } else if (routable_split(r, original)) {
+        route_split(r, planned);
       } else if (layout_free_reader(r, original) &&
                  (written || writes_first_argument(ops_[r]) || reader_gains(r, original))) {
         route_layout_free(r, original, planned);
@@ -213,7 +307,12 @@ class LayoutPlanner {
       c10::impl::GenericList list = arg.toList();
       for (size_t i = 0; i < list.size(); ++i) {
         const c10::IValue item = list.get(i);
-        if (item.isTensor() && same_values(item.toTensor(), original)) list.set(i, planned);
+        if (!item.isTensor()) continue;
+        if (same_values(item.toTensor(), original)) {
+          list.set(i, planned);
+        } else if (const std::optional<at::Tensor> piece = planned_piece(item.toTensor())) {
+          list.set(i, *piece);
+        }
       }
     }
     if (in_place) {
@@ -230,11 +329,30 @@ class LayoutPlanner {
     }
   }
 
+  // A routable split splits the planned value; each piece its readers read becomes the
+  // planned value's piece (same channels, channels_last strides).
+  void route_split(size_t r, const at::Tensor& planned) {
+    routed_splits_.insert(r);
+    RecordedOp& split = ops_[r];
+    const c10::List<at::Tensor> pieces = split.returns[0].toTensorList();
+    std::vector<int64_t> sizes;
+    for (const at::Tensor& piece : pieces) sizes.push_back(piece.size(1));
+    const std::vector<at::Tensor> planned_pieces = at::split_with_sizes(planned, sizes, 1);
+    c10::List<at::Tensor> returned;
+    for (size_t i = 0; i < planned_pieces.size(); ++i) {
+      planned_pieces_.emplace_back(pieces.get(i), planned_pieces[i]);
+      returned.push_back(planned_pieces[i]);
+    }
+    split.args[0] = planned;
+    split.returns[0] = returned;
+  }
+
   std::vector<RecordedOp>& ops_;
   const TraceAccess& access_;
   const CpuLoweringCallbacks& callbacks_;
   std::unordered_map<size_t, FusedConvolution*> reader_of_;
-  std::unordered_set<size_t> routed_;
+  std::unordered_set<size_t> routed_, routed_splits_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> planned_pieces_;  // (piece, planned piece)
   const c10::OperatorHandle clone_ =
       c10::Dispatcher::singleton().findSchemaOrThrow("aten::clone", "");
 };

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "csrc/kernels/cpu/prepacked_convolution.h"
+#include "csrc/passes/channel_shuffle_fusion.h"
 #include "csrc/passes/channels_last_ops.h"
 #include "csrc/passes/cpu_layout_plan.h"
 #include "csrc/passes/epilogue_fusion.h"
@@ -94,6 +95,7 @@ void replace(std::vector<bool>& drop, std::vector<RecordedOp>& ops, const FusedP
 
 int lower_for_cpu_inference(std::vector<RecordedOp>& ops, const std::vector<FoldedBatchNorm>& folds,
                             const CpuLoweringCallbacks& callbacks) {
+  const int shuffles = fuse_channel_shuffles(ops, callbacks);
   const TraceAccess access(ops);
   std::vector<FusedConvolution> convs;
   std::vector<FusedLinear> linears;
@@ -133,7 +135,7 @@ int lower_for_cpu_inference(std::vector<RecordedOp>& ops, const std::vector<Fold
   // Counted too: a trace with nothing else lowered (every weight computed) may still have
   // batch norms on channels_last values, and the caller renumbers only after a rewrite.
   const int channels_last_ops = lower_channels_last_ops(ops, callbacks);
-  return static_cast<int>(convs.size() + linears.size()) + channels_last_ops;
+  return static_cast<int>(convs.size() + linears.size()) + channels_last_ops + shuffles;
 }
 
 }  // namespace nimble

@@ -7,6 +7,9 @@
 // activation. The fused op sits where the last op it replaces was and returns that op's
 // result, so every later reader is unchanged.
 //
+// First, ShuffleNet's channel shuffles (with the concatenation before them) become one op
+// each (channel_shuffle_fusion.h), which the layout plan can keep channels_last.
+//
 // Layouts: lowered convolutions hand back channels_last, kept so where readers gain from it
 // (cpu_layout_plan.h); any other result is converted to the layout the model gave it. Last,
 // the poolings, concatenations and batch norms left reading channels_last become nimble's

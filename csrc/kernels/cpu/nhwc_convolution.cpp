@@ -87,7 +87,13 @@ at::Tensor NhwcConvolution::run(const at::Tensor& input, const std::optional<at:
               "nimble::convolution_prepacked: expected a float input of sizes [", g.images, ", ",
               g.in_channels, ", ", g.height, ", ", g.width, "] (as at prepare), got ",
               input.sizes(), " ", input.scalar_type());
-  const at::Tensor x = channels_last(input);
+  // A slice of a wider tensor's channels (a split's piece) is read where it lies by a 1x1
+  // product; any other layout is copied to dense channels_last first.
+  const bool strided_rows = gemm_ && gemm_->reads_rows_in_place() && input.stride(1) == 1 &&
+                            input.stride(3) > g.in_channels &&
+                            input.stride(2) == g.width * input.stride(3) &&
+                            input.stride(0) == g.height * input.stride(2);
+  const at::Tensor x = strided_rows ? input : channels_last(input);
   at::Tensor y = at::empty({g.images, g.out_channels, g.out_height(), g.out_width()},
                            input.options().memory_format(at::MemoryFormat::ChannelsLast));
   at::Tensor r;
@@ -98,12 +104,13 @@ at::Tensor NhwcConvolution::run(const at::Tensor& input, const std::optional<at:
     r = channels_last(*residual);
   }
   run(x.data_ptr<float>(), y.data_ptr<float>(), r.defined() ? r.data_ptr<float>() : nullptr,
-      epilogue, threads);
+      epilogue, threads, strided_rows ? x.stride(3) : 0);
   return y;
 }
 
 void NhwcConvolution::run(const float* in, float* out, const float* res,
-                          const nhwc::Epilogue& epilogue, int64_t threads) const {
+                          const nhwc::Epilogue& epilogue, int64_t threads,
+                          int64_t input_pixel_stride) const {
   const nhwc::ConvolutionGeometry& g = geometry_;
   const int64_t multiply_adds =
       g.out_pixels() * g.out_channels * g.kernel_h * g.kernel_w * (g.in_channels / g.groups);
@@ -121,7 +128,7 @@ void NhwcConvolution::run(const float* in, float* out, const float* res,
                for (int64_t tile = begin; tile < end;) {
                  const int64_t row = tile / columns, column = tile % columns;
                  const int64_t last = std::min(end - row * columns, columns);
-                 gemm_->run(in, out, res, epilogue, row, row + 1, column, last);
+                 gemm_->run(in, out, res, epilogue, row, row + 1, column, last, input_pixel_stride);
                  tile = row * columns + last;
                }
              });

@@ -34,9 +34,10 @@ class NhwcConvolution {
   at::Tensor run(const at::Tensor& input, const std::optional<at::Tensor>& residual,
                  const nhwc::Epilogue& epilogue, int64_t threads = 0) const;
   // The same on raw NHWC arrays of the geometry's sizes (a linear layer: [rows, in] into
-  // [rows, out], as a 1x1 convolution over one image row of `rows` pixels).
+  // [rows, out], as a 1x1 convolution over one image row of `rows` pixels); a 1x1 product's
+  // input pixels may be `input_pixel_stride` floats apart (0: in_channels).
   void run(const float* input, float* output, const float* residual, const nhwc::Epilogue& epilogue,
-           int64_t threads = 0) const;
+           int64_t threads = 0, int64_t input_pixel_stride = 0) const;
   int64_t in_channels() const { return geometry_.in_channels; }
   int64_t out_channels() const { return geometry_.out_channels; }
   int64_t packed_bytes() const;

@@ -4,6 +4,8 @@
 #include <ATen/native/Pool.h>
 #include <torch/library.h>
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "csrc/kernels/cpu/fused_epilogue.h"
@@ -142,30 +144,83 @@ at::Tensor batch_norm_nhwc(const at::Tensor& input, const std::optional<at::Tens
   return y;
 }
 
-at::Tensor cat_nhwc(at::TensorList inputs) {
-  bool dense = !inputs.empty();
+// Whether `t` is a float tensor whose pixels hold their channels side by side: dense
+// channels_last, or a slice of the channels of a wider one.
+bool channel_rows(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 4 &&
+         t.layout() == at::kStrided && t.stride(1) == 1 && t.stride(3) >= t.size(1) &&
+         t.stride(2) == t.size(3) * t.stride(3) && t.stride(0) == t.size(2) * t.stride(2);
+}
+
+// The inputs as ChannelRows when each is (channel_rows) and all have the same images and
+// pixels; else none.
+std::optional<std::vector<nhwc::ChannelRows>> rows_of(at::TensorList inputs) {
+  std::vector<nhwc::ChannelRows> rows;
   for (const at::Tensor& t : inputs) {
-    dense = dense && dense_channels_last(t) && t.size(0) == inputs[0].size(0) &&
-            t.size(2) == inputs[0].size(2) && t.size(3) == inputs[0].size(3);
+    if (!channel_rows(t) || t.size(0) != inputs[0].size(0) || t.size(2) != inputs[0].size(2) ||
+        t.size(3) != inputs[0].size(3))
+      return std::nullopt;
+    rows.push_back({t.const_data_ptr<float>(), t.size(1), t.stride(3)});
   }
-  if (!dense) return at::cat(inputs, 1);
-  std::vector<const float*> data;
-  std::vector<int64_t> channels;
+  if (rows.empty()) return std::nullopt;
+  return rows;
+}
+
+int64_t channels_of(at::TensorList inputs) {
   int64_t total = 0;
-  for (const at::Tensor& t : inputs) {
-    data.push_back(t.const_data_ptr<float>());
-    channels.push_back(t.size(1));
-    total += t.size(1);
-  }
+  for (const at::Tensor& t : inputs) total += t.size(1);
+  return total;
+}
+
+// A new channels_last tensor of the inputs' images and pixels and all their channels, its
+// pixels [begin, end) filled by `fill(rows, count, y, begin, end)` (nhwc/channel_ops.h).
+template <class Fill>
+at::Tensor from_rows(at::TensorList inputs, const std::vector<nhwc::ChannelRows>& rows, Fill fill) {
   const at::Tensor& first = inputs[0];
-  at::Tensor y = empty_channels_last({first.size(0), total, first.size(2), first.size(3)}, first);
+  at::Tensor y = empty_channels_last(
+      {first.size(0), channels_of(inputs), first.size(2), first.size(3)}, first);
   float* y_data = y.mutable_data_ptr<float>();
   const int64_t pixels = first.size(0) * first.size(2) * first.size(3);
   split_work(pixels, worth_forking(y.numel()), [&](int64_t begin, int64_t end) {
-    nhwc::concatenate_channels(data.data(), channels.data(), static_cast<int64_t>(data.size()),
-                               y_data, begin, end);
+    fill(rows.data(), static_cast<int64_t>(rows.size()), y_data, begin, end);
   });
   return y;
+}
+
+at::Tensor cat_nhwc(at::TensorList inputs) {
+  const std::optional<std::vector<nhwc::ChannelRows>> rows = rows_of(inputs);
+  if (!rows) return at::cat(inputs, 1).contiguous(at::MemoryFormat::ChannelsLast);
+  return from_rows(inputs, *rows, nhwc::concatenate_channels);
+}
+
+void check_shuffle(at::TensorList inputs, int64_t groups) {
+  TORCH_CHECK(!inputs.empty() && inputs[0].dim() == 4,
+              "nimble::channel_shuffle: expected 4-d tensors, got ",
+              inputs.empty() ? "none" : std::to_string(inputs[0].dim()) + "-d");
+  TORCH_CHECK(groups > 0 && channels_of(inputs) % groups == 0,
+              "nimble::channel_shuffle: expected groups dividing the ", channels_of(inputs),
+              " channels, got ", groups);
+}
+
+// view(n, groups, c / groups, h, w), transpose(1, 2), contiguous, view(n, c, h, w) of the
+// inputs' concatenation along channels: ShuffleNet's channel_shuffle, contiguous as torch
+// gives it.
+at::Tensor channel_shuffle(at::TensorList inputs, int64_t groups) {
+  check_shuffle(inputs, groups);
+  const at::Tensor x = inputs.size() == 1 ? inputs[0] : at::cat(inputs, 1);
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  return x.reshape({n, groups, c / groups, h, w}).transpose(1, 2).contiguous().view({n, c, h, w});
+}
+
+at::Tensor channel_shuffle_nhwc(at::TensorList inputs, int64_t groups) {
+  check_shuffle(inputs, groups);
+  const std::optional<std::vector<nhwc::ChannelRows>> rows = rows_of(inputs);
+  if (!rows) return channel_shuffle(inputs, groups).contiguous(at::MemoryFormat::ChannelsLast);
+  return from_rows(
+      inputs, *rows,
+      [groups](const nhwc::ChannelRows* in, int64_t count, float* y, int64_t begin, int64_t end) {
+        nhwc::shuffle_channels(in, count, groups, y, begin, end);
+      });
 }
 
 at::Tensor mean_hw_nhwc(const at::Tensor& self, bool keepdim) {
@@ -192,6 +247,8 @@ c10::OperatorHandle max_pool2d_nhwc_op() { return nimble_op("nimble::max_pool2d_
 c10::OperatorHandle avg_pool2d_nhwc_op() { return nimble_op("nimble::avg_pool2d_nhwc"); }
 c10::OperatorHandle batch_norm_nhwc_op() { return nimble_op("nimble::batch_norm_nhwc"); }
 c10::OperatorHandle cat_nhwc_op() { return nimble_op("nimble::cat_nhwc"); }
+c10::OperatorHandle channel_shuffle_op() { return nimble_op("nimble::channel_shuffle"); }
+c10::OperatorHandle channel_shuffle_nhwc_op() { return nimble_op("nimble::channel_shuffle_nhwc"); }
 c10::OperatorHandle mean_hw_nhwc_op() { return nimble_op("nimble::mean_hw_nhwc"); }
 
 TORCH_LIBRARY_FRAGMENT(nimble, m) {
@@ -205,6 +262,8 @@ TORCH_LIBRARY_FRAGMENT(nimble, m) {
       "batch_norm_nhwc(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, "
       "Tensor running_var, float eps, str activation, float lo, float hi) -> Tensor");
   m.def("cat_nhwc(Tensor[] tensors) -> Tensor");
+  m.def("channel_shuffle(Tensor[] tensors, int groups) -> Tensor");
+  m.def("channel_shuffle_nhwc(Tensor[] tensors, int groups) -> Tensor");
   m.def("mean_hw_nhwc(Tensor self, bool keepdim) -> Tensor");
 }
 
@@ -213,6 +272,8 @@ TORCH_LIBRARY_IMPL(nimble, CPU, m) {
   m.impl("avg_pool2d_nhwc", TORCH_FN(avg_pool2d_nhwc));
   m.impl("batch_norm_nhwc", TORCH_FN(batch_norm_nhwc));
   m.impl("cat_nhwc", TORCH_FN(cat_nhwc));
+  m.impl("channel_shuffle", TORCH_FN(channel_shuffle));
+  m.impl("channel_shuffle_nhwc", TORCH_FN(channel_shuffle_nhwc));
   m.impl("mean_hw_nhwc", TORCH_FN(mean_hw_nhwc));
 }
 

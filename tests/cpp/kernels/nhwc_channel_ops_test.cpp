@@ -136,28 +136,75 @@ TEST(NhwcPooling, AveragePoolingMatchesAtenDivisorsOnRandomGeometries) {
   }
 }
 
+// Random inputs of `channels` each over `pixels` pixels; input i a slice of a row `extra[i]`
+// floats wider than its channels, as a split of a wider tensor's channels is.
+struct RowInputs {
+  std::vector<std::vector<float>> storage;
+  std::vector<ChannelRows> rows;
+  RowInputs(std::mt19937_64& rng, const std::vector<int64_t>& channels,
+            const std::vector<int64_t>& extra, int64_t pixels) {
+    for (size_t i = 0; i < channels.size(); ++i)
+      storage.push_back(random_values(rng, pixels * (channels[i] + extra[i])));
+    for (size_t i = 0; i < channels.size(); ++i)
+      rows.push_back({storage[i].data() + extra[i] / 2, channels[i], channels[i] + extra[i]});
+  }
+  float at(size_t i, int64_t p, int64_t c) const {
+    return rows[i].data[p * rows[i].pixel_stride + c];
+  }
+};
+
 TEST(NhwcChannelOps, ConcatenationPutsEachPixelsChannelsSideBySide) {
   std::mt19937_64 rng(3);
   const std::vector<int64_t> channels = {3, 16, 1, 33};
   const int64_t pixels = 13;
-  std::vector<std::vector<float>> inputs;
-  std::vector<const float*> pointers;
-  for (int64_t c : channels) {
-    inputs.push_back(random_values(rng, pixels * c));
-    pointers.push_back(inputs.back().data());
-  }
+  const RowInputs in(rng, channels, {0, 5, 0, 2}, pixels);
   const int64_t total = 3 + 16 + 1 + 33;
   std::vector<float> y(static_cast<size_t>(pixels * total));
-  concatenate_channels(pointers.data(), channels.data(), 4, y.data(), 0, 5);
-  concatenate_channels(pointers.data(), channels.data(), 4, y.data(), 5, pixels);
+  concatenate_channels(in.rows.data(), 4, y.data(), 0, 5);
+  concatenate_channels(in.rows.data(), 4, y.data(), 5, pixels);
   for (int64_t p = 0; p < pixels; ++p) {
     int64_t offset = 0;
     for (size_t i = 0; i < channels.size(); ++i) {
       for (int64_t c = 0; c < channels[i]; ++c)
-        ASSERT_EQ(y[static_cast<size_t>(p * total + offset + c)],
-                  inputs[i][static_cast<size_t>(p * channels[i] + c)]);
+        ASSERT_EQ(y[static_cast<size_t>(p * total + offset + c)], in.at(i, p, c));
       offset += channels[i];
     }
+  }
+}
+
+// Property: for random splits of random channel counts into inputs and random group counts,
+// y[p, j * groups + g] is channel g * (c / groups) + j of the concatenation.
+TEST(NhwcChannelOps, ShuffleTakesEachGroupsChannelsInTurn) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t groups = 1 + static_cast<int64_t>(rng() % 4);
+    const int64_t total = groups * (1 + static_cast<int64_t>(rng() % 24));
+    std::vector<int64_t> channels, extra;
+    // ShuffleNet's two halves every fourth trial (the interleaving path), else random cuts.
+    if (trial % 4 == 0 && total % 2 == 0 && groups == 2) {
+      channels = {total / 2, total / 2};
+    } else {
+      for (int64_t left = total; left > 0;) {
+        channels.push_back(1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(left)));
+        left -= channels.back();
+      }
+    }
+    for (size_t i = 0; i < channels.size(); ++i) extra.push_back(static_cast<int64_t>(rng() % 3));
+    const int64_t pixels = 1 + static_cast<int64_t>(rng() % 9);
+    const RowInputs in(rng, channels, extra, pixels);
+    std::vector<float> y(static_cast<size_t>(pixels * total));
+    const int64_t cut = static_cast<int64_t>(rng() % static_cast<uint64_t>(pixels + 1));
+    const auto count = static_cast<int64_t>(channels.size());
+    shuffle_channels(in.rows.data(), count, groups, y.data(), 0, cut);
+    shuffle_channels(in.rows.data(), count, groups, y.data(), cut, pixels);
+    for (int64_t p = 0; p < pixels; ++p)
+      for (int64_t o = 0; o < total; ++o) {
+        int64_t s = (o % groups) * (total / groups) + o / groups;
+        size_t i = 0;
+        while (s >= channels[i]) s -= channels[i++];
+        ASSERT_EQ(y[static_cast<size_t>(p * total + o)], in.at(i, p, s))
+            << "trial " << trial << " pixel " << p << " channel " << o;
+      }
   }
 }
 

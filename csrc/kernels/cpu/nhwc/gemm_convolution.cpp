@@ -156,7 +156,11 @@ int64_t GemmConvolution::bytes() const {
 
 void GemmConvolution::run(const float* input, float* output, const float* residual,
                           const Epilogue& epilogue, int64_t row_block_begin, int64_t row_block_end,
-                          int64_t column_block_begin, int64_t column_block_end) const {
+                          int64_t column_block_begin, int64_t column_block_end,
+                          int64_t input_pixel_stride) const {
+  if (input_pixel_stride <= 0) input_pixel_stride = geometry_.in_channels;
+  if (!direct_ && input_pixel_stride != geometry_.in_channels)
+    throw std::invalid_argument("GemmConvolution: only a 1x1 product reads strided pixels");
   const int64_t rows = geometry_.out_pixels();
   const auto block = [&](int64_t rb, int64_t cb) {
     const int64_t group = cb / blocks_per_group_;
@@ -164,7 +168,7 @@ void GemmConvolution::run(const float* input, float* output, const float* residu
     const int64_t row_begin = rb * rows_per_block_;
     run_block(input, output, residual, epilogue, row_begin,
               std::min(rows, row_begin + rows_per_block_), group, panel_begin,
-              std::min(panels_, panel_begin + panels_per_block_));
+              std::min(panels_, panel_begin + panels_per_block_), input_pixel_stride);
   };
   if (rows_outside_) {
     for (int64_t rb = row_block_begin; rb < row_block_end; ++rb) {
@@ -179,7 +183,8 @@ void GemmConvolution::run(const float* input, float* output, const float* residu
 
 void GemmConvolution::run_block(const float* input, float* output, const float* residual,
                                 const Epilogue& epilogue, int64_t row_begin, int64_t row_end,
-                                int64_t group, int64_t panel_begin, int64_t panel_end) const {
+                                int64_t group, int64_t panel_begin, int64_t panel_end,
+                                int64_t input_pixel_stride) const {
   const ConvolutionGeometry& g = geometry_;
   const int64_t n = row_end - row_begin;
   const float* bases[kMaxBlockRows];
@@ -202,7 +207,7 @@ void GemmConvolution::run_block(const float* input, float* output, const float* 
   gemm::TileArgs t;
   const float* first_row = nullptr;  // what t.rows points to for a product in place
   if (direct_) t.rows = &first_row;
-  t.row_stride = g.in_channels;
+  t.row_stride = input_pixel_stride;
   t.zero = zeros_.data();
   t.taps = direct_ ? 1 : taps_;
   t.channels = group_in_;
@@ -234,7 +239,7 @@ void GemmConvolution::run_block(const float* input, float* output, const float* 
     t.columns = std::min(group_out_ - p * panel_width_, vectors * lanes);
     const int64_t at = (row_begin + i) * g.out_channels + group * group_out_ + p * panel_width_;
     if (direct_) {
-      first_row = group_input + (row_begin + i) * g.in_channels;
+      first_row = group_input + (row_begin + i) * input_pixel_stride;
     } else {
       t.rows = bases + i;
       t.offsets = offsets + i;

@@ -37,10 +37,14 @@ class GemmConvolution {
   // Computes tiles [row_block_begin, row_block_end) x [column_block_begin, column_block_end).
   // `input`: NHWC contiguous [images][height][width][in_channels]; `output` and `residual`
   // (null: none): NHWC contiguous [images][out_height][out_width][out_channels].
-  // out = epilogue(conv + bias (+ residual)).
+  // out = epilogue(conv + bias (+ residual)). Where reads_rows_in_place(), the input's pixels
+  // may be `input_pixel_stride` floats apart (0: in_channels), as in a slice of the channels
+  // of a wider tensor.
   void run(const float* input, float* output, const float* residual, const Epilogue& epilogue,
            int64_t row_block_begin, int64_t row_block_end, int64_t column_block_begin,
-           int64_t column_block_end) const;
+           int64_t column_block_end, int64_t input_pixel_stride = 0) const;
+  // 1x1, stride 1, no padding: each output pixel's row is its input pixel's channels.
+  bool reads_rows_in_place() const { return direct_; }
   // Bytes held by the packed weight, bias and offsets.
   int64_t bytes() const;
 
@@ -63,7 +67,7 @@ class GemmConvolution {
   // One block of rows by panels [panel_begin, panel_end) of one group.
   void run_block(const float* input, float* output, const float* residual, const Epilogue& epilogue,
                  int64_t row_begin, int64_t row_end, int64_t group, int64_t panel_begin,
-                 int64_t panel_end) const;
+                 int64_t panel_end, int64_t input_pixel_stride) const;
 
   ConvolutionGeometry geometry_;
   Isa isa_;
