@@ -63,6 +63,24 @@ void shuffle_channels(const ChannelRows* inputs, int64_t count, int64_t groups, 
   }
 }
 
+void to_channels_last(const float* x, float* y, int64_t channels, int64_t pixels, int64_t begin,
+                      int64_t end) {
+  // Blocks of pixels: each channel's run of a block is read in one sweep (a few cache lines),
+  // and the block's rows are written whole.
+  constexpr int64_t kBlock = 64;
+  for (int64_t first = begin; first < end;) {
+    const int64_t image = first / pixels, pixel = first % pixels;
+    const int64_t count = std::min({kBlock, end - first, pixels - pixel});
+    const float* in = x + image * channels * pixels + pixel;
+    float* __restrict out = y + first * channels;
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* __restrict plane = in + c * pixels;
+      for (int64_t p = 0; p < count; ++p) out[p * channels + c] = plane[p];
+    }
+    first += count;
+  }
+}
+
 void mean_over_pixels(const float* x, float* y, int64_t pixels, int64_t channels, int64_t begin,
                       int64_t end) {
   for (int64_t n = begin; n < end; ++n) {

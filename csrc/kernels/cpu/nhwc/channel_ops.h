@@ -28,6 +28,12 @@ void concatenate_channels(const ChannelRows* inputs, int64_t count, float* y, in
 void shuffle_channels(const ChannelRows* inputs, int64_t count, int64_t groups, float* y,
                       int64_t begin, int64_t end);
 
+// y[n, p, c] = x[n, c, p] for the pixels [begin, end) of all `images` (flattened images x
+// pixels): an NCHW array [images, channels, pixels] to NHWC [images, pixels, channels] (a
+// program's input on its way to the first convolution).
+void to_channels_last(const float* x, float* y, int64_t channels, int64_t pixels, int64_t begin,
+                      int64_t end);
+
 // y[n, c] = the mean of x[n, p, c] over the `pixels` pixels of images [begin, end); x is
 // [images, pixels, channels], y [images, channels].
 void mean_over_pixels(const float* x, float* y, int64_t pixels, int64_t channels, int64_t begin,
