@@ -84,7 +84,9 @@ class ChannelsLastLowering {
     // Planned channels_last: its kernel then takes any input (converting what is not).
     if (named(op, "nimble::channel_shuffle"))
       return RecordedOp{kernels::channel_shuffle_nhwc_op(), a, op.returns};
-    if (named(op, "aten::native_batch_norm")) return batch_norm(i);
+    if (named(op, "aten::native_batch_norm") ||
+        named(op, "aten::_native_batch_norm_legit_no_training"))
+      return batch_norm(i);
     return std::nullopt;
   }
 
@@ -103,13 +105,19 @@ class ChannelsLastLowering {
   }
 
   // native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum,
-  // eps) in inference, and the in-place activation right after it if there is one.
+  // eps) in inference, or _native_batch_norm_legit_no_training(input, weight, bias,
+  // running_mean, running_var, momentum, eps) (what torch.compile's graphs hold), and the
+  // in-place activation right after it if there is one.
   std::optional<RecordedOp> batch_norm(size_t i) {
     const RecordedOp& op = ops_[i];
     const std::vector<c10::IValue>& a = op.args;
-    if (a.size() != 8 || !channels_last_float(a[0]) || !a[5].isBool() || a[5].toBool() ||
-        !a[3].isTensor() || !a[4].isTensor() || op.returns.size() != 3 ||
-        !unread(op.returns[1], i) || !unread(op.returns[2], i))
+    const bool no_training = named(op, "aten::_native_batch_norm_legit_no_training");
+    const size_t eps = no_training ? 6 : 7;
+    const bool inference =
+        no_training ? a.size() == 7 : a.size() == 8 && a[5].isBool() && !a[5].toBool();
+    if (!inference || !channels_last_float(a[0]) || !a[3].isTensor() || !a[4].isTensor() ||
+        !a[eps].isDouble() || op.returns.size() != 3 || !unread(op.returns[1], i) ||
+        !unread(op.returns[2], i))
       return std::nullopt;
     const at::Tensor& result = op.returns[0].toTensor();
     c10::IValue returned = op.returns[0];
@@ -130,8 +138,8 @@ class ChannelsLastLowering {
       drop_[*next] = true;
     }
     return RecordedOp{kernels::batch_norm_nhwc_op(),
-                      {a[0], a[1], a[2], a[3], a[4], a[7], c10::IValue(activation), c10::IValue(lo),
-                       c10::IValue(hi)},
+                      {a[0], a[1], a[2], a[3], a[4], a[eps], c10::IValue(activation),
+                       c10::IValue(lo), c10::IValue(hi)},
                       {returned}};
   }
 
@@ -142,6 +150,16 @@ class ChannelsLastLowering {
 };
 
 }  // namespace
+
+bool has_channels_last_kernel(const RecordedOp& op) {
+  const auto& name = op.handle.operator_name();
+  if (is_spatial_mean(op)) return true;
+  if (!name.overload_name.empty()) return false;
+  return name.name == "aten::max_pool2d_with_indices" || name.name == "aten::avg_pool2d" ||
+         name.name == "aten::cat" || name.name == "aten::native_batch_norm" ||
+         name.name == "aten::_native_batch_norm_legit_no_training" ||
+         name.name == "nimble::channel_shuffle";
+}
 
 int lower_channels_last_ops(std::vector<RecordedOp>& ops, const CpuLoweringCallbacks& callbacks) {
   return ChannelsLastLowering(ops, callbacks).run();

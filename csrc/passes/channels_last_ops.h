@@ -11,6 +11,10 @@
 
 namespace nimble {
 
+// Whether `op` is of a kind this pass gives a channels-last kernel (the layout plan keeps
+// values channels_last for them); the pass still checks each op's arguments.
+bool has_channels_last_kernel(const RecordedOp& op);
+
 // Rewrites `ops` (the lowered trace) in place; returns how many ops it replaced.
 int lower_channels_last_ops(std::vector<RecordedOp>& ops, const CpuLoweringCallbacks& callbacks);
 

@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "csrc/passes/channels_last_ops.h"
 #include "csrc/passes/op_patterns.h"
 
 namespace nimble {
@@ -50,13 +51,6 @@ bool is_layout_free(const RecordedOp& op) {
     return op.args.size() > 5 && op.args[5].isBool() && !op.args[5].toBool() &&
            is_four_d_tensor(op.args[0]);
   return name.name == "aten::_native_batch_norm_legit_no_training" && is_four_d_tensor(op.args[0]);
-}
-
-bool has_channels_last_kernel(const RecordedOp& op) {
-  const std::string& name = op.handle.operator_name().name;
-  return is_spatial_mean(op) || name == "aten::max_pool2d_with_indices" ||
-         name == "aten::avg_pool2d" || name == "aten::cat" || name == "aten::native_batch_norm" ||
-         name == "aten::_native_batch_norm_legit_no_training" || name == "nimble::channel_shuffle";
 }
 
 // Ops whose channels-last kernels read slices of a wider tensor's channels as they are

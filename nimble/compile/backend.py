@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import types
 import warnings
 from typing import Any, Callable
 
@@ -60,7 +61,9 @@ class _BoundGraph(torch.nn.Module):
         for n, i in enumerate(state_positions):
             self.register_buffer(f"state{n}", args[i], persistent=False)
         # Per output of the graph: ("made",), ("argument", position) or ("constant", value).
-        self.output_kinds: list[tuple] = []
+        # Held in a namespace the forward fills: an attribute the forward rebinds would read
+        # as a side effect of the capture (model_watch.PythonSideEffects) to prepare.
+        self.recorded = types.SimpleNamespace(output_kinds=[])
 
     def full_args(self, inputs: tuple) -> list:
         args: list = [None] * self.num_args
@@ -74,13 +77,13 @@ class _BoundGraph(torch.nn.Module):
         args = self.full_args(inputs)
         outputs = self.graph_module(*args)
         position = {id(a): i for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
-        self.output_kinds = [
+        self.recorded.output_kinds = [
             ("argument", position[id(t)]) if id(t) in position
             else ("made",) if isinstance(t, torch.Tensor)
             else ("constant", t)
             for t in outputs
         ]
-        return [t for t, kind in zip(outputs, self.output_kinds) if kind[0] == "made"]
+        return [t for t, kind in zip(outputs, self.recorded.output_kinds) if kind[0] == "made"]
 
 
 class _Program:
@@ -106,7 +109,7 @@ class _Program:
         self.tensor_positions = [
             i for i in self.bound.input_positions if isinstance(args[i], torch.Tensor)
         ]
-        self.output_kinds = self.bound.output_kinds
+        self.output_kinds = self.bound.recorded.output_kinds
         self.static_only = all(isinstance(a, torch.Tensor) for a in args)
 
     def takes_state_of(self, args: list) -> bool:

@@ -42,6 +42,9 @@ _GLOBAL_HOOKS = {
     "_global_backward_hooks": "global backward hooks",
     "_global_backward_pre_hooks": "global backward pre-hooks",
 }
+# What an fx.GraphModule (a torch.compile graph, a traced model) sets on its first call,
+# when it compiles its graph's Python code: its own code, not state a forward keeps.
+_FX_CODE_CACHE = {"_code", "_lineno_map", "_prologue_start"}
 # Module attributes that are its machinery, not state a forward keeps.
 _MACHINERY = {name for name, _, _ in _MODULE_DICTS} | {
     "training",
@@ -206,8 +209,10 @@ def _same(before, after) -> bool:
 def _attributes(module: torch.nn.Module) -> dict[str, tuple]:
     out = {}
     for path, mod in module.named_modules():
+        code_cache = _FX_CODE_CACHE if isinstance(mod, torch.fx.GraphModule) else set()
         for name, value in vars(mod).items():
-            if name in _MACHINERY or isinstance(value, (torch.Tensor, torch.nn.Module)):
+            if (name in _MACHINERY or name in code_cache
+                    or isinstance(value, (torch.Tensor, torch.nn.Module))):
                 continue
             out[f"{path}.{name}" if path else name] = _fingerprint(value)
     return out

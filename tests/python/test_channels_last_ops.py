@@ -109,6 +109,32 @@ def test_concatenation_and_batch_norm_with_its_activation_match_eager(activation
     assert not any(n.startswith("aten::relu") for n in fast.schedule["ops"]), fast.schedule["ops"]
 
 
+class NoTrainingBatchNorm(torch.nn.Module):
+    """The inference batch norm as torch.compile's graphs hold it
+    (`_native_batch_norm_legit_no_training`), between a pooling and a convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 10, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(10)
+        self.b = torch.nn.Conv2d(10, 4, 1)
+
+    def forward(self, x):
+        y = F.max_pool2d(self.a(x), 2)
+        bn = self.bn
+        y = torch.ops.aten._native_batch_norm_legit_no_training(
+            y, bn.weight, bn.bias, bn.running_mean, bn.running_var, 0.1, bn.eps)[0]
+        return self.b(torch.relu(y))
+
+
+def test_the_no_training_batch_norm_of_compiled_graphs_runs_nimbles_kernel():
+    model = NoTrainingBatchNorm().eval()
+    _randomize(model.bn)
+    fast = _check(model, torch.randn(2, 3, 10, 10), names=["nimble::batch_norm_nhwc"])
+    assert not any("batch_norm_legit" in n or n.startswith("aten::relu")
+                   for n in fast.schedule["ops"]), fast.schedule["ops"]
+
+
 def test_batch_norm_statistics_changed_after_prepare_are_seen():
     model = DenseLayer("relu").eval()
     x = torch.randn(1, 3, 8, 8)
