@@ -354,6 +354,24 @@ def test_entry_point_needs_no_import(tmp_path):
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
+def test_prepare_outside_torch_compile_does_not_import_dynamo():
+    """A dispatch mode's first call imports torch._dynamo (0.8 s) unless capture.py's
+    Recorder says it need not; prepare runs no dynamo, and the backend above still does."""
+    script = (
+        "import sys, torch, nimble\n"
+        "layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()\n"
+        "x = torch.randn(2, 5, 16)\n"
+        "with torch.no_grad():\n"
+        "    fast = nimble.Nimble(layer).prepare(x)\n"
+        "    torch.testing.assert_close(fast(x), layer(x))\n"
+        "assert 'torch._dynamo' not in sys.modules, 'prepare imported torch._dynamo'\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_graphs_are_nimble_cuda_graphs():
     model, example = build("torchvision:resnet18", batch=2, image_size=64)
