@@ -6,11 +6,11 @@
 // Torch-free.
 #include <cstddef>
 #include <cstdint>
-#include <new>
 #include <vector>
 
 #include "csrc/kernels/cpu/nhwc/convolution_geometry.h"
 #include "csrc/kernels/cpu/nhwc/epilogue.h"
+#include "csrc/kernels/cpu/nhwc/packed_allocator.h"
 
 namespace nimble::kernels::nhwc {
 
@@ -28,20 +28,7 @@ class DepthwiseWeights {
                              float*, const float*, const Epilogue&, int64_t, int64_t);
   // Storage on cache-line boundaries: with the padding below, no vector load of a tap's
   // weights straddles two lines (which costs AVX-512 a second load).
-  template <class T>
-  struct CacheLineAllocator {
-    using value_type = T;
-    CacheLineAllocator() = default;
-    template <class U>
-    explicit CacheLineAllocator(const CacheLineAllocator<U>&) {}
-    T* allocate(size_t n) {
-      return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64}));
-    }
-    void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
-    bool operator==(const CacheLineAllocator&) const { return true; }
-    bool operator!=(const CacheLineAllocator&) const { return false; }
-  };
-  using Floats = std::vector<float, CacheLineAllocator<float>>;
+  using Floats = std::vector<float, PackedAllocator<float>>;
 
   // [kernel_h * kernel_w taps][padded_channels_]: one contiguous run of channels a tap, so
   // that a vector of channels loads a tap's weights at once; the padding (zeros, up to a

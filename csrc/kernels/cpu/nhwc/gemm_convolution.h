@@ -12,11 +12,11 @@
 // Torch-free.
 #include <cstddef>
 #include <cstdint>
-#include <new>
 #include <vector>
 
 #include "csrc/kernels/cpu/nhwc/convolution_geometry.h"
 #include "csrc/kernels/cpu/nhwc/epilogue.h"
+#include "csrc/kernels/cpu/nhwc/packed_allocator.h"
 
 namespace nimble::kernels::nhwc {
 
@@ -49,21 +49,6 @@ class GemmConvolution {
   int64_t bytes() const;
 
  private:
-  // std::allocator aligns to 16 bytes; the microkernels load weight vectors aligned to their
-  // width (a panel is a whole number of 64-byte lines), so the packing is 64-byte aligned.
-  template <class T>
-  struct Aligned {
-    using value_type = T;
-    Aligned() = default;
-    template <class U>
-    explicit Aligned(const Aligned<U>&) {}
-    T* allocate(std::size_t n) {
-      return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64)));
-    }
-    void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(64)); }
-    bool operator==(const Aligned&) const { return true; }
-    bool operator!=(const Aligned&) const { return false; }
-  };
   // One block of rows by panels [panel_begin, panel_end) of one group.
   void run_block(const float* input, float* output, const float* residual, const Epilogue& epilogue,
                  int64_t row_begin, int64_t row_end, int64_t group, int64_t panel_begin,
@@ -103,8 +88,8 @@ class GemmConvolution {
   // block; ~5% on a 3x3 convolution of 16 groups of 8), column blocks outside otherwise (a
   // block's panels stay in cache while the rows go by).
   bool rows_outside_ = false;
-  std::vector<float, Aligned<float>> packed_;  // [group][panel][tap][channel][width]
-  std::vector<float, Aligned<float>> bias_;    // [group][group_columns_], zero-padded
+  std::vector<float, PackedAllocator<float>> packed_;  // [group][panel][tap][channel][width]
+  std::vector<float, PackedAllocator<float>> bias_;    // [group][group_columns_], zero-padded
   // [out pixel of one image][tap]: floats from the image's start to the input pixel's first
   // channel, -1 in the padding. Empty when direct_.
   std::vector<int32_t> offsets_;
