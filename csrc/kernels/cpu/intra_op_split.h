@@ -5,23 +5,20 @@
 
 #include <cstdint>
 
-#include "csrc/kernels/cpu/nhwc/work_sharing.h"
-
 namespace nimble::kernels {
 
 // body(begin, end) over [0, units): on the calling thread alone unless `worth_forking` (the
-// caller's measure of whether waking and joining a second thread pays for the work) and the
-// calling thread has intra-op threads to share it with (at::get_num_threads(): a CPU stream
-// of a multi-stream replay has its share). Shared through nhwc/work_sharing.h rather than an
-// OpenMP region, so that a helper thread slow to come never holds the caller up.
+// caller's measure of whether waking and joining a second thread pays for the work) and there
+// are threads to fork. One thread is asked for by not forking, never by changing OpenMP's
+// thread count: a team resized between two calls is rebuilt, which costs more than most of
+// these kernels.
 template <typename F>
 void split_work(int64_t units, bool worth_forking, const F& body) {
-  const int threads = at::get_num_threads();
-  if (!worth_forking || units < 2 || threads < 2 || at::in_parallel_region()) {
+  if (!worth_forking || units < 2 || at::get_num_threads() < 2 || at::in_parallel_region()) {
     body(0, units);
     return;
   }
-  nhwc::share_work(units, threads, body);
+  at::parallel_for(0, units, 1, body);
 }
 
 }  // namespace nimble::kernels
