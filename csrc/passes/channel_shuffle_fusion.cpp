@@ -5,16 +5,12 @@
 #include <optional>
 
 #include "csrc/kernels/cpu/nhwc_tensor_ops.h"
+#include "csrc/passes/op_patterns.h"
 #include "csrc/passes/trace_access.h"
 
 namespace nimble {
 
 namespace {
-
-bool named(const RecordedOp& op, const char* name, const char* overload = "") {
-  return op.handle.operator_name().name == name &&
-         op.handle.operator_name().overload_name == overload;
-}
 
 at::Tensor first_return(const RecordedOp& op) {
   return op.returns.size() == 1 && op.returns[0].isTensor() ? op.returns[0].toTensor()
@@ -87,15 +83,6 @@ class ShuffleFinder {
 
  private:
   static int64_t dim5(int64_t d) { return d < 0 ? d + 5 : d; }
-
-  static bool is_channel_cat(const RecordedOp& op) {
-    if (!named(op, "aten::cat") || op.args.size() != 2 || !op.args[0].isList() ||
-        !op.args[1].isInt() || (op.args[1].toInt() != 1 && op.args[1].toInt() != -3))
-      return false;
-    for (const c10::IValue& t : op.args[0].toListRef())
-      if (!t.isTensor() || t.toTensor().dim() != 4) return false;
-    return true;
-  }
 
   // Whether op `user` is the only one with `t` itself (not another view of its storage)
   // among its arguments.

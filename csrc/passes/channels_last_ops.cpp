@@ -21,20 +21,6 @@ bool channels_last_float(const c10::IValue& v) {
          t.layout() == at::kStrided && t.is_contiguous(at::MemoryFormat::ChannelsLast);
 }
 
-// Channels side by side in each pixel: dense channels_last, or a piece of a split of one
-// (kernels/cpu/nhwc_tensor_ops.h takes both).
-bool channel_rows_float(const c10::IValue& v) {
-  if (!v.isTensor()) return false;
-  const at::Tensor& t = v.toTensor();
-  return t.dim() == 4 && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
-         t.layout() == at::kStrided && t.stride(1) == 1 && t.stride(3) >= t.size(1) &&
-         t.stride(2) == t.size(3) * t.stride(3) && t.stride(0) == t.size(2) * t.stride(2);
-}
-
-bool named(const RecordedOp& op, const char* name) {
-  return op.handle.operator_name().name == name && op.handle.operator_name().overload_name.empty();
-}
-
 class ChannelsLastLowering {
  public:
   ChannelsLastLowering(std::vector<RecordedOp>& ops, const CpuLoweringCallbacks& callbacks)
@@ -75,10 +61,10 @@ class ChannelsLastLowering {
     if (named(op, "aten::avg_pool2d") && a.size() == 7 && channels_last_float(a[0])) {
       return RecordedOp{kernels::avg_pool2d_nhwc_op(), a, op.returns};
     }
-    if (named(op, "aten::cat") && a.size() == 2 && a[0].isList() && a[1].isInt() &&
-        (a[1].toInt() == 1 || a[1].toInt() == -3)) {
+    if (is_channel_cat(op)) {
+      // Dense channels_last inputs or pieces of a split of one: cat_nhwc takes both.
       for (const c10::IValue& t : a[0].toListRef())
-        if (!channel_rows_float(t)) return std::nullopt;
+        if (!kernels::channel_rows(t.toTensor())) return std::nullopt;
       return RecordedOp{kernels::cat_nhwc_op(), {a[0]}, op.returns};
     }
     // Planned channels_last: its kernel then takes any input (converting what is not).

@@ -4,6 +4,22 @@
 
 namespace nimble {
 
+// The op `name` (e.g. "aten::transpose") of overload `overload` ("" for the default one).
+inline bool named(const RecordedOp& op, const char* name, const char* overload = "") {
+  return op.handle.operator_name().name == name &&
+         op.handle.operator_name().overload_name == overload;
+}
+
+// cat(tensors, dim) of 4-d tensors along their channels.
+inline bool is_channel_cat(const RecordedOp& op) {
+  if (!named(op, "aten::cat") || op.args.size() != 2 || !op.args[0].isList() ||
+      !op.args[1].isInt() || (op.args[1].toInt() != 1 && op.args[1].toInt() != -3))
+    return false;
+  for (const c10::IValue& t : op.args[0].toListRef())
+    if (!t.isTensor() || t.toTensor().dim() != 4) return false;
+  return true;
+}
+
 // convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
 // groups), not transposed.
 inline bool is_plain_convolution(const RecordedOp& op) {

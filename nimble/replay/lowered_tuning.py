@@ -6,7 +6,7 @@ lowering's kernels pay for converting to channels_last and back inside the timed
 replay hands its convolutions channels_last activations, straight from the op before, with the
 caches that op left. A kernel faster alone can be slower there: on googlenet at 64x64 the 7x7
 stem took 0.23 ms through oneDNN against 0.25 ms through nimble's kernel when tuned alone, and
-0.21 ms against 0.13 ms in the replay. So `prepare(tuned=...)` builds the replay twice, with the
+0.21 ms against 0.13 ms in the replay. So `prepare(tuned=...)` builds the replay with the
 rule's kernels and with the database's, times both op by op, round after round, and keeps the
 database's kernel only for the convolution shapes it made faster there: tuning never leaves a
 lowered convolution slower than the untuned default.
@@ -31,7 +31,8 @@ def build_with_choices(build: Callable[[dict], object], options: dict, choices: 
     kernel and with the database's)."""
     # The rule's program first: built alone when the database agrees with the rule. (A
     # program built after others were freed can run a few percent slower: glibc then serves
-    # its large blocks from the heap instead of fresh mappings; docs/tuning.md.)
+    # its large blocks from the heap instead of fresh mappings; docs/cpu.md, "Tuning the
+    # lowering's kernels".)
     default = build(dict(options, tuned_convolutions={}))
     differing = _differing_ops(default.replays[0].ops(), choices)
     checked = {key: dict(choice, kept=True) for key, choice in choices.items()}

@@ -39,6 +39,12 @@ at::Tensor channels_last(const at::Tensor& t) {
 
 }  // namespace
 
+bool channel_rows(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 4 &&
+         t.layout() == at::kStrided && t.stride(1) == 1 && t.stride(3) >= t.size(1) &&
+         t.stride(2) == t.size(3) * t.stride(3) && t.stride(0) == t.size(2) * t.stride(2);
+}
+
 std::optional<nhwc::Epilogue> nhwc_epilogue(const FusedEpilogue& epilogue) {
   using nhwc::Activation;
   nhwc::Epilogue out;
@@ -103,10 +109,8 @@ at::Tensor NhwcConvolution::run(const at::Tensor& input, const std::optional<at:
               input.sizes(), " ", input.scalar_type());
   // A slice of a wider tensor's channels (a split's piece) is read where it lies by a 1x1
   // product; any other layout is copied to dense channels_last first.
-  const bool strided_rows = gemm_ && gemm_->reads_rows_in_place() && input.stride(1) == 1 &&
-                            input.stride(3) > g.in_channels &&
-                            input.stride(2) == g.width * input.stride(3) &&
-                            input.stride(0) == g.height * input.stride(2);
+  const bool strided_rows = gemm_ && gemm_->reads_rows_in_place() && channel_rows(input) &&
+                            input.stride(3) != g.in_channels;
   const at::Tensor x = strided_rows ? input : channels_last(input);
   at::Tensor y = at::empty({g.images, g.out_channels, g.out_height(), g.out_width()},
                            input.options().memory_format(at::MemoryFormat::ChannelsLast));

@@ -21,6 +21,11 @@ namespace nimble::kernels {
 // The epilogue in the kernels' terms; none where the activation has no nhwc form.
 std::optional<nhwc::Epilogue> nhwc_epilogue(const FusedEpilogue& epilogue);
 
+// Whether `t` is a float CPU tensor whose pixels hold their channels side by side, as
+// nimble's channels-last kernels read them: dense channels_last, or a slice of the channels of
+// a wider one (a split's piece), its pixels t.stride(3) floats apart.
+bool channel_rows(const at::Tensor& t);
+
 class NhwcConvolution {
  public:
   // `weight` [K, C / groups, KH, KW] and `bias` [K] (undefined: none), as the convolution

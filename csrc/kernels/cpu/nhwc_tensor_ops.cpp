@@ -144,14 +144,6 @@ at::Tensor batch_norm_nhwc(const at::Tensor& input, const std::optional<at::Tens
   return y;
 }
 
-// Whether `t` is a float tensor whose pixels hold their channels side by side: dense
-// channels_last, or a slice of the channels of a wider one.
-bool channel_rows(const at::Tensor& t) {
-  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 4 &&
-         t.layout() == at::kStrided && t.stride(1) == 1 && t.stride(3) >= t.size(1) &&
-         t.stride(2) == t.size(3) * t.stride(3) && t.stride(0) == t.size(2) * t.stride(2);
-}
-
 // The inputs as ChannelRows when each is (channel_rows) and all have the same images and
 // pixels; else none.
 std::optional<std::vector<nhwc::ChannelRows>> rows_of(at::TensorList inputs) {
