@@ -185,3 +185,16 @@ def test_groups_that_do_not_divide_the_channels_are_refused_clearly():
         torch.ops.nimble.channel_shuffle_nhwc([torch.randn(1, 10, 2, 2)], 3)
     with pytest.raises(RuntimeError, match="expected 4-d tensors"):
         torch.ops.nimble.channel_shuffle([torch.randn(10, 2, 2)], 2)
+
+
+def test_weights_changed_after_prepare_are_seen_through_the_shuffles():
+    torch.manual_seed(3)
+    model = ShuffleNetLike(12, [6, 6], 2, 2).eval()
+    x = torch.randn(1, 3, 12, 12)
+    fast = nimble.Nimble(model).prepare(x)
+    with torch.no_grad():
+        model.blocks[0].branch[0].weight.mul_(-0.5)  # in place
+        model.blocks[1].branch[5].weight.data = torch.randn_like(model.blocks[1].branch[5].weight)
+        model.blocks[1].branch[1].running_var.add_(1.0)  # a folded batch norm's statistic
+        expected = model(x)
+    torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-5)
