@@ -42,7 +42,8 @@ def _randomize(model):
     return model
 
 
-X = torch.randn(2, 3, 8, 8)
+# Seeded: the input must not depend on which test files were imported before this one.
+X = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
 
 
 def _prepared(streams=1, **options):
@@ -58,7 +59,10 @@ def _check(fast, model, *, warns):
         got = fast(X)
     with torch.no_grad():
         want = model(X)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # Float rounding is relative to the output's scale: the lowered replay sums in another order
+    # (folded batch norm, packed kernels), and an output near zero amid values near 100 differs
+    # by ~1e-5 however correct. A stale replay differs by the scale itself.
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * max(1.0, want.abs().max().item()))
     messages = [str(w.message) for w in caught if "preparing again" in str(w.message)]
     if warns is None:
         assert messages == []
