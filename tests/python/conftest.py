@@ -3,7 +3,10 @@ for the processes tests start): results and memory promises must not depend on t
 machine's core count. tests/run.sh runs the memory and stream suites with 1 and 4."""
 
 import os
+import random
+import zlib
 
+import pytest
 import torch
 
 
@@ -23,3 +26,12 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     return f"torch threads: {torch.get_num_threads()}"
+
+
+@pytest.fixture(autouse=True)
+def _seed_from_the_test_name(request):
+    """Each test draws the same random numbers whether it runs alone or after others (CI once
+    failed a test whose unseeded weights depended on the files collected before it); the seed
+    differs between tests, so property tests still see varied inputs."""
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
+    random.seed(zlib.crc32(request.node.nodeid.encode()))
