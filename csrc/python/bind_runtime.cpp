@@ -13,6 +13,7 @@
 #include "csrc/kernels/cpu/prepacked_linear.h"
 #include "csrc/kernels/cpu/prepacked_weights.h"
 #include "csrc/program/program_builder.h"
+#include "csrc/program/undeclared_writes.h"
 #include "csrc/python/bindings.h"
 #include "csrc/python/model_watch.h"
 #include "csrc/runtime/cpu/cpu_executor.h"
@@ -88,6 +89,9 @@ py::dict describe_op(const OpNode& op) {
 }  // namespace
 
 void bind_runtime(py::module_& m) {
+  m.def(
+      "undeclared_writes", [] { return undeclared_writes(); },
+      "Operator name -> positions of the arguments it writes without declaring it in its schema");
   py::class_<ProgramBuilder>(m, "ProgramBuilder")
       .def(py::init<>())
       .def("add_input", &ProgramBuilder::add_input)

@@ -10,6 +10,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "csrc/program/undeclared_writes.h"
+
 namespace nimble {
 
 namespace {
@@ -19,24 +21,13 @@ bool outlives_a_replay(SlotRole role) {
   return role == SlotRole::kInput || role == SlotRole::kState || role == SlotRole::kConstant;
 }
 
-// Ops whose schemas do not declare every argument they write: batch norms in training
-// update their running statistics (arguments 3 and 4) without an alias annotation.
-const std::unordered_map<std::string, std::vector<size_t>>& undeclared_writes() {
-  static const std::unordered_map<std::string, std::vector<size_t>> ops = {
-      {"aten::native_batch_norm", {3, 4}},
-      {"aten::cudnn_batch_norm", {3, 4}},
-      {"aten::miopen_batch_norm", {3, 4}},
-  };
-  return ops;
-}
-
 const void* storage_of(const c10::IValue& value) {
   if (!value.isTensor() || !value.toTensor().defined() || !value.toTensor().has_storage())
     return nullptr;
   return value.toTensor().storage().unsafeGetStorageImpl();
 }
 
-// The storages some op writes: its declared writes, and the undeclared ones above.
+// The storages some op writes: its declared writes, and its undeclared ones.
 std::unordered_set<const void*> written_storages(const Program& program,
                                                  const ProgramState& state) {
   std::unordered_set<const void*> written;

@@ -16,12 +16,9 @@ class InferenceReplay:
         self.example_inputs = example.static_inputs
         args, kwargs = example.static_args, example.static_kwargs
 
-        def warm_up() -> None:
-            module(*args, **kwargs)
-
-        snapshot = self.snapshot()
+        snapshot = ModelSnapshot(module, inputs=self.example_inputs, copy_on_write=True)
         with torch.no_grad():
-            captured = capture(module, snapshot, warm_up, lambda _: module(*args, **kwargs))
+            captured = capture(module, snapshot, lambda _: module(*args, **kwargs))
         self.side_effects = captured.side_effects
         self.outputs, output_tensors = OutputStructure.split(captured.result)
         self.replays = [

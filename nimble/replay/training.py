@@ -99,9 +99,6 @@ class ForwardBackwardReplay:
         self.generation = 0
         wrt_inputs = [i for i, t in enumerate(static_inputs) if t.requires_grad]
 
-        def warm_up() -> None:
-            module(*static_args, **static_kwargs)
-
         def record(recorder):
             output = module(*static_args, **static_kwargs)
             num_forward = len(recorder.trace.ops)
@@ -121,7 +118,7 @@ class ForwardBackwardReplay:
             return num_forward, structure, outs, differentiable, gos, grads
 
         with torch.enable_grad():
-            captured = capture(module, ModelSnapshot(module), warm_up, record)
+            captured = capture(module, ModelSnapshot(module, copy_on_write=True), record)
         recorder = captured.recorder
         num_forward, self.outputs, outs, differentiable, gos, grads = captured.result
         self.side_effects = captured.side_effects

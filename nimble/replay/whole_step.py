@@ -122,7 +122,7 @@ class WholeStepReplay:
                         )
                 return loss, grads, candidates, expected
 
-            captured = capture(module, before, warm_up, record)
+            captured = capture(module, before, record, warm_up)
             ops = captured.recorder.trace.ops
             loss, grads, candidates, expected = captured.result
             self.scalars.find_places(candidates, expected)

@@ -188,3 +188,48 @@ def test_output_that_views_the_input():
     # A copy: neither the caller's memory (zeroed) nor the replay's own (written again).
     assert torch.equal(flat, kept)
     assert flat.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+class WritesItsState(torch.nn.Module):
+    """Writes its parameters and buffers every way a forward can: in place, through a view,
+    through `.data`, and by ops whose schemas do not declare the write (a batch norm in
+    training inside an eval model, `batch_norm_update_stats`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.untouched = torch.nn.Linear(4, 4)
+        self.bn = torch.nn.BatchNorm1d(4)
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("var", torch.ones(4))
+
+    def forward(self, x):
+        self.lin.weight[0].add_(1)
+        self.lin.bias.data.mul_(1.5)
+        torch.ops.aten.batch_norm_update_stats(x, self.mean, self.var, 0.1)
+        return self.untouched(self.bn(self.lin(x)))
+
+
+def test_prepare_puts_back_every_write_and_copies_only_what_is_written():
+    model = WritesItsState().eval()
+    model.bn.train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    saved = []
+    real_init = nimble.replay.capture.ModelSnapshot.__init__
+
+    def keep(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        saved.append(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(nimble.replay.capture.ModelSnapshot, "__init__", keep)
+        nimble.Nimble(model).prepare(torch.randn(3, 4))
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[name], rtol=0, atol=0, msg=name)
+    # The capture's snapshot copied the written tensors, not the untouched layer's.
+    capture_snapshot = saved[0]
+    copied = {id(capture_snapshot._layouts[i][0]) for i in capture_snapshot._saved}
+    written = [model.lin.weight, model.lin.bias, model.bn.running_mean, model.bn.running_var,
+               model.bn.num_batches_tracked, model.mean, model.var]
+    assert {id(t) for t in written} <= copied
+    assert id(model.untouched.weight) not in copied and id(model.untouched.bias) not in copied
