@@ -214,3 +214,25 @@ def test_a_nan_weight_keeps_eagers_nan_through_the_fused_activation():
     with torch.no_grad():
         model[0].weight[0, 0] = float("nan")
         torch.testing.assert_close(fast(x), model(x), equal_nan=True)
+
+
+# Where the non-finite value sits: the first and the last of the weight's 262144 floats (the
+# check reads them in parallel chunks), in the bias; a NaN with its sign bit set too.
+NON_FINITE_PLACES = {
+    "first weight": ("weight", (0, 0), float("nan")),
+    "last weight, negative nan": ("weight", (511, 511), -float("nan")),
+    "bias": ("bias", (7,), float("nan")),
+}
+
+
+@pytest.mark.parametrize("where", list(NON_FINITE_PLACES))
+def test_onednns_kernel_with_a_non_finite_weight_runs_the_activation_as_eager(where):
+    weight, bias = torch.randn(512, 512), torch.randn(512)
+    name, index, value = NON_FINITE_PLACES[where]
+    {"weight": weight, "bias": bias}[name][index] = value
+    x = torch.randn(8, 512)
+    packed = torch.classes.nimble.PrepackedLinear.make(weight, True, bias, "relu", 8, "onednn_prepacked")
+    want = F.relu(F.linear(x, weight, bias))
+    assert want.isnan().any()
+    torch.testing.assert_close(torch.ops.nimble.linear_prepacked(x, None, packed), want, rtol=1e-4,
+                               atol=1e-4, equal_nan=True)

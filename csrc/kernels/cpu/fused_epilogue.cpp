@@ -1,8 +1,38 @@
 #include "csrc/kernels/cpu/fused_epilogue.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
 
 namespace nimble::kernels {
+
+namespace {
+
+// One read of the data: a float is finite iff its bits without the sign are below the
+// exponent's all-ones pattern. `isfinite().all()` made four passes and two temporaries
+// (vit_b_16: 112 ms of a 0.3 s build, every prepare).
+bool all_finite(const at::Tensor& t) {
+  if (t.scalar_type() != at::kFloat || !t.is_contiguous() || !t.device().is_cpu())
+    return t.isfinite().all().item<bool>();
+  const float* data = t.const_data_ptr<float>();
+  std::atomic<bool> finite{true};
+  at::parallel_for(0, t.numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    uint32_t largest = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, data + i, sizeof bits);
+      largest = std::max(largest, bits & 0x7fffffffu);
+    }
+    if (largest >= 0x7f800000u) finite.store(false, std::memory_order_relaxed);
+  });
+  return finite.load();
+}
+
+}  // namespace
 
 std::string FusedEpilogue::describe() const {
   std::string out = add_residual ? "add" : "";
@@ -48,8 +78,7 @@ FiniteWeights::~FiniteWeights() {
 }
 
 void FiniteWeights::update(const at::Tensor& weight, const at::Tensor& bias) {
-  const bool finite = weight.isfinite().all().item<bool>() &&
-                      (!bias.defined() || bias.isfinite().all().item<bool>());
+  const bool finite = all_finite(weight) && (!bias.defined() || all_finite(bias));
   if (finite != finite_) program_->count_ += finite ? -1 : 1;
   finite_ = finite;
 }
