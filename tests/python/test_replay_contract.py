@@ -233,3 +233,24 @@ def test_prepare_puts_back_every_write_and_copies_only_what_is_written():
                model.bn.num_batches_tracked, model.mean, model.var]
     assert {id(t) for t in written} <= copied
     assert id(model.untouched.weight) not in copied and id(model.untouched.bias) not in copied
+
+
+class FailsInForward(torch.nn.Module):
+    def forward(self, x):
+        raise ValueError("the user's own error")
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_prepare_leaves_pythons_cycle_collector_as_it_found_it(enabled):
+    # prepare pauses the collector while it captures (docs/replays.md), and puts it back.
+    import gc
+
+    (gc.enable if enabled else gc.disable)()
+    try:
+        nimble.Nimble(torch.nn.Linear(4, 4).eval()).prepare(torch.randn(2, 4))
+        assert gc.isenabled() == enabled
+        with pytest.raises(ValueError, match="the user's own error"):
+            nimble.Nimble(FailsInForward()).prepare(torch.randn(2, 4))
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable()
