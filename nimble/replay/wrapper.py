@@ -152,6 +152,14 @@ class Nimble(torch.nn.Module):
             raise ValueError(f"on_change must be one of {_ON_CHANGE}, got {on_change!r}")
         if side_effects not in _SIDE_EFFECTS:
             raise ValueError(f"side_effects must be one of {_SIDE_EFFECTS}, got {side_effects!r}")
+        lazy = [name for name, t in [*self.module.named_parameters(), *self.module.named_buffers()]
+                if torch.nn.parameter.is_lazy(t)]
+        if lazy:
+            raise ValueError(
+                f"prepare: {', '.join(lazy)} not initialized yet (a lazy module, e.g. "
+                f"torch.nn.LazyLinear, learns its shapes on its first call); call the model once "
+                f"on an example input before prepare, which leaves the model as it finds it"
+            )
         whole_step = [loss_fn is not None, optimizer is not None, example_targets is not None]
         if any(whole_step) and not (training and all(whole_step)):
             raise ValueError(

@@ -132,6 +132,18 @@ def test_module_reassigning_a_buffer_is_refused_and_left_intact():
     assert torch.equal(total, torch.zeros(2))
 
 
+def test_a_lazy_module_not_yet_called_is_refused_naming_its_parameters():
+    model = torch.nn.Sequential(torch.nn.LazyLinear(4), torch.nn.ReLU()).eval()
+    with pytest.raises(ValueError, match=r"0\.weight, 0\.bias not initialized yet.*call the model once"):
+        nimble.Nimble(model).prepare(torch.randn(2, 3))
+    with torch.no_grad():
+        model(torch.randn(2, 3))  # as the message says: then it prepares
+    fast = nimble.Nimble(model).prepare(torch.randn(2, 3))
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x))
+
+
 def test_not_a_module():
     with pytest.raises(TypeError, match="wraps a torch.nn.Module, got function"):
         nimble.Nimble(lambda x: x)
