@@ -5,7 +5,8 @@
 #
 #   asan    every C++ suite built with AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
 #   tsan    the suites with threads built with ThreadSanitizer (build-tsan/): the CPU
-#           streams and their events, the replay pool, the tuner's threads
+#           streams and their events, the replay pool, the tuner's threads, the kernels'
+#           helper threads
 #   python  the Python suite's CPU tests against nimble._C from build-asan/
 #
 # Each build tree is its own CMake configuration (NIMBLE_SANITIZE); ccache makes a rerun
@@ -52,9 +53,10 @@ run_asan() {
 }
 
 # What runs threads of ours: the CPU executor's streams and events, the pool (replay
-# arena) and the tuner's parallel runs (compare_schedulers) and database.
-TSAN_TARGETS=(runtime_test tuning_model_tuner_test tuning_database_test)
-TSAN_TESTS='^(Replay|ReplayArena|CpuStreams)\.|^tuning\.'
+# arena), the tuner's parallel runs (compare_schedulers) and database, and the helper threads
+# nimble's channels-last kernels share their work with (nhwc/work_sharing.h).
+TSAN_TARGETS=(runtime_test tuning_model_tuner_test tuning_database_test nhwc_kernels_test)
+TSAN_TESTS='^(Replay|ReplayArena|CpuStreams|WorkSharing)\.|^tuning\.'
 
 build_tsan() {
   configure build-tsan thread

@@ -214,6 +214,8 @@ void bind_runtime(py::module_& m) {
              d["physical_streams"] = s.physical_streams;
              d["physical_syncs"] = s.physical_syncs;
              d["physical_stream"] = s.physical_stream;
+             d["shares_work_after_idle"] = r.executor().shares_work_after_idle();
+             d["replays_after_idle"] = r.executor().replays_after_idle();
              return d;
            })
       .def("memory",

@@ -10,12 +10,15 @@ import os
 import random
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import nimble
 import nimble._C  # noqa: F401  (the extension registers the kernels)
+from nimble.zoo import build
 
 # The activation as make() names it -> eager's function (relu6's bounds for hardtanh, 0.01
 # for leaky_relu, as make() sets them).
@@ -185,3 +188,50 @@ def test_groups_of_few_channels_go_to_onednn_only_with_much_work(size, kernel):
     assert len(kernels) == 1 and kernels[0].startswith(kernel), kernels
     with torch.no_grad():
         torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def _replays_after_idle(spec, **options):
+    """A replay called back to back, then after idle spells: the results of each, and the
+    schedule's account of the kernels' split."""
+    model, x = build(spec, image_size=32)
+    fast = nimble.Nimble(model).prepare(x, **options)
+    back_to_back = [fast(x) for _ in range(3)]
+    after_idle = []
+    for _ in range(2):
+        time.sleep(0.06)  # past the executor's 50 ms idle spell
+        after_idle.append(fast(x))
+    with torch.no_grad():
+        want = model(x)
+    return back_to_back, after_idle, want, fast.schedule
+
+
+@pytest.mark.parametrize("spec", ["torchvision:mobilenet_v2", "torchvision:googlenet"])
+def test_calls_after_an_idle_spell_split_with_helpers_and_give_the_same_numbers(spec):
+    # Only nimble's kernels (and views) between the first and last kernel: after an idle spell
+    # they split through nimble's helper threads, back to back through OpenMP; each output
+    # element is computed in one piece either way, so the numbers are the same bit for bit.
+    back_to_back, after_idle, want, schedule = _replays_after_idle(spec)
+    assert schedule["shares_work_after_idle"]
+    assert schedule["replays_after_idle"] >= 2  # the sleeps (and the prepare's first run)
+    for got in back_to_back[1:] + after_idle:
+        assert torch.equal(got, back_to_back[0])
+    assert (back_to_back[0] - want).abs().max().item() <= 1e-3
+
+
+def test_a_program_with_aten_ops_between_kernels_keeps_openmp_and_so_do_several_streams():
+    # vit: layer norms and attention run on OpenMP's threads between nimble's products.
+    *_, schedule = _replays_after_idle("torchvision:vit_b_16")
+    assert not schedule["shares_work_after_idle"] and schedule["replays_after_idle"] == 0
+    *_, schedule = _replays_after_idle("torchvision:googlenet", streams=2)
+    assert not schedule["shares_work_after_idle"]
+
+
+def test_kernel_helpers_off_by_environment():
+    code = ("import torch, nimble; from nimble.zoo import build\n"
+            "model, x = build('torchvision:googlenet', image_size=32)\n"
+            "print(nimble.Nimble(model).prepare(x).schedule['shares_work_after_idle'])")
+    env = {**os.environ, "NIMBLE_KERNEL_HELPERS": "0"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"

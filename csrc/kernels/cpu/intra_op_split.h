@@ -5,20 +5,30 @@
 
 #include <cstdint>
 
+#include "csrc/kernels/cpu/nhwc/work_sharing.h"
+
 namespace nimble::kernels {
 
 // body(begin, end) over [0, units): on the calling thread alone unless `worth_forking` (the
-// caller's measure of whether waking and joining a second thread pays for the work) and there
-// are threads to fork. One thread is asked for by not forking, never by changing OpenMP's
-// thread count: a team resized between two calls is rebuilt, which costs more than most of
-// these kernels.
+// caller's measure of whether waking and joining a second thread pays for the work) and the
+// calling thread has intra-op threads to share it with (at::get_num_threads(): a CPU stream
+// of a multi-stream replay has its share). Inside a SharedWorkScope through nhwc/
+// work_sharing.h, where a helper thread slow to come never holds the caller up; elsewhere
+// through an OpenMP region, whose end waits for every thread of its team. One thread is asked
+// for by not forking, never by resizing OpenMP's team (rebuilt when resized).
 template <typename F>
 void split_work(int64_t units, bool worth_forking, const F& body) {
-  if (!worth_forking || units < 2 || at::get_num_threads() < 2 || at::in_parallel_region()) {
+  const int threads = at::get_num_threads();
+  if (!worth_forking || units < 2 || threads < 2 || at::in_parallel_region() ||
+      nhwc::in_shared_work()) {
     body(0, units);
     return;
   }
-  at::parallel_for(0, units, 1, body);
+  if (nhwc::shared_work_in_scope()) {
+    nhwc::share_work(units, threads, body);
+  } else {
+    at::parallel_for(0, units, 1, body);
+  }
 }
 
 }  // namespace nimble::kernels

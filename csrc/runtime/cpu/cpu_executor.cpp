@@ -5,14 +5,60 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <stdexcept>
+#include <string>
 
+#include "csrc/kernels/cpu/nhwc/work_sharing.h"
 #include "csrc/runtime/cpu/intra_op_threads.h"
 #include "csrc/runtime/cpu/steady_ns.h"
 #include "csrc/runtime/op_call.h"
 
 namespace nimble {
+
+namespace {
+
+// Whether every op up to the program's last nimble kernel is a nimble kernel or a view (its
+// results alias its arguments: no work, no thread). Then nothing of ATen's opens an OpenMP
+// region between nimble's kernels, and their split may go to nimble's helper threads: an
+// OpenMP region waits at its end for a second thread that an idle vCPU or another program
+// holds up for milliseconds (mobilenet_v2 at 64x64 after 0.2 s idle: 11.8 against 0.46 ms),
+// where a helper that comes late finds its piece done. Where ATen's ops (layer norms,
+// attention) run between them, OpenMP's threads spin after each of those and the helpers
+// would take turns with them on the cores (vit_b_16 37 against 19 ms): OpenMP stays.
+bool uses_only_nimble_kernels(const Program& program) {
+  size_t last = 0;
+  for (size_t i = 0; i < program.ops.size(); ++i)
+    if (program.ops[i].name.rfind("nimble::", 0) == 0) last = i + 1;
+  for (size_t i = 0; i < last; ++i) {
+    const OpNode& op = program.ops[i];
+    if (op.name.rfind("nimble::", 0) == 0 || op.name == "aten::_unsafe_view") continue;
+    const auto& returns = op.handle.schema().returns();
+    const bool view =
+        !returns.empty() && std::all_of(returns.begin(), returns.end(), [](const auto& r) {
+          return r.alias_info() != nullptr && !r.alias_info()->isWrite();
+        });
+    if (!view) return false;
+  }
+  return last > 0;
+}
+
+// A replay this long after the last one finds OpenMP's second thread asleep, its vCPU halted
+// on a VM: two forked ops after 0.2 s idle took 7.4 and 4.1 ms where they take 0.1 back to
+// back, while after 2-50 ms it costs 0.03-0.25 ms (tests measure nothing of this; docs/cpu.md).
+// Closer together, OpenMP's threads may still spin from the last call, and helpers would only
+// take turns with them: those replays keep OpenMP.
+constexpr int64_t kIdleSpellNs = 50'000'000;
+
+// NIMBLE_KERNEL_HELPERS=0 keeps OpenMP for every replay (to compare, or where the helpers
+// misbehave); anything else, or unset, lets a replay use them where its program allows.
+bool helpers_allowed() {
+  const char* setting = std::getenv("NIMBLE_KERNEL_HELPERS");
+  return setting == nullptr || std::string(setting) != "0";
+}
+
+}  // namespace
 
 CpuExecutor::CpuExecutor(const Program& program, ProgramState& state, StreamPlan plan, int cores,
                          bool memory_pool, std::vector<int> stress_delays_us)
@@ -23,6 +69,7 @@ CpuExecutor::CpuExecutor(const Program& program, ProgramState& state, StreamPlan
       cores_(std::max(1, cores)) {
   check_plan_covers(plan_, program);
   const int streams = plan_.num_streams();
+  shared_work_ = streams == 1 && helpers_allowed() && uses_only_nimble_kernels(program);
   streams_.resize(streams);
   events_.resize(plan_.issue.num_events);
   // Several streams allocate concurrently, in an order that changes between replays:
@@ -120,9 +167,15 @@ void CpuExecutor::replay(bool timed, std::vector<OpTiming>* timings) {
     if (arena_) pool.emplace(*arena_);
     KeepIntraOpThreads keep;
     if (!workers_.empty()) keep.set(threads_per_stream());
+    std::optional<kernels::nhwc::SharedWorkScope> shared;
+    if (shared_work_ && (last_end_ns_ == 0 || origin_ns_ - last_end_ns_ > kIdleSpellNs)) {
+      shared.emplace();
+      ++replays_after_idle_;
+    }
     run_stream(0, epoch);
   }
   for (size_t s = 1; s < streams_.size(); ++s) stream_done_[s].wait(epoch, queue_);
+  last_end_ns_ = steady_ns();
   for (int slot : plan_.end_release) state_.values[slot] = c10::IValue();
   for (const std::exception_ptr& error : errors_) {
     if (!error) continue;
