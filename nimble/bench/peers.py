@@ -11,8 +11,9 @@ a message saying why. Every runtime's output is checked against eager's first (m
 difference at most 1e-3); one that differs more is reported and not timed. The rest
 alternate call by call after a warm-up, then each runs back to back (warm caches); the row
 reports medians of both, each runtime's speedup over eager, its prepare (compile, export)
-seconds and its time as a multiple of the model's floor on this machine (floors.py: weight
-bytes over the measured memory bandwidth, arithmetic over the measured peak).
+seconds (inductor's with torch's caches off: a user's first compile) and its time as a
+multiple of the model's floor on this machine (floors.py: weight bytes over the measured
+memory bandwidth, arithmetic over the measured peak).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ def _inductor(freezing: bool) -> Callable:
 
         torch._dynamo.reset()
         config.freezing = freezing
+        # A user's first compile, as compiled.py measures it: torch's on-disk caches off.
+        config.force_disable_caches = True
         compiled = torch.compile(model)
         compiled(x)  # compiles; freezing reads the weights now
         config.freezing = False
