@@ -235,3 +235,29 @@ def test_kernel_helpers_off_by_environment():
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+FORKED = """
+import os, sys, time, torch, nimble
+from nimble.zoo import build
+model, x = build("torchvision:mobilenet_v2", image_size=32)
+fast = nimble.Nimble(model).prepare(x)
+time.sleep(0.06)
+want = fast(x)  # after an idle spell: the helper threads exist now
+pid = os.fork()
+if pid == 0:
+    time.sleep(0.06)
+    ok = torch.equal(fast(x), want)
+    sys.exit(0 if ok else 3)  # a normal exit: static destructors run
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_process_forked_after_the_helpers_started_runs_and_exits():
+    # fork copies only the forking thread: the child's helpers do not exist, and it must
+    # neither wait for them in a replay nor at exit.
+    done = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "0"

@@ -1,5 +1,7 @@
 #include "csrc/kernels/cpu/nhwc/work_sharing.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -56,30 +58,26 @@ struct Job {
 
 class Helpers {
  public:
+  // Never destroyed: the helpers are detached and wait on its members until the process
+  // ends, and a child process forked from this one holds a copy whose threads do not exist
+  // (fork copies only the forking thread), which no destructor could join or wait for.
   static Helpers& instance() {
-    static Helpers helpers;
-    return helpers;
-  }
-
-  ~Helpers() {
-    {
-      const std::lock_guard<std::mutex> lock(sleep_mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    for (std::thread& t : threads_) t.join();
+    alignas(Helpers) static unsigned char storage[sizeof(Helpers)];
+    static Helpers* const helpers = ::new (static_cast<void*>(storage)) Helpers();
+    return *helpers;
   }
 
   // False (nothing run) when another caller holds the helpers.
   bool run(int64_t units, int threads, const Body& body) {
+    if (forked_.load()) return false;
     const std::unique_lock<std::mutex> owner(owner_, std::try_to_lock);
     if (!owner.owns_lock()) return false;
-    while (static_cast<int>(threads_.size()) < threads - 1) {
+    while (started_ < threads - 1) {
       // From the generation before this call's: a helper that starts after the call is
       // published still sees it as new.
-      const int index = static_cast<int>(threads_.size());
+      const int index = started_++;
       const uint64_t seen = generation_.load();
-      threads_.emplace_back([this, index, seen] { serve(index, seen); });
+      std::thread([this, index, seen] { serve(index, seen); }).detach();
     }
     auto job = std::make_shared<Job>();
     job->body = &body;
@@ -102,12 +100,16 @@ class Helpers {
   }
 
  private:
-  Helpers() = default;
+  Helpers() {
+    // A child process forked from this one (a data loader's worker, say) runs its kernels on
+    // the calling thread: its copy of the helpers has no threads behind it.
+    pthread_atfork(nullptr, nullptr, [] { instance().forked_.store(true); });
+  }
 
   void serve(int index, uint64_t seen) {
     t_helper = true;
     for (;;) {
-      if (!await_work(seen)) return;
+      await_work(seen);
       seen = generation_.load();
       const std::shared_ptr<Job> job = std::atomic_load(&job_);
       if (!job || index >= job->helpers) continue;
@@ -117,28 +119,27 @@ class Helpers {
     }
   }
 
-  // Polls, then sleeps, until the generation moves past `seen`; false on shutdown.
-  bool await_work(uint64_t seen) {
+  // Polls, then sleeps, until the generation moves past `seen`.
+  void await_work(uint64_t seen) {
     const auto until = std::chrono::steady_clock::now() + kPoll;
     while (std::chrono::steady_clock::now() < until) {
-      if (generation_.load() != seen) return true;
+      if (generation_.load() != seen) return;
       std::this_thread::yield();
     }
     sleeping_.fetch_add(1);
     std::unique_lock<std::mutex> lock(sleep_mutex_);
-    wake_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
+    wake_.wait(lock, [&] { return generation_.load() != seen; });
     sleeping_.fetch_sub(1);
-    return !stop_;
   }
 
-  std::mutex owner_;  // held by the caller whose work the helpers serve
-  std::vector<std::thread> threads_;
-  std::shared_ptr<Job> job_;  // accessed through std::atomic_load / atomic_store
+  std::mutex owner_;                 // held by the caller whose work the helpers serve
+  int started_ = 0;                  // helpers started, under owner_
+  std::atomic<bool> forked_{false};  // this is a child process forked from the one that ran us
+  std::shared_ptr<Job> job_;         // accessed through std::atomic_load / atomic_store
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> sleeping_{0};
   std::mutex sleep_mutex_;
   std::condition_variable wake_;
-  bool stop_ = false;  // under sleep_mutex_
 };
 
 }  // namespace
