@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .capture import ModelSnapshot, build_replay, capture, module_state
+from .capture import build_replay, capture
+from .model_snapshot import ModelSnapshot, module_state
 from .structure import ExampleCall, OutputStructure
 
 

@@ -16,16 +16,9 @@ from typing import Any
 
 import torch
 
-from .capture import (
-    ModelSnapshot,
-    build_replay,
-    capture,
-    module_state,
-    produced_tensors,
-    schema_arguments,
-    unique,
-)
+from .capture import build_replay, capture, produced_tensors, schema_arguments
 from ..errors import NotPreparedError
+from .model_snapshot import ModelSnapshot, module_state, unique
 from .model_watch import check_trainable_parameters, trainable_ids
 from .structure import ExampleCall, OutputStructure
 

@@ -14,15 +14,8 @@ from typing import Any
 
 import torch
 
-from .capture import (
-    ModelSnapshot,
-    build_replay,
-    capture,
-    module_state,
-    produced_tensors,
-    schema_arguments,
-    unique,
-)
+from .capture import build_replay, capture, produced_tensors, schema_arguments
+from .model_snapshot import ModelSnapshot, module_state, unique
 from .model_watch import check_trainable_parameters, trainable_ids
 from .optimizer_scalars import OptimizerScalars, scalar_candidates
 from .structure import ExampleCall, describe, describe_all

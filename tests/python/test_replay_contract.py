@@ -215,14 +215,14 @@ def test_prepare_puts_back_every_write_and_copies_only_what_is_written():
     model.bn.train()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     saved = []
-    real_init = nimble.replay.capture.ModelSnapshot.__init__
+    real_init = nimble.replay.model_snapshot.ModelSnapshot.__init__
 
     def keep(self, *args, **kwargs):
         real_init(self, *args, **kwargs)
         saved.append(self)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(nimble.replay.capture.ModelSnapshot, "__init__", keep)
+        patch.setattr(nimble.replay.model_snapshot.ModelSnapshot, "__init__", keep)
         nimble.Nimble(model).prepare(torch.randn(3, 4))
     for name, value in model.state_dict().items():
         torch.testing.assert_close(value, before[name], rtol=0, atol=0, msg=name)
