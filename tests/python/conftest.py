@@ -33,5 +33,6 @@ def _seed_from_the_test_name(request):
     """Each test draws the same random numbers whether it runs alone or after others (CI once
     failed a test whose unseeded weights depended on the files collected before it); the seed
     differs between tests, so property tests still see varied inputs."""
-    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
-    random.seed(zlib.crc32(request.node.nodeid.encode()))
+    seed = zlib.crc32(request.node.nodeid.encode())
+    torch.manual_seed(seed)
+    random.seed(seed)
