@@ -1,7 +1,7 @@
 #pragma once
 // One op as the capture recorded it: the builder's input, and what the passes that run
 // before lowering (passes/batchnorm_folding.h, passes/noop_elimination.h) read and rewrite.
-// Distinct from nimble/replay/capture.py's TracedOp, the Python record this one is made from.
+// Distinct from nimble/replay/capture.py's RecordedOp, the Python record this one is made from.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 

@@ -4,7 +4,7 @@
 // replayed silently, at a cost of a few loads per module (docs/model-changes.md):
 //  - assignments (a parameter, buffer or submodule set, added or replaced; load_state_dict
 //    with assign=True; parametrizations and pruning) are reported by torch's global
-//    registration hooks, which nimble/model_watch.py forwards to `mark_changed`;
+//    registration hooks, which nimble/replay/model_watch.py forwards to `mark_changed`;
 //  - a hook added anywhere takes the next RemovableHandle id: when that moved, the module
 //    tree's hook dictionaries are searched for ids newer than prepare's;
 //  - a deletion, a hook removed, an attribute assigned on a module (`m.forward = f`) changes
@@ -37,7 +37,7 @@ class __attribute__((visibility("hidden"))) ModelWatch final : public PreReplayC
   void watch_item(std::string what, pybind11::dict dict, pybind11::object key);
   // torch.utils.hooks.RemovableHandle: every hook registered anywhere takes its next_id.
   void watch_hook_ids(pybind11::object handle_class);
-  // Reported by the caller (nimble/model_watch.py); the first change is the one named.
+  // Reported by the caller (nimble/replay/model_watch.py); the first change is the one named.
   void mark_changed(std::string what);
   const std::optional<std::string>& changed() const { return changed_; }
 

@@ -77,7 +77,7 @@ class Nimble(torch.nn.Module):
         # (database, any_device) whose kernels the CPU lowering of the program runs, or None
         self._lowered_with = None
         self._lowered_choices = {}  # what that database chose, by convolution shape
-        self._model_watch = None  # checked before every call (nimble/model_watch.py)
+        self._model_watch = None  # checked before every call (nimble/replay/model_watch.py)
 
     # -- prepare ---------------------------------------------------------------------
 
@@ -251,7 +251,7 @@ class Nimble(torch.nn.Module):
 
     def _watch(self, program) -> None:
         """Names the program's parameters and buffers, and has its entry replay check the
-        model's structure before every call (nimble/model_watch.py)."""
+        model's structure before every call (nimble/replay/model_watch.py)."""
         watch = model_watch.watch(self.module, owner=self)
         names = model_watch.state_names(self.module)
         for replay in program.replays:
