@@ -12,6 +12,8 @@
 //   every function there, lambdas and templates included, is compiled for that ISA (a target
 //   cannot be a template argument in GCC, and target_clones' ifunc resolvers crash TSan
 //   binaries). A switch over the Isa picks the namespace.
+// - Plain C++ that the compiler vectorizes needs no .inc: its templates are always inlined
+//   into a function of each region, through run_for_isa() below.
 // - Every header is included before the first region, and code inside one calls no C
 //   library function that _FORTIFY_SOURCE wraps (memcpy, memset, memmove, snprintf, ...):
 //   the wrapper is an always-inline function of the default target, which GCC cannot inline
@@ -30,5 +32,38 @@ Isa best_isa();
 bool isa_capped();              // whether NIMBLE_CPU_ISA keeps best_isa() below what the CPU has
 bool supports(Isa isa);         // whether this CPU can run `isa`
 const char* isa_name(Isa isa);  // "portable", "avx2", "avx512"
+
+// Each instantiation is compiled for its ISA, and so is `f` where it is inlined into it.
+namespace isa_detail {
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+template <typename F>
+void run_avx512(const F& f) {
+  f();
+}
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+template <typename F>
+void run_avx2(const F& f) {
+  f();
+}
+#pragma GCC pop_options
+}  // namespace isa_detail
+
+// Runs f() compiled for `isa`, for kernels written as plain C++ that GCC vectorizes: `f` is
+// a lambda marked always_inline (`[&]() __attribute__((always_inline)) { ... }`) whose body
+// calls always-inline templates only, so that all of it is compiled inside the ISA's copy.
+template <typename F>
+void run_for_isa(Isa isa, const F& f) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return isa_detail::run_avx512(f);
+    case Isa::kAvx2:
+      return isa_detail::run_avx2(f);
+    case Isa::kPortable:
+      return f();
+  }
+}
 
 }  // namespace nimble::kernels::nhwc
