@@ -2,8 +2,8 @@
 // channel), where oneDNN and ATen are weakest at small batch. Each work item is `rows` output
 // rows of one channel; a row is computed in tiles of `tile_w` outputs held in registers, each
 // tap's contribution added in one contiguous (stride 1) or strided sweep. Interior tiles run a
-// fixed-length loop the compiler vectorizes; the clones below pick AVX-512 or AVX2 at load
-// time where the CPU has them. The epilogue (residual add, activation) is applied as a tile is
+// fixed-length loop the compiler vectorizes, compiled for the kernel's Isa (AVX-512, AVX2 or
+// baseline; nhwc/isa.h's run_for_isa). The epilogue (residual add, activation) is applied as a tile is
 // stored, so the result is written once.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -12,6 +12,7 @@
 
 #include "csrc/kernels/cpu/cpu_families.h"
 #include "csrc/kernels/cpu/cpu_kernel_support.h"
+#include "csrc/kernels/cpu/nhwc/isa.h"
 
 namespace nimble::kernels {
 namespace {
@@ -76,9 +77,11 @@ __attribute__((always_inline)) inline void rows_of_plane(const float* in, const 
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void rows_of_plane_dispatch(
-    int tile_w, const float* in, const float* weight, float bias, float* out, const Geometry& g,
-    int64_t oy0, int64_t oy1, const Store& store) {
+__attribute__((always_inline)) inline void rows_of_plane_dispatch(int tile_w, const float* in,
+                                                                  const float* weight, float bias,
+                                                                  float* out, const Geometry& g,
+                                                                  int64_t oy0, int64_t oy1,
+                                                                  const Store& store) {
   switch (tile_w) {
     case 8:
       return rows_of_plane<8>(in, weight, bias, out, g, oy0, oy1, store);
@@ -119,9 +122,12 @@ class DepthwiseConv : public TunedKernel {
         const int64_t channel = plane % op_.c;
         const int64_t oy0 = (item % blocks) * rows_;
         const Store store{op_.epilogue, residual ? residual + plane * g.oh * g.ow : nullptr};
-        rows_of_plane_dispatch(tile_w_, in + plane * g.h * g.w, wt + channel * g.r * g.s,
-                               bias ? bias[channel] : 0.0F, dst + plane * g.oh * g.ow, g, oy0,
-                               std::min(oy0 + rows_, g.oh), store);
+        nhwc::run_for_isa(
+            isa_, [&]() __attribute__((always_inline)) {
+              rows_of_plane_dispatch(tile_w_, in + plane * g.h * g.w, wt + channel * g.r * g.s,
+                                     bias ? bias[channel] : 0.0F, dst + plane * g.oh * g.ow, g, oy0,
+                                     std::min(oy0 + rows_, g.oh), store);
+            });
       }
     });
     return in_output_layout(op_, std::move(out));
@@ -132,6 +138,7 @@ class DepthwiseConv : public TunedKernel {
   int tile_w_;
   int64_t rows_;
   int64_t threads_;
+  nhwc::Isa isa_ = nhwc::best_isa();  // the rows' code (nhwc/isa.h)
 };
 
 class DepthwiseConvFamily : public KernelFamily {

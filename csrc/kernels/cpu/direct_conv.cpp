@@ -5,7 +5,7 @@
 // Each work item is one output row of one output-channel block: `ow_tile` outputs by
 // `oc_tile` channels are accumulated in registers over input channels in blocks of `ic_tile`
 // (partial sums kept in a blocked output buffer), the inner loop over output channels
-// vectorized; the clones below pick AVX-512 or AVX2 at load time where the CPU has them.
+// vectorized, compiled for the kernel's Isa (nhwc/isa.h's run_for_isa).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -13,6 +13,7 @@
 
 #include "csrc/kernels/cpu/cpu_families.h"
 #include "csrc/kernels/cpu/cpu_kernel_support.h"
+#include "csrc/kernels/cpu/nhwc/isa.h"
 
 namespace nimble::kernels {
 namespace {
@@ -99,9 +100,10 @@ __attribute__((always_inline)) inline void row_of_width(int ow_tile, const float
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void row_dispatch(
-    int oc_tile, int ow_tile, const float* in, const float* weight, const float* bias, float* out,
-    const Geometry& g, int64_t iy0, int64_t ic_tile, bool c_outer) {
+__attribute__((always_inline)) inline void row_dispatch(int oc_tile, int ow_tile, const float* in,
+                                                        const float* weight, const float* bias,
+                                                        float* out, const Geometry& g, int64_t iy0,
+                                                        int64_t ic_tile, bool c_outer) {
   switch (oc_tile) {
     case 8:
       return row_of_width<8>(ow_tile, in, weight, bias, out, g, iy0, ic_tile, c_outer);
@@ -169,9 +171,12 @@ class DirectConv : public TunedKernel {
         const int64_t oy = item % oh, block = item / oh;  // block: (image, group, kb)
         const int64_t group_block = block % (groups * blocks_), image = block / (groups * blocks_);
         const int64_t group = group_block / blocks_;
-        row_dispatch(oc_tile_, ow_tile_, in + (image * groups + group) * cg * g.hp * g.wp,
-                     wt + group_block * weight_block, b + group_block * oc_tile_,
-                     dst + item * ow * oc_tile_, g, oy * g.sh, ic_tile_, c_outer_);
+        nhwc::run_for_isa(
+            isa_, [&]() __attribute__((always_inline)) {
+              row_dispatch(oc_tile_, ow_tile_, in + (image * groups + group) * cg * g.hp * g.wp,
+                           wt + group_block * weight_block, b + group_block * oc_tile_,
+                           dst + item * ow * oc_tile_, g, oy * g.sh, ic_tile_, c_outer_);
+            });
       }
     });
     return unblock(blocked);
@@ -207,8 +212,9 @@ class DirectConv : public TunedKernel {
   int ow_tile_;
   bool c_outer_;
   int64_t threads_;
-  int64_t kg_;      // output channels per group
-  int64_t blocks_;  // output-channel blocks per group
+  nhwc::Isa isa_ = nhwc::best_isa();  // the rows' code (nhwc/isa.h)
+  int64_t kg_;                        // output channels per group
+  int64_t blocks_;                    // output-channel blocks per group
   at::Tensor zero_bias_;
   DerivedTensor weight_, bias_;
 };

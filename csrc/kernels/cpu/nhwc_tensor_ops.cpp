@@ -139,7 +139,8 @@ at::Tensor batch_norm_nhwc(const at::Tensor& input, const std::optional<at::Tens
   float* y_data = y.mutable_data_ptr<float>();
   const int64_t pixels = input.numel() / std::max<int64_t>(channels, 1);
   split_work(pixels, worth_forking(input.numel()), [&](int64_t begin, int64_t end) {
-    nhwc::scale_shift(x_data, y_data, alpha.data(), beta.data(), channels, *epilogue, begin, end);
+    nhwc::scale_shift(nhwc::best_isa(), x_data, y_data, alpha.data(), beta.data(), channels,
+                      *epilogue, begin, end);
   });
   return y;
 }

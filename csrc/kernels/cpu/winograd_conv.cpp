@@ -12,6 +12,7 @@
 
 #include "csrc/kernels/cpu/cpu_families.h"
 #include "csrc/kernels/cpu/cpu_kernel_support.h"
+#include "csrc/kernels/cpu/nhwc/isa.h"
 
 namespace nimble::kernels {
 namespace {
@@ -28,9 +29,11 @@ struct TileGrid {
 
 // V = B^T d B of tiles [t0, t0 + count) of the padded channels-last input `x` ([n][hp][wp][c])
 // into v ([16][count][c]), every channel of a tile in one vectorized sweep.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void input_transform(
-    const float* x, float* v, int64_t c, int64_t hp, int64_t wp, const TileGrid& grid, int64_t t0,
-    int64_t count, int64_t begin, int64_t end) {
+__attribute__((always_inline)) inline void input_transform(const float* x, float* v, int64_t c,
+                                                           int64_t hp, int64_t wp,
+                                                           const TileGrid& grid, int64_t t0,
+                                                           int64_t count, int64_t begin,
+                                                           int64_t end) {
   const int64_t position = count * c;
   for (int64_t t = begin; t < end; ++t) {
     const int64_t tile = t0 + t;
@@ -84,10 +87,12 @@ __attribute__((always_inline)) inline void output_tile(const float* m, int64_t p
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void output_transform(
-    const float* m, const float* bias, float* out, const int64_t* out_strides, int64_t k,
-    int64_t oh, int64_t ow, const TileGrid& grid, int64_t t0, int64_t count, int64_t begin,
-    int64_t end) {
+__attribute__((always_inline)) inline void output_transform(const float* m, const float* bias,
+                                                            float* out, const int64_t* out_strides,
+                                                            int64_t k, int64_t oh, int64_t ow,
+                                                            const TileGrid& grid, int64_t t0,
+                                                            int64_t count, int64_t begin,
+                                                            int64_t end) {
   const int64_t position = count * k;
   for (int64_t t = begin; t < end; ++t) {
     const int64_t tile = t0 + t, oy = 2 * grid.row(tile), ox = 2 * grid.column(tile);
@@ -148,13 +153,19 @@ class WinogradConv : public TunedKernel {
       at::Tensor v = count == block ? v_full : at::empty({kPositions, count, op_.c}, x.options());
       at::Tensor m = count == block ? m_full : at::empty({kPositions, count, op_.k}, x.options());
       at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
-        input_transform(x.data_ptr<float>(), v.data_ptr<float>(), op_.c, x.size(2), x.size(3), grid,
-                        t0, count, begin, end);
+        nhwc::run_for_isa(
+            isa_, [&]() __attribute__((always_inline)) {
+              input_transform(x.data_ptr<float>(), v.data_ptr<float>(), op_.c, x.size(2), x.size(3),
+                              grid, t0, count, begin, end);
+            });
       });
       at::bmm_out(m, v, u);
       at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
-        output_transform(m.data_ptr<float>(), bias, out.data_ptr<float>(), out.strides().data(),
-                         op_.k, oh, ow, grid, t0, count, begin, end);
+        nhwc::run_for_isa(
+            isa_, [&]() __attribute__((always_inline)) {
+              output_transform(m.data_ptr<float>(), bias, out.data_ptr<float>(),
+                               out.strides().data(), op_.k, oh, ow, grid, t0, count, begin, end);
+            });
       });
     }
     return out;
@@ -164,6 +175,7 @@ class WinogradConv : public TunedKernel {
   TunableOp op_;
   int64_t tile_block_;
   int64_t threads_;
+  nhwc::Isa isa_ = nhwc::best_isa();  // the transforms' code (nhwc/isa.h)
   DerivedTensor weight_;
 };
 

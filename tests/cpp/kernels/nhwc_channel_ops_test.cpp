@@ -236,21 +236,23 @@ TEST(NhwcChannelOps, ScaleShiftIsAnAffinePerChannelThenTheActivation) {
   const std::vector<float> x = random_values(rng, pixels * channels);
   const std::vector<float> scale = random_values(rng, channels);
   const std::vector<float> shift = random_values(rng, channels);
-  for (const Epilogue e :
-       {Epilogue{Activation::kNone, 0, 0}, Epilogue{Activation::kRelu, 0, 0},
-        Epilogue{Activation::kClamp, -0.5F, 0.5F}, Epilogue{Activation::kSilu, 0, 0}}) {
-    std::vector<float> y(x.size());
-    scale_shift(x.data(), y.data(), scale.data(), shift.data(), channels, e, 0, 4);
-    scale_shift(x.data(), y.data(), scale.data(), shift.data(), channels, e, 4, pixels);
-    for (int64_t p = 0; p < pixels; ++p)
-      for (int64_t c = 0; c < channels; ++c) {
-        const size_t i = static_cast<size_t>(p * channels + c);
-        const double want =
-            reference_activation(static_cast<double>(x[i]) * scale[static_cast<size_t>(c)] +
-                                     shift[static_cast<size_t>(c)],
-                                 e);
-        ASSERT_NEAR(y[i], want, 1e-5 + 1e-5 * std::fabs(want));
-      }
+  for (const Isa isa : runnable_isas()) {
+    for (const Epilogue e :
+         {Epilogue{Activation::kNone, 0, 0}, Epilogue{Activation::kRelu, 0, 0},
+          Epilogue{Activation::kClamp, -0.5F, 0.5F}, Epilogue{Activation::kSilu, 0, 0}}) {
+      std::vector<float> y(x.size());
+      scale_shift(isa, x.data(), y.data(), scale.data(), shift.data(), channels, e, 0, 4);
+      scale_shift(isa, x.data(), y.data(), scale.data(), shift.data(), channels, e, 4, pixels);
+      for (int64_t p = 0; p < pixels; ++p)
+        for (int64_t c = 0; c < channels; ++c) {
+          const size_t i = static_cast<size_t>(p * channels + c);
+          const double want =
+              reference_activation(static_cast<double>(x[i]) * scale[static_cast<size_t>(c)] +
+                                       shift[static_cast<size_t>(c)],
+                                   e);
+          ASSERT_NEAR(y[i], want, 1e-5 + 1e-5 * std::fabs(want)) << isa_name(isa);
+        }
+    }
   }
 }
 

@@ -20,14 +20,6 @@
 namespace nimble::kernels::nhwc {
 namespace {
 
-std::vector<Isa> runnable_isas() {
-  std::vector<Isa> isas;
-  for (const Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
-    if (supports(isa)) isas.push_back(isa);
-  }
-  return isas;
-}
-
 // The definition, in double: padding reads zeros.
 std::vector<float> reference(const ConvolutionGeometry& g, const std::vector<float>& in,
                              const std::vector<float>& w, const float* bias, const float* residual,

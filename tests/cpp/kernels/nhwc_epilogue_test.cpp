@@ -1,9 +1,11 @@
-// The epilogue of nimble's channels-last kernels (csrc/kernels/cpu/nhwc/epilogue.h): every
-// activation against the C library's functions within float32 rounding, the residual added
-// first, NaN kept, and the ISA queries consistent.
+// The epilogue of nimble's channels-last kernels (csrc/kernels/cpu/nhwc/epilogue.h), the
+// code of every Isa this CPU runs: every activation against the C library's functions within
+// float32 rounding, the residual added first, NaN kept; and the ISA queries against the CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -30,11 +32,18 @@ std::vector<float> inputs() {
   return xs;
 }
 
-TEST(NhwcEpilogue, EveryActivationMatchesItsDefinitionWithinFloatRounding) {
+class NhwcEpilogueIsa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!supports(GetParam())) GTEST_SKIP() << isa_name(GetParam()) << " not on this CPU";
+  }
+};
+
+TEST_P(NhwcEpilogueIsa, EveryActivationMatchesItsDefinitionWithinFloatRounding) {
   const std::vector<float> xs = inputs();
   for (const Epilogue& c : cases()) {
     std::vector<float> y = xs;
-    finish(y.data(), nullptr, static_cast<int64_t>(y.size()), c);
+    finish(GetParam(), y.data(), nullptr, static_cast<int64_t>(y.size()), c);
     for (size_t i = 0; i < xs.size(); ++i) {
       const double want = reference_activation(xs[i], c);
       // torch.testing.assert_close's float32 tolerances.
@@ -44,35 +53,55 @@ TEST(NhwcEpilogue, EveryActivationMatchesItsDefinitionWithinFloatRounding) {
   }
 }
 
-TEST(NhwcEpilogue, TheResidualIsAddedBeforeTheActivation) {
+TEST_P(NhwcEpilogueIsa, TheResidualIsAddedBeforeTheActivation) {
   std::vector<float> y = {1.0F, -2.0F, 0.5F}, residual = {-3.0F, 5.0F, 0.25F};
-  finish(y.data(), residual.data(), 3, {Activation::kRelu, 0, 0});
+  finish(GetParam(), y.data(), residual.data(), 3, {Activation::kRelu, 0, 0});
   EXPECT_EQ(y, (std::vector<float>{0.0F, 3.0F, 0.75F}));
 }
 
-TEST(NhwcEpilogue, NaNStaysNaNAndInfinitiesSaturate) {
+TEST_P(NhwcEpilogueIsa, NaNStaysNaNAndInfinitiesSaturate) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   for (const Epilogue& c : cases()) {
     std::vector<float> y(37, nan);  // longer than one vector, with a tail
-    finish(y.data(), nullptr, static_cast<int64_t>(y.size()), c);
+    finish(GetParam(), y.data(), nullptr, static_cast<int64_t>(y.size()), c);
     for (float v : y) EXPECT_TRUE(std::isnan(v)) << "activation " << static_cast<int>(c.activation);
   }
   std::vector<float> y = {inf, -inf};
-  finish(y.data(), nullptr, 2, {Activation::kSigmoid, 0, 0});
+  finish(GetParam(), y.data(), nullptr, 2, {Activation::kSigmoid, 0, 0});
   EXPECT_EQ(y, (std::vector<float>{1.0F, 0.0F}));
   y = {inf, -inf};
-  finish(y.data(), nullptr, 2, {Activation::kTanh, 0, 0});
+  finish(GetParam(), y.data(), nullptr, 2, {Activation::kTanh, 0, 0});
   EXPECT_EQ(y, (std::vector<float>{1.0F, -1.0F}));
 }
 
-TEST(NhwcEpilogue, TheBestIsaIsOneThisCpuSupports) {
-  EXPECT_TRUE(supports(best_isa()));
+INSTANTIATE_TEST_SUITE_P(Isas, NhwcEpilogueIsa,
+                         ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(isa_name(info.param));
+                         });
+
+// What best_isa() should be, worked out here from the CPU and the environment, not by the
+// code under test.
+Isa cpu_best() {
+  if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+  return Isa::kPortable;
+}
+
+TEST(NhwcEpilogue, TheBestIsaIsTheCpusCappedByTheEnvironment) {
+  const char* cap = std::getenv("NIMBLE_CPU_ISA");
+  Isa want = cpu_best();
+  if (cap != nullptr && std::strcmp(cap, "avx2") == 0 && want == Isa::kAvx512) want = Isa::kAvx2;
+  if (cap != nullptr && std::strcmp(cap, "portable") == 0) want = Isa::kPortable;
+  EXPECT_EQ(best_isa(), want);
+  EXPECT_EQ(isa_capped(), want != cpu_best());
   EXPECT_TRUE(supports(Isa::kPortable));
-  if (supports(Isa::kAvx512) && !isa_capped()) {
-    EXPECT_EQ(best_isa(), Isa::kAvx512);
-  }
+  EXPECT_EQ(supports(Isa::kAvx512), cpu_best() == Isa::kAvx512);
+  EXPECT_EQ(supports(Isa::kAvx2), cpu_best() != Isa::kPortable);
   EXPECT_STREQ(isa_name(Isa::kAvx2), "avx2");
+  EXPECT_STREQ(isa_name(Isa::kAvx512), "avx512");
+  EXPECT_STREQ(isa_name(Isa::kPortable), "portable");
 }
 
 }  // namespace

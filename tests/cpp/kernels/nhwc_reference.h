@@ -3,6 +3,7 @@
 // activation of an Epilogue in double precision, NaN kept (every comparison below is false
 // for NaN, which then passes through, as in eager PyTorch).
 #include <cmath>
+#include <vector>
 
 #include "csrc/kernels/cpu/nhwc/epilogue.h"
 
@@ -35,6 +36,15 @@ inline double reference_activation(double v, const Epilogue& e) {
       return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
   }
   return v;
+}
+
+// Every Isa this CPU runs, whatever NIMBLE_CPU_ISA says: each is tested by name.
+inline std::vector<Isa> runnable_isas() {
+  std::vector<Isa> isas;
+  for (const Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (supports(isa)) isas.push_back(isa);
+  }
+  return isas;
 }
 
 }  // namespace nimble::kernels::nhwc

@@ -87,16 +87,28 @@ TEST(WorkSharing, CallersOnSeveralThreadsAtOnceEachGetTheirWorkDone) {
 }
 
 TEST(WorkSharing, NestedWorkRunsOnTheThreadThatAsks) {
+  // Outer pieces that take a while, with the helper polling (a call just before), so that
+  // the helper runs some of them (as in HelpersShareTheWorkWhenTheyAreThere) and asks for
+  // nested work from there.
+  share_work(8, 2, [](int64_t, int64_t) {});
   Tally outer(6);
-  std::atomic<int> nested_in_helper{0};
+  std::atomic<int> nested_in_helper{0}, inner_elsewhere{0};
   share_work(6, 2, [&](int64_t b, int64_t e) {
-    if (in_shared_work()) nested_in_helper.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const bool helper = in_shared_work();
+    if (helper) nested_in_helper.fetch_add(1);
+    const std::thread::id asking = std::this_thread::get_id();
     Tally inner(5);
-    share_work(5, 2, [&](int64_t ib, int64_t ie) { inner(ib, ie); });
+    share_work(5, 2, [&](int64_t ib, int64_t ie) {
+      if (helper && std::this_thread::get_id() != asking) inner_elsewhere.fetch_add(1);
+      inner(ib, ie);
+    });
     EXPECT_TRUE(inner.each_once());
     outer(b, e);
   });
   EXPECT_TRUE(outer.each_once());
+  EXPECT_GE(nested_in_helper.load(), 1) << "no outer piece ran on a helper";
+  EXPECT_EQ(inner_elsewhere.load(), 0) << "a helper's nested work left its thread";
   EXPECT_FALSE(in_shared_work());
 }
 

@@ -12,14 +12,14 @@
 // Interior code has no bounds checks. Sums start from the bias; a residual, relu and clamp
 // are applied in registers as results are stored, other activations by finish() over the
 // row right after it was written (it is in L1 then). The vector code is written once, in
-// depthwise_convolution.inc, over the AVX-512 and AVX2 operations defined here (Ops).
+// depthwise_convolution.inc, over the AVX-512 and AVX2 operations of vector_ops.h (isa.h).
 #include "csrc/kernels/cpu/nhwc/depthwise_convolution.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
+
+#include "csrc/kernels/cpu/nhwc/vector_ops.h"
 
 namespace nimble::kernels::nhwc {
 namespace {
@@ -57,15 +57,11 @@ inline TapColumns tap_columns(const Row& r, int64_t ox) {
   return {first, std::max<int64_t>(0, std::min(last, r.kernel_w) - first)};
 }
 
-// The vector operations depthwise_convolution.inc is written in, for each ISA.
-#define NIMBLE_DW_OP static __attribute__((target(NIMBLE_DW_TARGET), always_inline)) inline
-
-#define NIMBLE_DW_TARGET "avx512f"
+// depthwise_convolution.inc for each ISA (isa.h), with the block sizes that fit its registers.
+#pragma GCC push_options
+#pragma GCC target("avx512f")
 namespace avx512 {
-struct Ops {
-  using Vec = __m512;
-  using Mask = __mmask16;
-  static constexpr int kWidth = 16;
+struct Ops : Avx512Ops {
   // Output pixels a block holds for `vectors` channel vectors: P x V accumulators, V
   // weights and the loads fit the 32 registers.
   static constexpr int pixels(int vectors) { return vectors <= 2 ? 8 : vectors == 3 ? 5 : 4; }
@@ -73,29 +69,15 @@ struct Ops {
   static constexpr int kWindowVectors = 2;
   static constexpr int kWindowStrides = 2;
   static constexpr int window_pixels(int kw) { return kw == 7 ? 6 : 8; }
-  NIMBLE_DW_OP Vec load(const float* p) { return _mm512_loadu_ps(p); }
-  NIMBLE_DW_OP Vec load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
-  NIMBLE_DW_OP void store(float* p, Vec y) { _mm512_storeu_ps(p, y); }
-  NIMBLE_DW_OP void store(float* p, Vec y, Mask m) { _mm512_mask_storeu_ps(p, m, y); }
-  NIMBLE_DW_OP Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-  NIMBLE_DW_OP Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
-  NIMBLE_DW_OP Vec broadcast(float x) { return _mm512_set1_ps(x); }
-  // The second operand when either is NaN. (Full-mask forms: GCC 12 warns of the plain
-  // ones' undefined pass-through operand.)
-  NIMBLE_DW_OP Vec max(Vec a, Vec b) { return _mm512_maskz_max_ps(0xFFFF, a, b); }
-  NIMBLE_DW_OP Vec min(Vec a, Vec b) { return _mm512_maskz_min_ps(0xFFFF, a, b); }
-  NIMBLE_DW_OP Mask first_lanes(int n) { return static_cast<Mask>((1U << n) - 1); }
 };
 #include "csrc/kernels/cpu/nhwc/depthwise_convolution.inc"
 }  // namespace avx512
-#undef NIMBLE_DW_TARGET
+#pragma GCC pop_options
 
-#define NIMBLE_DW_TARGET "avx2,fma"
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
 namespace avx2 {
-struct Ops {
-  using Vec = __m256;
-  using Mask = __m256i;
-  static constexpr int kWidth = 8;
+struct Ops : Avx2Ops {
   // 16 registers, at least 12 accumulators: two FMAs a cycle, four cycles each.
   static constexpr int pixels(int vectors) {
     return vectors == 1 ? 12 : vectors == 2 ? 6 : vectors == 3 ? 4 : 3;
@@ -105,23 +87,10 @@ struct Ops {
   // Measured: at stride 2 the windows of one vector lose to blocks.
   static constexpr int kWindowStrides = 1;
   static constexpr int window_pixels(int kw) { return kw == 7 ? 6 : 8; }
-  NIMBLE_DW_OP Vec load(const float* p) { return _mm256_loadu_ps(p); }
-  NIMBLE_DW_OP Vec load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
-  NIMBLE_DW_OP void store(float* p, Vec y) { _mm256_storeu_ps(p, y); }
-  NIMBLE_DW_OP void store(float* p, Vec y, Mask m) { _mm256_maskstore_ps(p, m, y); }
-  NIMBLE_DW_OP Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-  NIMBLE_DW_OP Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
-  NIMBLE_DW_OP Vec broadcast(float x) { return _mm256_set1_ps(x); }
-  NIMBLE_DW_OP Vec max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
-  NIMBLE_DW_OP Vec min(Vec a, Vec b) { return _mm256_min_ps(a, b); }
-  NIMBLE_DW_OP Mask first_lanes(int n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
 };
 #include "csrc/kernels/cpu/nhwc/depthwise_convolution.inc"
 }  // namespace avx2
-#undef NIMBLE_DW_TARGET
-#undef NIMBLE_DW_OP
+#pragma GCC pop_options
 
 // Plain C++ the compiler vectorizes for the baseline ISA: the activation is left to finish().
 void portable_row(const Row& r) {
@@ -225,7 +194,7 @@ void depthwise_rows(const ConvolutionGeometry& g, const DepthwiseWeights& weight
         portable_row(r);
         break;
     }
-    if (deferred) finish(r.out, res, row_floats, epilogue);
+    if (deferred) finish(weights.isa_, r.out, res, row_floats, epilogue);
   }
 }
 

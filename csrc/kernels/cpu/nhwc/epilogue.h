@@ -1,9 +1,12 @@
 #pragma once
 // What follows a convolution or product inside nimble's own channels-last kernels
-// (depthwise.h, pointwise.h): a residual add, then one activation, applied to a run of
-// results right after the kernel stored them (they are still in L1). Torch-free: the
-// kernels work on raw float arrays; prepacked_convolution.cpp maps ATen's op names here.
+// (depthwise_convolution.h, gemm_convolution.h): a residual add, then one activation,
+// applied to a run of results right after the kernel stored them (they are still in L1).
+// Torch-free: the kernels work on raw float arrays; prepacked_convolution.cpp maps ATen's op
+// names here.
 #include <cstdint>
+
+#include "csrc/kernels/cpu/nhwc/isa.h"
 
 namespace nimble::kernels::nhwc {
 
@@ -27,24 +30,15 @@ struct Epilogue {
 };
 
 // y[i] = activation(y[i] + residual[i]) for i < n; residual null: no add. NaN stays NaN
-// (as in eager PyTorch), whatever the activation.
-void finish(float* y, const float* residual, int64_t n, const Epilogue& epilogue);
+// (as in eager PyTorch), whatever the activation. `isa`: the code that runs, the calling
+// kernel's (isa.h); each is compiled with its own flags, and results may differ in the last
+// bits between them.
+void finish(Isa isa, float* y, const float* residual, int64_t n, const Epilogue& epilogue);
 
 // y[p, c] = activation(x[p, c] * scale[c] + shift[c]) for pixels [begin, end) of x and y
 // [pixels, channels], dense and not overlapping: an inference batch norm and the activation
 // after it (kernels/cpu/nhwc_tensor_ops.h).
-void scale_shift(const float* x, float* y, const float* scale, const float* shift,
+void scale_shift(Isa isa, const float* x, float* y, const float* scale, const float* shift,
                  int64_t channels, const Epilogue& epilogue, int64_t begin, int64_t end);
-
-// Which vector code a kernel object runs: the best this CPU has (read at run time, not what
-// the build machine had), or a narrower one that tests and measurements ask for.
-enum class Isa : int8_t { kPortable, kAvx2, kAvx512 };  // kAvx2 means AVX2 with FMA
-// The best this CPU supports, capped by the environment variable NIMBLE_CPU_ISA ("avx2",
-// "portable") when it is set: to run and measure the AVX2 code, and the rules that choose
-// for an AVX2 machine, on an AVX-512 one. Read once, on first use; an unknown value throws.
-Isa best_isa();
-bool isa_capped();              // whether NIMBLE_CPU_ISA keeps best_isa() below what the CPU has
-bool supports(Isa isa);         // whether this CPU can run `isa`
-const char* isa_name(Isa isa);  // "portable", "avx2", "avx512"
 
 }  // namespace nimble::kernels::nhwc

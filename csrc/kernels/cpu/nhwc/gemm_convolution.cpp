@@ -227,6 +227,7 @@ void GemmConvolution::run_block(const float* input, float* output, const float* 
   t.panel_stride = panel_floats_;
   t.ldc = g.out_channels;
   t.epilogue = &epilogue;
+  t.isa = isa_;
   const bool narrow_only = narrow_last_ && panel_begin == panels_ - 1;
   const gemm::TileShape shape = gemm::tile_shape(kernel_isa_, n, narrow_only);
   const int64_t lanes = gemm::lanes(kernel_isa_);

@@ -29,6 +29,9 @@ struct TileArgs {
   int64_t ldc = 0;
   int64_t columns = 0;  // valid columns of the chunk; the rest is padding, not stored
   const Epilogue* epilogue = nullptr;
+  // The ISA the kernel object was made for: the epilogue's finish() runs its code (the tile's
+  // own may be narrower, gemm_convolution.h's kernel_isa_).
+  Isa isa = Isa::kPortable;
 };
 
 // A tile shape: `vectors` accumulator vectors a row (2 per full panel; 1 is a narrow panel of
