@@ -63,3 +63,14 @@ def assert_optimizer_states_alike(eager_opt, replayed_opt, same) -> None:
         assert entries.keys() == b["state"][key].keys(), f"optimizer state {key}"
         for name, value in entries.items():
             same(b["state"][key][name], value, f"optimizer state {key}.{name}")
+
+
+def to_capturable_form(optimizer) -> None:
+    """What nimble's device form of Adam computes (nimble/replay/optimizer_scalars.py), in
+    eager: torch's `capturable=True` update with a tensor learning rate, the step counts on
+    the parameters' device."""
+    for group in optimizer.param_groups:
+        group["capturable"] = True
+        group["lr"] = torch.tensor(group["lr"], device=group["params"][0].device)
+        for p in group["params"]:
+            optimizer.state[p]["step"] = optimizer.state[p]["step"].to(p.device)
