@@ -2,10 +2,8 @@
 GPU is present; skips cleanly elsewhere (the schedule these tests rely on is proven on
 the CPU in tests/cpp/scheduling/issue_plan_test.cpp and tests/python/test_stream_stress.py)."""
 
-import contextlib
 import copy
 import json
-import os
 import random
 import shutil
 
@@ -14,7 +12,7 @@ import torch
 
 import nimble
 import torchvision
-from graph_backends import check_calls, to_capturable_form
+from graph_backends import check_calls, deterministic, to_capturable_form
 from nimble.zoo import build
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -190,33 +188,6 @@ TRAIN_OPTIMIZERS = {
 }
 
 
-@contextlib.contextmanager
-def _deterministic():
-    """Where eager is reproducible: deterministic kernels (warn only: torch flags kernels it
-    has no deterministic twin for, none of which these models' steps run nondeterministically
-    at these shapes), cuDNN without benchmarking or TF32, cuBLAS with a fixed workspace
-    (tests/gpu/run.sh exports it before cuBLAS starts; set here for a run without it)."""
-    saved = (torch.are_deterministic_algorithms_enabled(),
-             torch.is_deterministic_algorithms_warn_only_enabled(),
-             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
-             torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
-             os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
-    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
-        (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
-         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) = saved[2:6]
-        if saved[6] is None:
-            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-        else:
-            os.environ["CUBLAS_WORKSPACE_CONFIG"] = saved[6]
-
-
 def _training_setup(model_name):
     """The model, with its classifier scaled so that the logits are of order one (a relative
     difference then means the same on every model), and 10 batches."""
@@ -293,7 +264,7 @@ def test_whole_step_equals_eager_in_deterministic_mode(model_name, optimizer_nam
     which nimble's device form is; and within ADAM_FORMS of the default form), and Adam
     must have been captured once, its scheduler's rates included."""
     adam = not optimizer_name.startswith("sgd")
-    with _deterministic():
+    with deterministic():
         model, data = _training_setup(model_name)
         eager, _ = _train(model, optimizer_name, data, "eager", scheduler)
         again, _ = _train(model, optimizer_name, data, "eager", scheduler)
@@ -313,7 +284,7 @@ def test_whole_step_equals_eager_in_deterministic_mode(model_name, optimizer_nam
 @needs_gpu
 @pytest.mark.parametrize("model_name", ["googlenet"])
 def test_whole_step_within_eagers_own_drift_with_torchs_defaults(model_name):
-    with _deterministic():  # the weights' scaling, reproducibly
+    with deterministic():  # the weights' scaling, reproducibly
         model, data = _training_setup(model_name)
     eager, _ = _train(model, "sgd-momentum", data, "eager")
     again, _ = _train(model, "sgd-momentum", data, "eager")
