@@ -169,7 +169,7 @@ class OptimizerScalars:
         self.structure = self._structure()
         if self.device_steps:
             for group in optimizer.param_groups:
-                device = group["params"][0].device
+                device = group["params"][0].device if group["params"] else torch.device("cpu")
                 self.lr_tensors.append(torch.zeros((), dtype=_get_scalar_dtype(), device=device))
                 self._lr_written.append(None)
         self.places: list[tuple[int, int, int]] = []  # (traced op, argument, element)
