@@ -593,9 +593,10 @@ def test_the_snapshot_puts_back_every_cuda_devices_generator(monkeypatch):
     from nimble.replay.model_snapshot import ModelSnapshot
 
     cuda = _FakeCudaGenerators(monkeypatch)
+    model = torch.nn.Linear(2, 2)  # (its initialization draws from the CPU's generator)
     found = [s.clone() for s in cuda.states]
     cpu = torch.get_rng_state()
-    snapshot = ModelSnapshot(torch.nn.Linear(2, 2))
+    snapshot = ModelSnapshot(model)
     cuda.advance()
     torch.rand(3)
     snapshot.restore()
