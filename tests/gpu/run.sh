@@ -215,9 +215,15 @@ elif [ "$TUNE" -eq 1 ]; then
 else
   # Correctness first: the CUDA suite (inference, the training reproductions of issue 45),
   # then the graph suites' CUDA cases.
-  PYTEST=("$PYTHON" -m pytest -v -p no:cacheprovider -k "not cpu-graph")
-  part pytest_cuda 130 "" "${PYTEST[@]}" --junitxml="$OUT/pytest-cuda.xml" "${GPU_SUITES[0]}"
-  part pytest_graph 70 "" "${PYTEST[@]}" --junitxml="$OUT/pytest-graph.xml" "${GPU_SUITES[@]:1}"
+  # The training reproductions of issue 45 first: new, and what the benches rely on.
+  PYTEST=("$PYTHON" -m pytest -v -p no:cacheprovider)
+  TRAINING="whole_step or generator or step_returns"
+  part pytest_training 90 "" "${PYTEST[@]}" -k "$TRAINING" \
+    --junitxml="$OUT/pytest-training.xml" "${GPU_SUITES[0]}"
+  part pytest_cuda 100 "" "${PYTEST[@]}" -k "not ($TRAINING)" \
+    --junitxml="$OUT/pytest-cuda.xml" "${GPU_SUITES[0]}"
+  part pytest_graph 70 "" "${PYTEST[@]}" -k "not cpu-graph" \
+    --junitxml="$OUT/pytest-graph.xml" "${GPU_SUITES[@]:1}"
   BENCH=("$PYTHON" -m nimble bench --device cuda --json)
   for model in "${INFERENCE_MODELS[@]}"; do
     part "bench_b1_$model" 35 "$OUT/bench_b1_$model.json" "${BENCH[@]}" --runs 30 --warmup 5 \

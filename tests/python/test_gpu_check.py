@@ -70,7 +70,7 @@ def _checkout_copy(tmp_path, with_kit=True):
     return root
 
 
-PARTS_IN_ORDER = (["build", "pytest_cuda", "pytest_graph"]
+PARTS_IN_ORDER = (["build", "pytest_training", "pytest_cuda", "pytest_graph"]
                   + [f"bench_b1_{m}" for m in ("googlenet", "inception_v3", "resnet50",
                                                 "mobilenet_v2")]
                   + [f"train_{o}_{m}" for o in ("sgd", "adamw")
@@ -95,11 +95,12 @@ def test_dry_run_lists_the_parts_most_valuable_first_within_eight_minutes(tmp_pa
     limits = [int(line.split(": at most ")[1].split(" s")[0])
               for line in done.stdout.splitlines() if ": at most " in line]
     assert len(limits) == len(PARTS_IN_ORDER) and sum(limits) <= 480
-    assert limits[0] > 0 and limits[1] > 0 and limits[3] > 0
-    bench = parts[3][3]
+    assert limits[0] > 0 and limits[1] > 0 and limits[4] > 0
+    bench = parts[4][3]
     assert "--device cuda --json" in bench and "--model torchvision:googlenet" in bench
     assert "--optimizer adamw" in parts[-1][3] and "--train" in parts[-1][3]
-    assert "test_cuda.py" in parts[1][3] and "pytest-cuda.xml" in parts[1][3]
+    assert "test_cuda.py" in parts[1][3] and "-k whole_step or generator" in parts[1][3]
+    assert "pytest-cuda.xml" in parts[2][3] and "not (whole_step" in parts[2][3]
 
 
 def test_dry_run_prefers_the_named_build_script_then_the_kit_in_the_checkout(tmp_path):
