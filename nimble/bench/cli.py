@@ -121,8 +121,9 @@ def main(argv: list[str]) -> int:
                              "eager optimizer; the whole step replayed on one and on several "
                              "streams; with --device cuda also a hand-captured whole-step "
                              "CUDA graph); torchvision models, 10 classes")
-    parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
-                        help="with --train: SGD (momentum 0.9, weight decay 1e-4) or Adam")
+    parser.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], default="sgd",
+                        help="with --train: SGD (momentum 0.9, weight decay 1e-4), Adam or "
+                             "AdamW (weight decay 1e-2)")
     parser.add_argument("--breakdown", action="store_true",
                         help="with --train: kernel time of the whole-step replay by op")
     args = parser.parse_args(argv)

@@ -6,7 +6,10 @@ stream and on several.
 
 Correctness first: every variant trains its own copy of the model for 10 steps on the same
 batches (the same seed before each step, for dropout), and its parameters are compared
-with eager's: the largest relative difference is reported and checked against 1e-4. Then
+with eager's: the largest relative difference is reported. A second eager copy gives the
+drift of eager against itself (with torch's defaults, TF32 convolutions and
+non-deterministic backward kernels make two eager runs differ far more than 1e-4 after 10
+steps); a variant matches eager when it is within that drift, or within 1e-6. Then
 the variants alternate one step each per round (after a warm-up), timed by wall clock until
 the device has finished and by CUDA events; medians.
 """
@@ -25,16 +28,19 @@ from .cuda import Variant, summarize
 from ..timing import CudaTimer, alternate
 
 CHECK_STEPS = 10
-MAX_RELATIVE_DIFF = 1e-4
+# What a variant may differ from eager by when eager is reproducible (deterministic mode).
+MIN_RELATIVE_DIFF = 1e-6
 
 
 def make_optimizer(name: str, params, capturable: bool = False) -> torch.optim.Optimizer:
     if name == "sgd":
         return torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=1e-4)
+    # A hand-captured Adam step needs capturable=True (its step counts on the device).
     if name == "adam":
-        # A hand-captured Adam step needs capturable=True (its step counts on the device).
         return torch.optim.Adam(params, lr=1e-3, capturable=capturable)
-    raise ValueError(f"unknown optimizer {name!r}: expected 'sgd' or 'adam'")
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2, capturable=capturable)
+    raise ValueError(f"unknown optimizer {name!r}: expected 'sgd', 'adam' or 'adamw'")
 
 
 RATIOS = [
@@ -120,6 +126,7 @@ def measure_cuda_train(spec: str, batch: int, image_size: int, runs: int, warmup
 
     makers = {
         "eager": lambda m, opt: (eager_variant(m, opt), None, None),
+        "eager_again": lambda m, opt: (eager_variant(m, opt), None, None),
         "nimble_paper": paper_variant,
         "nimble_1": lambda m, opt: whole_step_variant(m, opt, 1),
         "nimble_multi": lambda m, opt: whole_step_variant(m, opt, streams),
@@ -150,6 +157,7 @@ def measure_cuda_train(spec: str, batch: int, image_size: int, runs: int, warmup
     reference = models["eager"]
     for name, m in models.items():
         diffs[name] = _relative_diff(m, reference)
+    drift = diffs["eager_again"]
     reference_opt = make_optimizer(optimizer, graph_reference.parameters(), capturable=True)
     reference_step = eager_variant(graph_reference, reference_opt)
     torch.manual_seed(CHECK_STEPS)
@@ -161,16 +169,18 @@ def measure_cuda_train(spec: str, batch: int, image_size: int, runs: int, warmup
     diffs["cuda_graph"] = _relative_diff(graph_model, graph_reference)
 
     xb, yb = batches[-1]
+    variants = [v for v in variants if v.name != "eager_again"]  # checked, not timed
     samples = alternate([lambda v=v: v.call(xb, yb) for v in variants], runs, warmup,
                         measure=CudaTimer())
     schedule = next(v.schedule for v in variants if v.name == "nimble_1")
     meta = {"model": spec, "device": torch.cuda.get_device_name(), "batch": batch,
             "image_size": x.shape[-1], "optimizer": optimizer, "ops": len(schedule["ops"]),
             "logical_streams": schedule["logical_streams"]}
+    meta["eager_drift"] = drift
     row = summarize(meta, variants, samples, diffs, ratios=RATIOS)
     for name, entry in row["variants"].items():
         entry["max_rel_diff"] = entry.pop("max_abs_diff")
-        entry["matches_eager"] = entry["max_rel_diff"] <= MAX_RELATIVE_DIFF
+        entry["matches_eager"] = entry["max_rel_diff"] <= max(drift, MIN_RELATIVE_DIFF)
     return row
 
 

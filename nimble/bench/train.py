@@ -24,6 +24,7 @@ from ..timing import alternate, median_ms
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=1e-4),
     "adam": lambda params: torch.optim.Adam(params, lr=1e-3),
+    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=1e-2),
 }
 
 

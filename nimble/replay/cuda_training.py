@@ -5,13 +5,15 @@ the CPU replays them; the graph executor itself makes that safe (csrc/runtime/):
 - its warm-up runs under a snapshot of every parameter, buffer, optimizer state, input
   and generator (`StateSnapshot`), so prepare applies no optimizer step and moves no
   running statistic;
-- scalars a graph bakes in (the learning rate, Adam's bias corrections) are refreshed by
-  building the graph again when they change (`Replay::set_scalars`): a scheduler between
-  steps is honoured. Adam's bias corrections change every step, so Adam and AdamW capture
-  once per step until their step counts live on the device (see docs/gpu.md);
-- ops on CPU tensors inside a CUDA step (Adam's step counters) run on the host before
-  each launch (a capture would run them once, at capture time);
-- random ops draw from generators registered with the graph, as `torch.cuda.graph` does.
+- scalars a graph bakes in (SGD's learning rate, betas, eps) are refreshed by building the
+  graph again when they change (`Replay::set_scalars`): a scheduler between steps is
+  honoured. Adam and AdamW are recorded in torch's capturable form (optimizer_scalars.py):
+  step counts and bias corrections on the device, the learning rate in a device tensor, so
+  that one capture serves every step;
+- ops on CPU tensors inside a CUDA step run on the host before each launch (a capture
+  would run them once, at capture time);
+- random ops draw from generators registered with the graph, as `torch.cuda.graph` does,
+  and prepare puts back every device's generator (model_snapshot.py).
 
 What is refused here, with the reason: devices other than the CPU and one CUDA device,
 and `torch.autocast` around prepare (its casts would be baked into the trace and replayed

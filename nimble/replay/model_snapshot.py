@@ -22,6 +22,22 @@ def module_state(module: torch.nn.Module) -> list[torch.Tensor]:
     return unique(list(module.parameters()) + [b for b in module.buffers() if b is not None])
 
 
+def rng_states() -> tuple:
+    """The state of every generator a run may draw from: the CPU's, and each CUDA device's
+    when CUDA is initialized (a recorded run of a CUDA model advances the device's
+    generator, not the CPU's; a CPU user's CUDA is never initialized by asking)."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def set_rng_states(states: tuple) -> None:
+    """Puts back what `rng_states` returned."""
+    cpu, cuda = states
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
 def _saved(entries: dict) -> dict:
     """An optimizer state entry's values, each with a copy to put back."""
     return {k: (v, v.detach().clone() if isinstance(v, torch.Tensor) else v) for k, v in entries.items()}
@@ -62,7 +78,7 @@ class ModelSnapshot:
         else:
             self._saved = {i: t.detach().clone() for i, t in enumerate(tensors)}
         self._grads = [(p, p.grad) for p in module.parameters()]
-        self._rng = torch.get_rng_state()
+        self._rng = rng_states()
         self._optimizer = optimizer
         self._adopted = set()
         self._state = {}
@@ -109,7 +125,7 @@ class ModelSnapshot:
                     self._optimizer.state[p][k] = original
         for p, grad in self._grads:
             p.grad = grad
-        torch.set_rng_state(self._rng)
+        set_rng_states(self._rng)
 
     def _check_every_write_was_seen(self) -> None:
         for i, ((tensor, storage, *_), version) in enumerate(zip(self._layouts, self._versions)):

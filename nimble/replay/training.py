@@ -19,7 +19,7 @@ import torch
 from .capture import build_replay, capture, produced_tensors, schema_arguments
 from ..errors import NotPreparedError
 from .model_snapshot import ModelSnapshot, module_state, unique
-from .model_watch import check_trainable_parameters, trainable_ids
+from .model_watch import TrainableParameters
 from .structure import ExampleCall, OutputStructure
 
 
@@ -149,7 +149,7 @@ class ForwardBackwardReplay:
         )
         self.replays = [self.forward_replay, self.backward_replay]
         self.example_inputs = static_inputs
-        self._param_ids = trainable_ids(module)
+        self._trainable = TrainableParameters(module)
 
     def run_example(self) -> None:
         outs = self.forward_replay.run(self.example_inputs, False, 0)
@@ -162,7 +162,7 @@ class ForwardBackwardReplay:
         return ModelSnapshot(self.module)
 
     def forward(self, inputs: list[torch.Tensor]) -> Any:
-        check_trainable_parameters(self.module, self._param_ids)
+        self._trainable.check()
         for i, (got, prepared) in enumerate(zip(inputs, self.example_inputs)):
             if got.requires_grad and not prepared.requires_grad:
                 raise NotPreparedError(

@@ -5,7 +5,13 @@ It is captured as the paper's mode (training.py) is, on through the loss and the
 update: gradients come from `torch.autograd.grad` and are set as `.grad` the way
 `zero_grad(); backward()` leaves them, and the optimizer's step-dependent numbers (learning
 rate, bias corrections) are found in the trace and fed to the replay before every step
-(optimizer_scalars.py).
+(optimizer_scalars.py). On a graph backend Adam and AdamW run in their device form there
+(step counts and bias corrections on the device), so that a step is one launch.
+
+A step's host work is kept off the device's critical path: each input and target is one
+copy into the replay's buffer (queued on the stream, as the launch is), the learning rate
+is a fill queued the same way, the loss is the replay's own buffer unless the caller asked
+for copies (`copy_outputs`), and nothing waits for the device.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import torch
 
 from .capture import build_replay, capture, produced_tensors, schema_arguments
 from .model_snapshot import ModelSnapshot, module_state, unique
-from .model_watch import check_trainable_parameters, trainable_ids
+from .model_watch import TrainableParameters
 from .optimizer_scalars import OptimizerScalars, scalar_candidates
 from .structure import ExampleCall, describe, describe_all
 
@@ -64,6 +70,7 @@ class WholeStepReplay:
         loss_fn,
         optimizer: torch.optim.Optimizer,
         example_targets: Any,
+        copy_loss: bool = True,
     ) -> None:
         static_targets = _static_targets(example_targets)
         static_args, static_kwargs = example.static_args, example.static_kwargs
@@ -71,7 +78,11 @@ class WholeStepReplay:
         self.optimizer = optimizer
         self.loss_fn = loss_fn
         params = _gradient_targets(module, optimizer)
-        self.scalars = OptimizerScalars(optimizer)
+        # Backends that bake scalars in (a graph) capture again when one changes.
+        graph = bool(options.get("graph_twin")) or any(p.is_cuda for p in params)
+        self.scalars = OptimizerScalars(optimizer, device_steps=graph)
+        self.scalars.move_steps_to_device()
+        self.copy_loss = copy_loss
 
         def warm_up() -> None:
             # An eager step: lazily created module state and optimizer state exist before
@@ -84,6 +95,7 @@ class WholeStepReplay:
             for p, g in zip(params, grads):
                 p.grad = g
             optimizer.step()
+            self.scalars.move_steps_to_device()  # the state this step made
 
         before = ModelSnapshot(module, optimizer)
         # A failure (out of memory, an op the builder refuses) leaves the optimizer without
@@ -97,7 +109,7 @@ class WholeStepReplay:
                     for v in optimizer.state[p].values()
                     if isinstance(v, torch.Tensor)
                 ]
-                with self.scalars.nudged():
+                with self.scalars.nudged(recorder.paused):
                     with recorder.paused():  # the host's numbers for the step, not part of it
                         expected = self.scalars.expected_values()
                     with torch.enable_grad():
@@ -124,6 +136,7 @@ class WholeStepReplay:
             self.optimizer_state = {p: dict(optimizer.state[p]) for p in self.params}
             state = unique(
                 module_state(module)
+                + self.scalars.lr_tensors
                 + [
                     t
                     for e in self.optimizer_state.values()
@@ -145,9 +158,15 @@ class WholeStepReplay:
             raise
         # The numbers of this optimizer's next step, not the nudged ones of the capture, for
         # the runs before the first `step` (a stream choice, a timeline).
-        self.step_replay.set_scalars(self.scalars.current_values())
+        self._baked = self.scalars.current_values()
+        self.step_replay.set_scalars(self._baked)
+        self.scalars.write_device_values()
+        # How often a step found the baked-in numbers changed (a graph backend captures the
+        # step again each time): with the device form of Adam, only when the user changes
+        # betas, eps or weight decay.
+        self.recaptures = 0
         self.replays = [self.step_replay]
-        self._param_ids = trainable_ids(module)
+        self._trainable = TrainableParameters(module)
         # An optimizer without state (never stepped) makes it on its first step: that step
         # runs eagerly, and its state then moves into the tensors the replay updates.
         self.first_step_eager = any(not before.had_state(p) for p in self.params)
@@ -185,14 +204,20 @@ class WholeStepReplay:
     ) -> torch.Tensor:
         """`args`/`kwargs`: the call as the user made it; `inputs`: its tensors, flattened."""
         self.check_targets(targets)
-        check_trainable_parameters(self.module, self._param_ids)
+        self._trainable.check()
         self.scalars.check_unchanged()
         if self.first_step_eager:
             return self._eager_first_step(args, kwargs, targets)
-        self.step_replay.set_scalars(self.scalars.current_values())
-        outs = self.step_replay.run(list(inputs) + list(targets), True, 1)
+        values = self.scalars.current_values()
+        if values != self._baked:
+            self.recaptures += 1
+            self._baked = values
+            self.step_replay.set_scalars(values)
+        self.scalars.write_device_values()
+        outs = self.step_replay.run(list(inputs) + list(targets), self.copy_loss, 1)
         for p, g in zip(self.params, outs[1:]):
-            p.grad = g
+            if p.grad is not g:  # a graph hands out the same gradient buffers every step
+                p.grad = g
         return outs[0]
 
     def _eager_first_step(self, args, kwargs, targets) -> torch.Tensor:

@@ -201,9 +201,8 @@ class Nimble(torch.nn.Module):
             elif optimizer is None:
                 program = ForwardBackwardReplay(self.module, example, options, copy_outputs)
             else:
-                program = WholeStepReplay(
-                    self.module, example, options, loss_fn, optimizer, example_targets
-                )
+                program = WholeStepReplay(self.module, example, options, loss_fn, optimizer,
+                                          example_targets, copy_loss=copy_outputs)
         if program.side_effects:
             if side_effects == "error":
                 raise SideEffectError(

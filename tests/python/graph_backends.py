@@ -6,6 +6,9 @@ same test on both: what the twin finds wrong in CI, the GPU would too."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import pytest
 import torch
 
@@ -63,3 +66,41 @@ def assert_optimizer_states_alike(eager_opt, replayed_opt, same) -> None:
         assert entries.keys() == b["state"][key].keys(), f"optimizer state {key}"
         for name, value in entries.items():
             same(b["state"][key][name], value, f"optimizer state {key}.{name}")
+
+
+def to_capturable_form(optimizer) -> None:
+    """What nimble's device form of Adam computes (nimble/replay/optimizer_scalars.py), in
+    eager: torch's `capturable=True` update with a tensor learning rate, the step counts on
+    the parameters' device."""
+    for group in optimizer.param_groups:
+        group["capturable"] = True
+        group["lr"] = torch.tensor(group["lr"], device=group["params"][0].device)
+        for p in group["params"]:
+            optimizer.state[p]["step"] = optimizer.state[p]["step"].to(p.device)
+
+
+@contextlib.contextmanager
+def deterministic():
+    """Where eager is reproducible: deterministic kernels (warn only: torch flags kernels it
+    has no deterministic twin for, none of which these models' steps run nondeterministically
+    at these shapes), cuDNN without benchmarking or TF32, cuBLAS with a fixed workspace
+    (tests/gpu/run.sh exports it before cuBLAS starts; set here for a run without it)."""
+    saved = (torch.are_deterministic_algorithms_enabled(),
+             torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+             torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+             os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) = saved[2:6]
+        if saved[6] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = saved[6]

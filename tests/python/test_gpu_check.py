@@ -1,11 +1,14 @@
 """tests/gpu/run.sh and tests/gpu/report.py as far as a machine without a GPU allows: the
-arguments, the one-line exit without a device, and the report written from canned results
-of every part (the JSON rows the benches print, pytest's JUnit XML, the parts' exit codes)."""
+arguments, the one-line exit without a device, the parts in order within the 8-minute budget
+and the build script found inside the checkout (`--dry-run`), and the report written from
+canned results of every part (the JSON lines the benches print, pytest's JUnit XML, the
+parts' exit codes and logs, whose failure messages the report quotes)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -19,9 +22,10 @@ RUN = os.path.join(ROOT, "tests", "gpu", "run.sh")
 REPORT = os.path.join(ROOT, "tests", "gpu", "report.py")
 
 
-def run_sh(*args):
-    env = dict(os.environ, PYTHON=sys.executable)
-    return subprocess.run(["bash", RUN, *args], capture_output=True, text=True, env=env)
+def run_sh(*args, script=RUN, **env_vars):
+    env = {k: v for k, v in os.environ.items() if k != "NIMBLE_GPU_BUILD"}
+    env.update(PYTHON=sys.executable, **env_vars)
+    return subprocess.run(["bash", script, *args], capture_output=True, text=True, env=env)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -33,7 +37,8 @@ def run_sh(*args):
 def test_run_sh_refuses_bad_arguments(args, message):
     done = run_sh(*args)
     assert done.returncode == 2
-    assert message in done.stderr and "usage: bash tests/gpu/run.sh [--asan | --tune] OUTDIR" in done.stderr
+    assert message in done.stderr
+    assert "usage: bash tests/gpu/run.sh [--asan | --tune | --dry-run] OUTDIR" in done.stderr
 
 
 def test_run_sh_help():
@@ -50,6 +55,70 @@ def test_run_sh_without_a_device_says_so_in_one_line_and_runs_nothing(tmp_path, 
     assert done.stdout.count("\n") == 1 and done.stderr == ""
     assert done.stdout.startswith("tests/gpu/run.sh: no CUDA device (")
     assert not out.exists()
+
+
+def _checkout_copy(tmp_path, with_kit=True):
+    """run.sh in a checkout of its own (the script finds the checkout from its path), with
+    the GPU kit copied into gpu-kit/ as a user does for a machine that gets only the
+    checkout."""
+    root = tmp_path / "checkout"
+    (root / "tests" / "gpu").mkdir(parents=True)
+    shutil.copy(RUN, root / "tests" / "gpu" / "run.sh")
+    if with_kit:
+        (root / "gpu-kit").mkdir()
+        (root / "gpu-kit" / "build.sh").write_text("exit 0\n")
+    return root
+
+
+PARTS_IN_ORDER = (["build", "pytest_training", "pytest_cuda", "pytest_graph"]
+                  + [f"bench_b1_{m}" for m in ("googlenet", "inception_v3", "resnet50",
+                                                "mobilenet_v2")]
+                  + [f"train_{o}_{m}" for o in ("sgd", "adamw")
+                     for m in ("resnet18", "mobilenet_v2", "googlenet")])
+
+
+def _dry_parts(out):
+    return [line.split("\t") for line in (out / "parts.tsv").read_text().splitlines()]
+
+
+def test_dry_run_lists_the_parts_most_valuable_first_within_eight_minutes(tmp_path):
+    root = _checkout_copy(tmp_path)
+    out = tmp_path / "out"
+    done = run_sh("--dry-run", str(out), script=str(root / "tests" / "gpu" / "run.sh"))
+    assert done.returncode == 0, done.stderr
+    assert f"build script: {root}/gpu-kit/build.sh" in done.stdout
+    parts = _dry_parts(out)
+    assert [p[0] for p in parts] == PARTS_IN_ORDER
+    assert parts[0][3] == f"bash {root}/gpu-kit/build.sh {root}"
+    # Each part's limit is cut to what is left of the budget: never past 8 minutes, even
+    # when every part takes its whole limit (then the training bench does not start).
+    limits = [int(line.split(": at most ")[1].split(" s")[0])
+              for line in done.stdout.splitlines() if ": at most " in line]
+    assert len(limits) == len(PARTS_IN_ORDER) and sum(limits) <= 480
+    assert limits[0] > 0 and limits[1] > 0 and limits[4] > 0
+    bench = parts[4][3]
+    assert "--device cuda --json" in bench and "--model torchvision:googlenet" in bench
+    assert "--optimizer adamw" in parts[-1][3] and "--train" in parts[-1][3]
+    assert "test_cuda.py" in parts[1][3] and "-k whole_step or generator" in parts[1][3]
+    assert "pytest-cuda.xml" in parts[2][3] and "not (whole_step" in parts[2][3]
+
+
+def test_dry_run_prefers_the_named_build_script_then_the_kit_in_the_checkout(tmp_path):
+    root = _checkout_copy(tmp_path)
+    named = tmp_path / "elsewhere.sh"
+    named.write_text("exit 0\n")
+    script = str(root / "tests" / "gpu" / "run.sh")
+    done = run_sh("--dry-run", str(tmp_path / "a"), script=script, NIMBLE_GPU_BUILD=str(named))
+    assert f"build script: {named}" in done.stdout
+    bare = _checkout_copy(tmp_path / "bare", with_kit=False)
+    done = run_sh("--dry-run", str(tmp_path / "b"), script=str(bare / "tests" / "gpu" / "run.sh"))
+    assert "build script: none found" in done.stdout
+    assert "copy shared/gpu/ into gpu-kit/" in done.stderr
+
+
+def test_the_kit_folder_is_ignored_by_git():
+    done = subprocess.run(["git", "check-ignore", "-q", "gpu-kit/build.sh"], cwd=ROOT)
+    assert done.returncode == 0
 
 
 def _inference_row(spec, batch, multi_ms):
@@ -92,11 +161,14 @@ def _canned(outdir):
         "pytest\t1\t120\tpython3 -m pytest ...\n"
         "train_sgd\t0\t55\tpython3 -m nimble bench ...\n"
         "bench_b1\t124\t110\tpython3 -m nimble bench ...\n")
+    (outdir / "pytest.log").write_text("".join(f"line {i}\n" for i in range(40))
+                                       + "E   AssertionError: nimble differs\n")
     (outdir / "pytest.xml").write_text(JUNIT)
-    # googlenet misses the multi-stream target (1.5x of 1.6x), inception_v3 meets it.
-    (outdir / "bench_b1.json").write_text(json.dumps([
-        _inference_row("torchvision:googlenet", 1, 0.67e-3),
-        _inference_row("torchvision:inception_v3", 1, 0.6e-3)]))
+    # googlenet misses the multi-stream target (1.5x of 1.8x), inception_v3 meets it. One
+    # JSON line per model, as run.sh writes them.
+    (outdir / "bench_b1.jsonl").write_text(
+        json.dumps(_inference_row("torchvision:googlenet", 1, 0.67e-3)) + "\n"
+        + json.dumps(_inference_row("torchvision:inception_v3", 1, 0.6e-3)) + "\n")
     (outdir / "train_sgd.json").write_text(json.dumps([
         _training_row("torchvision:resnet18", 3.8e-3), _training_row("torchvision:googlenet",
                                                                       3.0e-3)]))
@@ -121,6 +193,12 @@ def test_report_from_canned_results(tmp_path):
     assert "| bench_b1 | timeout | 124 | 110 |" in text and "| pytest | fail | 1 | 120 |" in text
     assert "## Tests: 1 passed, 1 failed, 0 errors, 1 skipped" in text
     assert "| tests.python.test_cuda::test_b[cuda] | fail | 0.5 |" in text
+    # The failure messages: the end of each failed part's log, each failed test's message.
+    assert "## Failures: 3" in text
+    assert "### part pytest (fail, exit 1)" in text and "### part bench_b1 (timeout, exit 124)" in text
+    assert "E   AssertionError: nimble differs" in text
+    assert "line 16\n" in text and "line 15\n" not in text  # the last 25 lines
+    assert "### test tests.python.test_cuda::test_b[cuda] (fail)" in text
     assert "nimble_multi_vs_nimble_1 1.5" in text  # googlenet: 1.005 / 0.67
     assert "| hf:bert | 4 | 32 | 3.1 | 2 | 0.5 | 4 |" in text
     assert "| torchvision:mobilenet_v2 | 52 | 17 | ['cuda_depthwise'] | 1.2 | 1 | 1.2 | 1.4 |" \
@@ -129,7 +207,7 @@ def test_report_from_canned_results(tmp_path):
     last = text[text.index("## Targets"):]
     assert text.rstrip().endswith(last.rstrip())
     assert "| torchvision:googlenet b1 | multi-stream vs one stream | nimble_multi_vs_nimble_1 | " \
-           "1.5 | 1.6 | NO |" in last
+           "1.5 | 1.8 | NO |" in last
     assert "| torchvision:inception_v3 b1 | multi-stream vs one stream | " \
            "nimble_multi_vs_nimble_1 | 1.675 | 1.5 | yes |" in last
     assert "| torchvision:resnet18 b32 sgd | whole step vs hand-captured whole-step graph | " \
@@ -140,7 +218,7 @@ def test_report_from_canned_results(tmp_path):
     assert [p["status"] for p in report["parts"]] == ["fail", "pass", "timeout"]
     assert [t["outcome"] for t in report["tests"]] == ["pass", "fail", "skip"]
     assert len(report["inference"]) == 2 and len(report["training"]) == 2
-    assert sum(t["met"] for t in report["targets"]) == 3 and len(report["targets"]) == 6
+    assert sum(t["met"] for t in report["targets"]) == 5 and len(report["targets"]) == 9
 
 
 def test_report_of_a_run_that_produced_nothing(tmp_path):

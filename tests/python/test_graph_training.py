@@ -4,10 +4,13 @@ whole step (forward, backward and update in one graph) against eager for 10 step
 SGD with momentum, Adam, AdamW and an LR scheduler; prepare changing nothing (the graph's
 warm-up applies no optimizer step and moves no running statistic); dropout drawing fresh
 masks, the same as eager's from the same seed; `zero_grad(set_to_none=True)` and gradient
-accumulation."""
+accumulation. Issue 45: prepare puts back every device's generator; Adam and AdamW run in
+their device form (step counts and bias corrections on the device), one capture for all
+steps, an LR scheduler included."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 
@@ -16,8 +19,9 @@ import torch
 import torchvision
 
 import nimble
+from nimble.replay.optimizer_scalars import _capturable_on
 from graph_backends import (BACKENDS, assert_optimizer_states_alike, assert_trained_alike,
-                            device_of, prepare_options)
+                            deterministic, device_of, prepare_options, to_capturable_form)
 
 # The issue's check is 10 steps; CI runs the twin for 3 (the eager first step, then
 # replays; the scheduler changes the rate every step). NIMBLE_FULL_GRAPH_SUITE=1: all of it.
@@ -29,6 +33,16 @@ def _steps(backend):
 
 
 BATCH = 4  # 32 on a GPU bench; small here so that CI stays quick
+
+
+@pytest.fixture(autouse=True)
+def _reproducible_on_a_gpu(request):
+    """On a GPU with torch's defaults two eager runs differ far more than these tests'
+    bounds after a few steps (issue 45); in deterministic mode eager is reproducible and
+    the replay is held to it."""
+    backend = getattr(request.node, "callspec", None) and request.node.callspec.params.get("backend")
+    with deterministic() if backend == "cuda" else contextlib.nullcontext():
+        yield
 
 
 def _googlenet():
@@ -66,14 +80,34 @@ def _batches(backend, steps=None):
     ]
 
 
-def _assert_same_training(eager, eager_opt, replayed, replayed_opt, backend):
+# Adam's device form (torch's capturable arithmetic) rounds otherwise than its host form: on
+# the twin, each tensor within this much of its own scale after the steps of a test.
+DEVICE_FORM_RELATIVE = 1e-5
+
+
+def assert_close_to_scale(got, expected, what="", relative=DEVICE_FORM_RELATIVE):
+    got, expected = got.double().cpu(), expected.double().cpu()
+    scale = float(expected.abs().max()) if expected.numel() else 0.0
+    worst = float((got - expected).abs().max()) if expected.numel() else 0.0
+    assert got.shape == expected.shape and worst <= relative * max(scale, 1e-30), (
+        f"{what}: differs by {worst:.3e}, {relative:.0e} of its scale {scale:.3e} allowed")
+
+
+def _same(backend, exact=True):
+    if exact or backend == "cuda":
+        return lambda got, expected, what: assert_trained_alike(got, expected, backend, what)
+    return assert_close_to_scale
+
+
+def _assert_same_training(eager, eager_opt, replayed, replayed_opt, backend, exact=True):
+    """`exact`: bit for bit on the twin; else within DEVICE_FORM_RELATIVE of each tensor's
+    scale (Adam's device form)."""
+    same = _same(backend, exact)
     a, b = eager.state_dict(), replayed.state_dict()
     assert list(a) == list(b), "the models' state entries differ"
     for name in a:
-        assert_trained_alike(b[name], a[name], backend, name)
-    assert_optimizer_states_alike(
-        eager_opt, replayed_opt,
-        lambda got, expected, what: assert_trained_alike(got, expected, backend, what))
+        same(b[name], a[name], name)
+    assert_optimizer_states_alike(eager_opt, replayed_opt, same)
 
 
 def _schedulers(optimizers, scheduler):
@@ -107,6 +141,8 @@ def test_whole_step_matches_eager(backend, model_name, optimizer_name, scheduler
     )
     assert fast.replay.backend in ("cuda-graph", "cpu-graph")
     schedulers = _schedulers((eager_opt, twin_opt), scheduler)
+    exact = optimizer_name.startswith("sgd")  # Adam: its device form on a graph backend
+    same = _same(backend, exact)
     for step, (x, y) in enumerate(data):
         _seed(backend, step)
         eager_opt.zero_grad()
@@ -115,10 +151,12 @@ def test_whole_step_matches_eager(backend, model_name, optimizer_name, scheduler
         eager_opt.step()
         _seed(backend, step)
         got = fast.step(x, y)
-        assert_trained_alike(got, expected.detach(), backend, f"loss at step {step}")
+        same(got, expected.detach(), f"loss at step {step}")
         for s in schedulers:
             s.step()
-    _assert_same_training(eager, eager_opt, twin, twin_opt, backend)
+    _assert_same_training(eager, eager_opt, twin, twin_opt, backend, exact)
+    # One capture for every step: a graph bakes in only numbers that stay (issue 45).
+    assert fast._training.recaptures == (len(data) - 1 if exact and scheduler else 0)
 
 
 @pytest.mark.parametrize(
@@ -183,7 +221,8 @@ def test_prepare_applies_no_step_and_moves_no_running_statistic(backend):
     )
     assert torch.equal(torch.get_rng_state(), rng)
     torch.testing.assert_close(model.state_dict(), before_model, rtol=0, atol=0)
-    torch.testing.assert_close(opt.state_dict(), before_opt, rtol=0, atol=0)
+    # Adam's step counts move to the parameters' device (its device form), values unchanged.
+    torch.testing.assert_close(opt.state_dict(), before_opt, rtol=0, atol=0, check_device=False)
     fast.replay.set_streams(1)  # rebuilding the graph changes nothing either
     torch.testing.assert_close(model.state_dict(), before_model, rtol=0, atol=0)
 
@@ -237,3 +276,154 @@ def test_training_under_autocast_is_refused_before_anything_runs(backend):
                 example_targets=y, **prepare_options(backend),
             )
     torch.testing.assert_close(model.state_dict(), before, rtol=0, atol=0)
+
+
+def _small_net(device):
+    """Convolution, batch norm and dropout: quick enough for many steps on the twin."""
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Dropout(0.2),
+        torch.nn.Linear(8, 10)).to(device).train()
+
+
+_ADAMS = {
+    "adam": lambda p, **kw: torch.optim.Adam(p, lr=1e-2, **kw),
+    "adamw": lambda p, **kw: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, **kw),
+    "adam-l2": lambda p, **kw: torch.optim.Adam(p, lr=1e-2, weight_decay=0.1, **kw),
+}
+
+
+@pytest.mark.parametrize("optimizer_name", list(_ADAMS))
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("scheduler", [False, True])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_adam_keeps_its_step_count_on_the_device_and_is_captured_once(
+        backend, optimizer_name, foreach, scheduler):
+    """Issue 45: torch's Adam computes its bias corrections from a host step count, so a
+    graph baking them in was captured again every step. In the device form the graph
+    bakes in nothing that changes: N steps are N launches of one capture, a scheduler's
+    learning rate included. The parameters are torch's own `capturable=True` Adam's, bit
+    for bit on the twin, and follow the default form's within float32 rounding of the bias
+    corrections (1 - 0.999 in float32 is 5e-5 off)."""
+    steps = 8
+    device = device_of(backend)
+    torch.manual_seed(0)
+    eager = _small_net(device)
+    twin, reference = copy.deepcopy(eager), copy.deepcopy(eager)
+    make = _ADAMS[optimizer_name]
+    eager_opt, twin_opt, reference_opt = (make(m.parameters(), foreach=foreach)
+                                          for m in (eager, twin, reference))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    g = torch.Generator().manual_seed(5)
+    data = [(torch.randn(4, 3, 8, 8, generator=g).to(device),
+             torch.randint(0, 10, (4,), generator=g).to(device)) for _ in range(steps)]
+    fast = nimble.Nimble(twin).prepare(
+        data[0][0], training=True, loss_fn=loss_fn, optimizer=twin_opt,
+        example_targets=data[0][1], **prepare_options(backend))
+    whole = fast._training
+    assert whole.scalars.device_steps
+    schedulers = _schedulers((eager_opt, twin_opt, reference_opt), scheduler)
+    for step, (x, y) in enumerate(data):
+        if step == 1:  # nimble's first step is eager's default form (it makes the state)
+            to_capturable_form(reference_opt)
+        for model, opt in ((eager, eager_opt), (reference, reference_opt)):
+            _seed(backend, step)
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            with _capturable_on(device):
+                opt.step()
+        _seed(backend, step)
+        fast.step(x, y)
+        for s in schedulers:
+            s.step()
+    assert whole.recaptures == 0
+    for group, lr in zip(twin_opt.param_groups, whole.scalars.lr_tensors):
+        whole.scalars.write_device_values()
+        assert float(lr) == pytest.approx(group["lr"], rel=1e-6)
+    for p in twin.parameters():
+        step = twin_opt.state[p]["step"]
+        assert step.device == p.device and float(step) == steps
+    assert not twin_opt.param_groups[0]["capturable"]  # the user's settings are theirs
+    for name, value in reference.state_dict().items():
+        assert_trained_alike(twin.state_dict()[name], value, backend, f"{name} (capturable)")
+    _assert_same_training(eager, eager_opt, twin, twin_opt, backend, exact=False)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sgd_with_a_scheduler_is_captured_again_when_the_rate_changes(backend):
+    """What `recaptures` counts, seen where it must move: SGD's learning rate is baked in."""
+    device = device_of(backend)
+    model = _small_net(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    x, y = torch.randn(4, 3, 8, 8, device=device), torch.randint(0, 10, (4,), device=device)
+    fast = nimble.Nimble(model).prepare(x, training=True, loss_fn=torch.nn.CrossEntropyLoss(),
+                                        optimizer=opt, example_targets=y,
+                                        **prepare_options(backend))
+    assert not fast._training.scalars.device_steps
+    for _ in range(6):  # the rate halves after steps 2 and 4
+        fast.step(x, y)
+        scheduler.step()
+    assert fast._training.recaptures == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_loss_is_the_replays_own_buffer_unless_copies_are_asked_for(backend):
+    """A step hands out the loss without a copy with copy_outputs=False (the next step
+    overwrites it), and each parameter's .grad is the graph's gradient buffer, set once."""
+    device = device_of(backend)
+    model = _small_net(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(4, 3, 8, 8, device=device), torch.randint(0, 10, (4,), device=device)
+    opt.zero_grad()
+    torch.nn.CrossEntropyLoss()(model(x), y).backward()
+    opt.step()  # state exists: every step is a replay
+    losses = {}
+    for copy_outputs in (False, True):
+        fast = nimble.Nimble(model).prepare(
+            x, training=True, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=opt,
+            example_targets=y, copy_outputs=copy_outputs, **prepare_options(backend))
+        first = fast.step(x, y)
+        grads = [p.grad for p in model.parameters()]
+        second = fast.step(x, y)
+        assert all(p.grad is g for p, g in zip(model.parameters(), grads))
+        losses[copy_outputs] = (first, second)
+    first, second = losses[False]
+    assert first.data_ptr() == second.data_ptr() and first.device == device
+    first, second = losses[True]
+    assert first.data_ptr() != second.data_ptr()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prepare_leaves_the_generators_as_it_found_them(backend):
+    """Issue 45: prepare's recorded runs draw dropout masks from the model's device's
+    generator; from a seed set before prepare, the replay draws what eager draws (on a GPU
+    this failed while only the CPU's generator was put back)."""
+    device = device_of(backend)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Dropout(0.5),
+                                torch.nn.Linear(16, 4)).to(device)
+    twin = copy.deepcopy(model)
+    x = torch.randn(8, 16, device=device)
+    y = torch.randint(0, 4, (8,), device=device)
+    make = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)  # noqa: E731
+    eager_opt, twin_opt = make(model), make(twin)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for m, o in ((model, eager_opt), (twin, twin_opt)):  # state exists: steps are replays
+        torch.manual_seed(1)
+        loss_fn(m(x), y).backward()
+        o.step()
+    torch.manual_seed(3)
+    fast = nimble.Nimble(twin).prepare(x, training=True, loss_fn=loss_fn, optimizer=twin_opt,
+                                       example_targets=y, **prepare_options(backend))
+    got = [fast.step(x, y).clone() for _ in range(3)]
+    torch.manual_seed(3)
+    expected = []
+    for _ in range(3):
+        eager_opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        eager_opt.step()
+        expected.append(loss.detach())
+    for step, (a, b) in enumerate(zip(got, expected)):
+        assert_trained_alike(a, b, backend, f"loss at step {step}")
+    _assert_same_training(model, eager_opt, twin, twin_opt, backend)

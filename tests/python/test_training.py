@@ -321,6 +321,24 @@ def test_replaced_parameters_are_refused():
     _assert_untouched(model, opt, snapshot)
 
 
+@pytest.mark.parametrize("mode", ["whole step", "paper"])
+def test_a_parameter_frozen_or_unfrozen_after_prepare_is_refused(mode):
+    """Freezing changes no module dictionary (the model watch sees none): each call compares
+    the parameters' requires_grad with prepare's, without walking the module tree."""
+    model, opt, fast, x, y = _prepared_step(on_change="error")
+    if mode == "paper":
+        fast = nimble.Nimble(model).prepare(x, training=True, on_change="error")
+    first = next(model.parameters())
+    for flag in (False, True):
+        first.requires_grad_(flag)
+        call = (lambda: fast.step(x, y)) if mode == "whole step" else (lambda: fast(x))
+        if flag:
+            call()  # as at prepare again
+        else:
+            with pytest.raises(nimble.StaleModelError, match=r"replaced, added, removed or \(un\)frozen"):
+                call()
+
+
 def test_changed_parameter_groups_are_refused():
     model, opt, fast, x, y = _prepared_step("adam", on_change="error")
     extra = torch.nn.Parameter(torch.zeros(3))
@@ -545,3 +563,86 @@ def test_a_setting_going_to_or_from_zero_is_refused(make, change):
 def test_a_setting_going_to_or_from_zero_prepares_again_by_default(make, change):
     with pytest.warns(UserWarning, match="decides which update runs.*preparing again"):
         _mlp_steps(*_mlp_pair(make), change=change)
+
+
+class _FakeCudaGenerators:
+    """torch.cuda's generator functions, for a machine without a GPU: two devices whose
+    states a run advances."""
+
+    def __init__(self, monkeypatch, initialized=True):
+        self.states = [torch.tensor([1, 2], dtype=torch.uint8), torch.tensor([3, 4], dtype=torch.uint8)]
+        self.reads = 0
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialized)
+        monkeypatch.setattr(torch.cuda, "get_rng_state_all", self.get_all)
+        monkeypatch.setattr(torch.cuda, "set_rng_state_all", self.set_all)
+
+    def get_all(self):
+        self.reads += 1
+        return [s.clone() for s in self.states]
+
+    def set_all(self, states):
+        self.states = [s.clone() for s in states]
+
+    def advance(self):
+        self.states = [s + 1 for s in self.states]
+
+
+def test_the_snapshot_puts_back_every_cuda_devices_generator(monkeypatch):
+    """Issue 45: prepare's recorded runs of a CUDA model draw from the device's generator;
+    the snapshot put back only the CPU's, and the replay's dropout masks were not eager's."""
+    from nimble.replay.model_snapshot import ModelSnapshot
+
+    cuda = _FakeCudaGenerators(monkeypatch)
+    model = torch.nn.Linear(2, 2)  # (its initialization draws from the CPU's generator)
+    found = [s.clone() for s in cuda.states]
+    cpu = torch.get_rng_state()
+    snapshot = ModelSnapshot(model)
+    cuda.advance()
+    torch.rand(3)
+    snapshot.restore()
+    assert all(torch.equal(a, b) for a, b in zip(cuda.states, found))
+    assert torch.equal(torch.get_rng_state(), cpu)
+
+
+def test_the_snapshot_never_initializes_cuda_for_a_cpu_user(monkeypatch):
+    from nimble.replay.model_snapshot import ModelSnapshot
+
+    cuda = _FakeCudaGenerators(monkeypatch, initialized=False)
+    with ModelSnapshot(torch.nn.Linear(2, 2)):
+        cuda.advance()
+    assert cuda.reads == 0
+
+
+def test_prepare_leaves_the_cuda_generators_as_it_found_them(monkeypatch):
+    """The whole prepare, with a CUDA generator that the recorded runs advance (here by
+    the dropout's CPU draws, standing in for a device's)."""
+    cuda = _FakeCudaGenerators(monkeypatch)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    original_dropout = torch.nn.functional.dropout
+
+    def dropout(*args, **kwargs):
+        cuda.advance()
+        return original_dropout(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "dropout", dropout)
+    found = [s.clone() for s in cuda.states]
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    nimble.Nimble(model).prepare(x, training=True, loss_fn=torch.nn.MSELoss(), optimizer=opt,
+                                 example_targets=y)
+    assert all(torch.equal(a, b) for a, b in zip(cuda.states, found))
+
+
+def test_dropout_replayed_after_prepare_draws_eagers_masks_from_the_seed_set_before():
+    """On the CPU: seed, prepare, replay; eager from the same seed draws the same masks."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Dropout(0.5),
+                                torch.nn.Linear(16, 4))
+    x = torch.randn(8, 16)
+    torch.manual_seed(11)
+    fast = nimble.Nimble(model).prepare(x, training=True)
+    got = [fast(x) for _ in range(2)]
+    torch.manual_seed(11)
+    expected = [model(x) for _ in range(2)]
+    assert not torch.equal(expected[0], expected[1])
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
