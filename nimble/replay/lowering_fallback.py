@@ -72,7 +72,9 @@ def build_checked(build: Callable[[dict], object], options: dict, check: Callabl
         replay = build(options)
         check(replay)
         return replay
-    except (RuntimeError, ValueError, TypeError, IndexError, LoweringMismatch) as error:
+    except LoweringMismatch as error:
+        reason = str(error)
+    except (RuntimeError, ValueError, TypeError, IndexError) as error:
         reason = _culprit(error)
     warnings.warn(
         f"nimble: the CPU lowering failed on this model ({reason}); replaying it unlowered "
