@@ -122,7 +122,7 @@ class LayoutPlanner {
     // be plannable, or a reader that needs the model's layout (a view) would get the other.
     if (writes_first_argument(ops_[r]) || routed_.count(r)) return true;
     for (const c10::IValue& ret : ops_[r].returns) {
-      if (needs_planning(ret) && !plannable(ret.toTensor(), r)) return false;
+      if (needs_planning(ops_[r], ret) && !plannable(ret.toTensor(), r)) return false;
     }
     return true;
   }
@@ -200,9 +200,17 @@ class LayoutPlanner {
     return reads_it && !reads_a_view;
   }
 
-  // A 4-d result not already laid out both ways (1x1 pixels, one channel).
-  static bool needs_planning(const c10::IValue& ret) {
-    return is_four_d_tensor(ret) && !ret.toTensor().is_contiguous(at::MemoryFormat::ChannelsLast);
+  // Whether result `ret` of layout-free op `op`, reading a planned value, is replayed with
+  // other strides than recorded: a 4-d result not laid out both ways, and one laid out both
+  // ways (1x1 pixels, one channel) too, since ATen takes a 1x1 map of channels_last strides
+  // for channels_last and an adaptive pooling after it returns channels_last where the
+  // model's view needs NCHW (alexnet at 64x64). The spatial mean's kernel returns NCHW.
+  static bool needs_planning(const RecordedOp& op, const c10::IValue& ret) {
+    if (!is_four_d_tensor(ret)) return false;
+    const at::Tensor& t = ret.toTensor();
+    if (!t.is_contiguous(at::MemoryFormat::ChannelsLast)) return true;
+    return !is_spatial_mean(op) &&
+           t.strides() != at::IntArrayRef(c10::get_channels_last_strides_2d(t.sizes()));
   }
 
   bool writes(size_t r, const at::Tensor& value) const {
@@ -234,7 +242,7 @@ class LayoutPlanner {
     if (has_channels_last_kernel(ops_[r])) return true;
     if (depth >= kMaxElementwiseChain) return false;
     for (const c10::IValue& ret : ops_[r].returns) {
-      if (!needs_planning(ret)) continue;
+      if (!needs_planning(ops_[r], ret)) continue;
       for (size_t next : readers_after(ret.toTensor(), r))
         if (reader_gains(next, ret.toTensor(), depth + 1)) return true;
     }
@@ -315,7 +323,7 @@ class LayoutPlanner {
     }
     if (!routed_.insert(r).second) return;  // its results were planned by an earlier input
     for (c10::IValue& ret : op.returns) {
-      if (!needs_planning(ret)) continue;
+      if (!needs_planning(op, ret)) continue;
       const at::Tensor result = ret.toTensor();
       at::Tensor planned_result = channels_last_like(result);
       ret = planned_result;

@@ -91,10 +91,74 @@ void replace(std::vector<bool>& drop, std::vector<RecordedOp>& ops, const FusedP
   ops[product.last()] = std::move(fused);
 }
 
+void replace_read(c10::IValue& value,
+                  const std::unordered_map<const c10::TensorImpl*, at::Tensor>& replaced) {
+  if (value.isTensor()) {
+    const auto it = replaced.find(value.toTensor().unsafeGetTensorImpl());
+    if (it != replaced.end()) value = it->second;
+  } else if (value.isTensorList()) {
+    c10::List<at::Tensor> list = value.toTensorList();
+    for (size_t k = 0; k < list.size(); ++k) {
+      const auto it = replaced.find(list.get(k).unsafeGetTensorImpl());
+      if (it != replaced.end()) list.set(k, it->second);
+    }
+  }
+}
+
+// The view `view` returned of `base` where it lies on another storage, as a view of `base`;
+// undefined where it cannot be one (another dtype or storage size, `base` not dense).
+at::Tensor rebased_view(const at::Tensor& view, const at::Tensor& base,
+                        const CpuLoweringCallbacks& callbacks) {
+  if (!view.defined() || !view.has_storage() || storage_of(view) == storage_of(base) ||
+      view.scalar_type() != base.scalar_type() || !base.is_contiguous() ||
+      base.storage_offset() != 0 || view.storage().nbytes() != base.storage().nbytes() ||
+      callbacks.is_output(view) || callbacks.is_input(view))
+    return {};
+  return base.as_strided(view.sizes(), view.strides(), view.storage_offset());
+}
+
+// Batch-norm folding hands a view op (mixnet's channel `split`) the convolution's result in
+// place of the batch norm's, while the views it recorded still lie on the batch norm's
+// storage. The layout plan finds a value's readers by storage and would miss theirs, routing
+// the split but not the convolutions reading its pieces (which then read nothing: "Expected
+// Tensor but got None"). Such views become views of what the op reads; returns how many.
+size_t rebase_views(std::vector<RecordedOp>& ops, const CpuLoweringCallbacks& callbacks) {
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> replaced;
+  for (RecordedOp& op : ops) {
+    for (c10::IValue& arg : op.args) replace_read(arg, replaced);
+    for (c10::IValue& ret : op.returns) replace_read(ret, replaced);  // in-place ops' results
+    const auto& schema = op.handle.schema();
+    if (op.args.empty() || !op.args[0].isTensor() || schema.arguments().empty()) continue;
+    const auto& base_alias = schema.arguments()[0].alias_info();
+    if (!base_alias || base_alias->isWrite()) continue;
+    const at::Tensor base = op.args[0].toTensor();
+    for (size_t i = 0; i < op.returns.size() && i < schema.returns().size(); ++i) {
+      if (!schema.returns()[i].alias_info()) continue;
+      c10::IValue& ret = op.returns[i];
+      if (ret.isTensor()) {
+        const at::Tensor rebased = rebased_view(ret.toTensor(), base, callbacks);
+        if (!rebased.defined()) continue;
+        replaced.emplace(ret.toTensor().unsafeGetTensorImpl(), rebased);
+        ret = rebased;
+      } else if (ret.isTensorList()) {
+        c10::List<at::Tensor> list = ret.toTensorList();
+        for (size_t k = 0; k < list.size(); ++k) {
+          const at::Tensor rebased = rebased_view(list.get(k), base, callbacks);
+          if (!rebased.defined()) continue;
+          replaced.emplace(list.get(k).unsafeGetTensorImpl(), rebased);
+          list.set(k, rebased);
+        }
+      }
+    }
+  }
+  return replaced.size();
+}
+
 }  // namespace
 
 int lower_for_cpu_inference(std::vector<RecordedOp>& ops, const std::vector<FoldedBatchNorm>& folds,
                             const CpuLoweringCallbacks& callbacks) {
+  const size_t rebased = rebase_views(ops, callbacks);
   const int shuffles = fuse_channel_shuffles(ops, callbacks);
   const TraceAccess access(ops);
   std::vector<FusedConvolution> convs;
@@ -135,7 +199,7 @@ int lower_for_cpu_inference(std::vector<RecordedOp>& ops, const std::vector<Fold
   // Counted too: a trace with nothing else lowered (every weight computed) may still have
   // batch norms on channels_last values, and the caller renumbers only after a rewrite.
   const int channels_last_ops = lower_channels_last_ops(ops, callbacks);
-  return static_cast<int>(convs.size() + linears.size()) + channels_last_ops + shuffles;
+  return static_cast<int>(convs.size() + linears.size() + rebased) + channels_last_ops + shuffles;
 }
 
 }  // namespace nimble

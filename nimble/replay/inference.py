@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from . import lowering_fallback
 from .capture import build_replay, capture
 from .model_snapshot import ModelSnapshot, module_state
 from .structure import ExampleCall, OutputStructure
@@ -22,15 +23,21 @@ class InferenceReplay:
             captured = capture(module, snapshot, lambda _: module(*args, **kwargs))
         self.side_effects = captured.side_effects
         self.outputs, output_tensors = OutputStructure.split(captured.result)
-        self.replays = [
-            build_replay(
-                captured.recorder.trace.ops,
-                self.example_inputs,
-                module_state(module),
-                output_tensors,
-                **options,
-            )
-        ]
+        # Eager's results, before a replay writes into the tensors it returns.
+        references = [t.detach().clone() for t in output_tensors] if options.get(
+            "lower_for_cpu") else []
+        state = module_state(module)
+
+        def build(opts: dict):
+            return build_replay(captured.recorder.trace.ops, self.example_inputs, state,
+                                output_tensors, **opts)
+
+        def check(replay) -> None:
+            with self.snapshot():
+                lowering_fallback.expect_outputs(replay, self.example_inputs, references,
+                                                 lambda: _lowered_op_names(replay))
+
+        self.replays = [lowering_fallback.build_checked(build, options, check)]
 
     def snapshot(self) -> ModelSnapshot:
         """What a run on `example_inputs` changes: the model, and the inputs it writes."""
@@ -38,3 +45,12 @@ class InferenceReplay:
 
     def run_example(self) -> None:
         self.replays[0].run(self.example_inputs, False)
+
+
+def _lowered_op_names(replay) -> list[str]:
+    """The distinct ops of a lowered replay that are nimble's own (what the lowering put in)."""
+    names = []
+    for op in replay.ops():
+        if op["name"].startswith("nimble::") and op["name"] not in names:
+            names.append(op["name"])
+    return names

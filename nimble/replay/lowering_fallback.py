@@ -1,0 +1,102 @@
+"""The CPU lowering's safety net: a lowered program is kept only if it builds, runs and
+matches eager on the example; otherwise `prepare` replays the model unlowered and warns once,
+naming what failed. An optimisation must never turn a working model into an error."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Callable
+
+import torch
+
+# Lowered kernels reorder sums (blocked GEMMs, fused batch norms): float32 results differ from
+# eager by ~1e-6 of the output's scale on deep models. A wrong layout or a misread view differs
+# by the output's own scale, so the margin can be wide.
+RELATIVE_TOLERANCE = 1e-3
+
+_OP_NAME = re.compile(r"\b(?:aten|nimble|prims|torchvision)::\w+(?:\.\w+)?")
+
+
+def difference(outputs: list, references: list) -> tuple[int, float] | None:
+    """The first output (index, error relative to its scale) that differs from its reference
+    by more than RELATIVE_TOLERANCE of the reference's largest magnitude, or None.
+
+    Entries where eager has NaN or an infinity are not compared: a fused activation may turn an
+    input's NaN into a number (docs/cpu.md, NaN). A reference of zeros is compared against the
+    scale of all the references, and against 1 if every one is zero."""
+    scales = [_scale(r) for r in references]
+    overall = max(scales, default=0.0) or 1.0
+    for index, (out, ref) in enumerate(zip(outputs, references)):
+        if not isinstance(ref, torch.Tensor):
+            continue
+        if not isinstance(out, torch.Tensor) or out.shape != ref.shape:
+            return index, float("inf")
+        if not ref.is_floating_point():
+            if not torch.equal(out, ref):
+                return index, float("inf")
+            continue
+        finite = torch.isfinite(ref)
+        error = (out.double() - ref.double()).abs().masked_fill(~finite, 0.0)
+        if error.numel() == 0:
+            continue
+        worst = error.max().item()
+        scale = scales[index] or overall
+        if not worst <= RELATIVE_TOLERANCE * scale:  # a NaN where eager is finite fails too
+            return index, worst / scale
+    return None
+
+
+def _scale(t) -> float:
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
+        return 0.0
+    return t.detach().double().abs().masked_fill(~torch.isfinite(t), 0.0).max().item()
+
+
+def _culprit(error: BaseException) -> str:
+    """The op an error names, or its first line."""
+    text = str(error)
+    found = _OP_NAME.search(text)
+    first_line = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return f"{found.group(0)}: {first_line}" if found else first_line
+
+
+def build_checked(build: Callable[[dict], object], options: dict, check: Callable[[object], None]):
+    """`build(options)` with the CPU lowering, kept if `check(replay)` passes (it raises
+    `LoweringMismatch` or any error of the run); else `build` without the lowering, after a
+    one-line warning. Only the lowering is retried: an error of the unlowered build is the
+    model's own and propagates."""
+    if not options.get("lower_for_cpu"):
+        return build(options)
+    try:
+        replay = build(options)
+        check(replay)
+        return replay
+    except LoweringMismatch as error:
+        reason = str(error)
+    except (RuntimeError, ValueError, TypeError, IndexError) as error:
+        reason = _culprit(error)
+    warnings.warn(
+        f"nimble: the CPU lowering failed on this model ({reason}); replaying it unlowered "
+        f"(prepare(..., lower_for_cpu=False) does so without trying)",
+        stacklevel=4,
+    )
+    return build({**options, "lower_for_cpu": False, "tuned_convolutions": {}})
+
+
+class LoweringMismatch(Exception):
+    """The lowered replay's result on the example differs from eager's."""
+
+
+def expect_outputs(replay, inputs: list, references: list, op_names: Callable[[], list]) -> None:
+    """Runs `replay` on `inputs`; raises LoweringMismatch naming the lowered ops if its
+    outputs differ from `references`."""
+    outputs = replay.run(inputs, False)
+    found = difference(list(outputs), references)
+    if found is None:
+        return
+    index, relative = found
+    raise LoweringMismatch(
+        f"output {index} differs from eager by {relative:.3g} of its scale; lowered ops: "
+        f"{', '.join(op_names()) or 'none'}"
+    )

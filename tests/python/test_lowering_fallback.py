@@ -1,0 +1,145 @@
+"""The CPU lowering never turns a working model into an error: models it once broke replay
+lowered and equal to eager, and a lowering that fails to build, raises on the example or
+differs from eager falls back to the unlowered replay with a one-line warning."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+import nimble
+from layout_fuzz import assert_close_to_scale, realistic_weights_
+from nimble.replay import inference, lowering_fallback
+
+
+def _prepare_without_warnings(model, x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return nimble.Nimble(model).prepare(x, streams=1)
+
+
+def _lowered_ops(fast) -> list[str]:
+    return [op["name"] for op in fast.replay.ops() if op["name"].startswith("nimble::")]
+
+
+@pytest.mark.parametrize("name,size", [("alexnet", 64), ("alexnet", 96), ("vgg11", 32),
+                                       ("vgg11", 64)])
+def test_small_maps_under_an_upsampling_adaptive_pool(name, size):
+    """The feature map is smaller than AdaptiveAvgPool2d's output, and flatten views the
+    pooled value: it must reach the view in the model's layout."""
+    torch.manual_seed(0)
+    model = realistic_weights_(getattr(torchvision.models, name)()).eval()
+    x = torch.randn(1, 3, size, size)
+    with torch.no_grad():
+        want = model(x)
+        fast = _prepare_without_warnings(model, x)
+        assert "nimble::convolution_prepacked" in _lowered_ops(fast)
+        assert_close_to_scale(fast(x), want)
+        x2 = torch.randn(1, 3, size, size)
+        assert_close_to_scale(fast(x2), model(x2))
+
+
+@pytest.mark.parametrize("name", ["mixnet_s", "tf_mixnet_s"])
+def test_mixed_depthwise_kernels_split_and_concatenated(name):
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    model = realistic_weights_(timm.create_model(name, pretrained=False)).eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        want = model(x)
+        fast = _prepare_without_warnings(model, x)
+        assert "nimble::convolution_prepacked" in _lowered_ops(fast)
+        assert_close_to_scale(fast(x), want)
+
+
+def _small_net() -> nn.Module:
+    torch.manual_seed(0)
+    return realistic_weights_(nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 10),
+    )).eval()
+
+
+class _Broken:
+    """A lowered replay that misbehaves on its first runs (as a lowering bug would)."""
+
+    def __init__(self, replay, how: str) -> None:
+        self._replay, self._how = replay, how
+
+    def run(self, inputs, copy_outputs=True, *rest):
+        if self._how == "raise":
+            raise RuntimeError("aten::view: view size is not compatible (injected)")
+        return [2 * t + 1 for t in self._replay.run(inputs, copy_outputs, *rest)]
+
+    def __getattr__(self, name):
+        return getattr(self._replay, name)
+
+
+def _inject(monkeypatch, how: str) -> None:
+    real = inference.build_replay
+
+    def build_replay(*args, **options):
+        if options.get("lower_for_cpu") and how == "build":
+            raise RuntimeError("nimble::convolution_prepacked: cannot pack (injected)")
+        replay = real(*args, **options)
+        return _Broken(replay, how) if options.get("lower_for_cpu") else replay
+
+    monkeypatch.setattr(inference, "build_replay", build_replay)
+
+
+@pytest.mark.parametrize("how,named", [
+    ("build", "nimble::convolution_prepacked: cannot pack"),
+    ("raise", "aten::view: view size is not compatible"),
+    ("differ", "output 0 differs from eager"),
+])
+def test_a_broken_lowering_falls_back_with_a_warning(monkeypatch, how, named):
+    _inject(monkeypatch, how)
+    model = _small_net()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        with pytest.warns(UserWarning, match="CPU lowering failed") as caught:
+            fast = nimble.Nimble(model).prepare(x, streams=1)
+        messages = [str(w.message) for w in caught if "lowering failed" in str(w.message)]
+        assert len(messages) == 1 and "\n" not in messages[0] and named in messages[0]
+        assert not _lowered_ops(fast), "the fallback replays ATen's ops"
+        for _ in range(2):
+            x = torch.randn(2, 3, 16, 16)
+            assert_close_to_scale(fast(x), model(x))
+
+
+def test_a_working_lowering_is_kept_without_a_warning():
+    model = _small_net()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        fast = _prepare_without_warnings(model, x)
+        assert "nimble::convolution_prepacked" in _lowered_ops(fast)
+        assert_close_to_scale(fast(x), model(x))
+
+
+def test_the_unlowered_replay_is_never_checked():
+    """lower_for_cpu=False builds once and runs nothing at prepare."""
+    calls = []
+
+    def build(options):
+        calls.append(options)
+        return object()
+
+    lowering_fallback.build_checked(build, {"lower_for_cpu": False}, lambda r: calls.append("run"))
+    assert calls == [{"lower_for_cpu": False}]
+
+
+def test_difference_is_relative_to_the_scale():
+    ref = torch.tensor([1000.0, 0.0, float("nan")])
+    assert lowering_fallback.difference([ref + 0.5], [ref]) is None  # 5e-4 of the scale
+    assert lowering_fallback.difference([ref + 2.0], [ref])[0] == 0
+    tiny = torch.tensor([1e-9, -2e-9])
+    assert lowering_fallback.difference([tiny * (1 + 1e-5)], [tiny]) is None
+    assert lowering_fallback.difference([tiny * 2], [tiny]) is not None
+    # a NaN where eager is finite, a changed integer output, another shape
+    assert lowering_fallback.difference([torch.tensor([float("nan")])], [torch.tensor([1.0])])
+    assert lowering_fallback.difference([torch.tensor([1, 2])], [torch.tensor([1, 3])])
+    assert lowering_fallback.difference([torch.ones(2)], [torch.ones(3)])
