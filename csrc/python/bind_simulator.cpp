@@ -196,6 +196,10 @@ py::dict comparison_to_python(const Comparison& c) {
     run_dict["time_to_95_s"] = finite_or_none(r.time_to_95);
     run_dict["time_to_99_s"] = finite_or_none(r.time_to_99);
     run_dict["remeasured_final_ms"] = r.remeasured_final_seconds * 1e3;
+    py::list remeasured;
+    for (const CurvePoint& p : r.remeasured_curve)
+      remeasured.append(py::make_tuple(p.seconds, p.trials, p.model_seconds * 1e3));
+    run_dict["remeasured_curve"] = remeasured;
     runs.append(run_dict);
   }
   d["rows"] = rows;

@@ -63,18 +63,22 @@ def record(model_name: str, path: str, *, batch: int = 1, image_size: int = 64,
                         **options)
 
 
+def _prepared(model, example):
+    """The tasks of the tuner (nimble/tuning/tune.py): ATen's convolutions, the lowering off."""
+    from ..replay.wrapper import Nimble
+
+    return Nimble(model).prepare(example, streams=1, lower_for_cpu=False)
+
+
 def record_model(model, example, path: str, *, repeats: int = 5, min_repeat_seconds: float = 2e-3,
                  timeout_seconds: float = 2.0, seed: int = 0, progress: bool = True,
                  header: dict | None = None, note: str = "") -> dict:
     """`record` for any static module and its example input."""
     from .._C import kernels, tuning
-    from ..replay.wrapper import Nimble
 
     if repeats < 2:
         raise ValueError(f"repeats must be at least 2 (a spread needs two), got {repeats}")
-    # The tasks of the tuner (nimble/tuning/tune.py): ATen's convolutions, the lowering off.
-    fast = Nimble(model).prepare(example, streams=1, lower_for_cpu=False)
-    replay = fast.replay
+    replay = _prepared(model, example).replay
     spaces = tuning.trace_spaces(replay)
     if not spaces:
         raise ValueError("the model has no op a kernel family can replace (2-D float "

@@ -55,6 +55,12 @@ def test_budget_runs_out_and_identical_seeds_repeat(path):
         assert row["unfinished_runs"] == 2, row  # no run finished every task
     for ra, rb in zip(a["runs"], b["runs"]):
         assert ra["stop_reason"] == "budget"
+        # The curve the times are taken on: the tuner's, each task at its best config's record.
+        remeasured = ra["remeasured_curve"]
+        assert [p[:2] for p in remeasured] == [p[:2] for p in ra["curve"]]
+        assert remeasured[-1][2] == pytest.approx(ra["remeasured_final_ms"])
+        assert remeasured[0][2] == pytest.approx(
+            1e3 * sum(x["weight"] * x["baseline_seconds"] for x in t["tasks"]))
         assert ra["curve"] == rb["curve"]
         assert ra["final_model_ms"] < ra["initial_model_ms"]
     # The reference is a re-measured final that some run reached, never below the optimum.

@@ -35,8 +35,11 @@ SimulationOptions default_simulation_options();
 
 // `pool`: measure there (e.g. on workers holding a SimulatedModelMeasurer of the same model)
 // instead of in this process.
+// `remeasured`: on a trace, filled with the run's curve at recorded (noise-free) latencies: after
+// every measured batch, each task at the recorded median of its best configuration so far.
 TuningReport run_simulation(const SimulationOptions& options, TuningDatabase* database = nullptr,
-                            const ProgressCallback& progress = {}, MeasurePool* pool = nullptr);
+                            const ProgressCallback& progress = {}, MeasurePool* pool = nullptr,
+                            std::vector<CurvePoint>* remeasured = nullptr);
 
 struct ComparisonRun {
   std::string scheduler;
@@ -44,7 +47,9 @@ struct ComparisonRun {
   TuningReport report;
   double time_to_95 = 0;  // tuning seconds until 95% of the reference latency
   double time_to_99 = 0;
-  // On a trace: the run's final choices at their recorded (noise-free) latencies.
+  // On a trace: the run's curve and final latency re-measured (see run_simulation), on which
+  // the times to 95%/99% are taken.
+  std::vector<CurvePoint> remeasured_curve;
   double remeasured_final_seconds = 0;
 };
 
@@ -67,7 +72,8 @@ struct Comparison {
   std::vector<ComparisonRow> rows;
   std::vector<ComparisonRun> runs;
   // The latency runs are scored against: on a synthetic model each seed's best final latency;
-  // on a trace the best re-measured final latency of any run, the same for every seed.
+  // on a trace the best re-measured final latency of any run, the same for every seed (a
+  // lucky noise draw must not set a bar that no run really reached).
   double trace_reference_seconds = 0;
   double budget_seconds = 0;  // on a trace: the budget the runs had
 };

@@ -63,29 +63,23 @@ double exhaustive_seconds(const Trace& trace, int repeats) {
 
 TraceTruth::TraceTruth(const Trace& trace) {
   for (const TraceTask& t : trace.tasks) {
-    const KnobSpace space = trace_space(t);
-    Recorded& r = tasks_[t.signature];
-    r.baseline = t.baseline_seconds;
+    baselines_.push_back(t.baseline_seconds);
+    recorded_.emplace_back();
     double best = t.baseline_seconds;
     for (const TracePoint& p : t.points) {
       if (p.error != MeasureError::kNone) continue;
-      r.by_description[space.describe(p.config)] = p.seconds;
+      recorded_.back()[p.config] = p.seconds;
       best = std::min(best, p.seconds);
     }
+    baseline_ += t.weight * t.baseline_seconds;
     optimum_ += t.weight * best;
   }
 }
 
-double TraceTruth::task_seconds(const std::string& signature,
-                                const std::string& description) const {
-  const auto task = tasks_.find(signature);
-  if (task == tasks_.end())
-    throw std::invalid_argument("the trace has no task with signature " + signature);
-  const auto it = task->second.by_description.find(description);
-  const double recorded = it == task->second.by_description.end()
-                              ? std::numeric_limits<double>::infinity()
-                              : it->second;
-  return std::min(recorded, task->second.baseline);
+double TraceTruth::task_seconds(size_t task, const Config& config) const {
+  const auto& recorded = recorded_.at(task);
+  const auto it = recorded.find(config);
+  return it == recorded.end() ? baselines_[task] : std::min(it->second, baselines_[task]);
 }
 
 }  // namespace nimble::tuning

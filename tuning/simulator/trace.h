@@ -57,23 +57,22 @@ KnobSpace trace_space(const TraceTask& task);
 // finishing every task can at most take.
 double exhaustive_seconds(const Trace& trace, int repeats);
 
-// What a trace says a tuned model runs at, without measurement noise: how a run's final
-// choices are re-measured before runs are scored against each other.
+// What a trace says a tuned model runs at, without measurement noise: how runs are re-measured
+// before they are scored against each other.
 class TraceTruth {
  public:
   explicit TraceTruth(const Trace& trace);
-  // The recorded median of the task's configuration `describe`d as its space does (a report's
-  // best_config), or the task's baseline when that is faster or the description is unknown.
-  double task_seconds(const std::string& signature, const std::string& description) const;
+  // The recorded median of the task's configuration, or the task's baseline when that is
+  // faster or the configuration did not run.
+  double task_seconds(size_t task, const Config& config) const;
+  double baseline_model_seconds() const { return baseline_; }
   // Sum over tasks of weight x the fastest recorded configuration (or the baseline if faster).
   double optimum_model_seconds() const { return optimum_; }
 
  private:
-  struct Recorded {
-    double baseline = 0;
-    std::map<std::string, double> by_description;
-  };
-  std::map<std::string, Recorded> tasks_;
+  std::vector<double> baselines_;
+  std::vector<std::map<Config, double>> recorded_;
+  double baseline_ = 0;
   double optimum_ = 0;
 };
 

@@ -32,7 +32,9 @@ std::vector<MeasureResult> TraceMeasurer::measure(const std::vector<Config>& bat
       continue;
     }
     std::mt19937_64 rng(seed_ * 1000003ULL ^ ConfigHash{}(batch[i]));
-    std::normal_distribution<double> normal(0, p.noise);
+    // The log-normal whose relative standard deviation is the recorded one: a spread of 3 (a
+    // loaded machine's stalls) gives a wide, right-skewed tail, not a symmetric one.
+    std::normal_distribution<double> normal(0, std::sqrt(std::log1p(p.noise * p.noise)));
     time_with_policy(
         repeats,
         [&] {

@@ -1,7 +1,8 @@
 #pragma once
-// Answers a candidate's measurement from a trace: its recorded median, with log-normal noise
-// of its recorded spread on every repeat, and its recorded cost (setup plus one recorded repeat
-// per repeat the policy asks for), so that the adaptive evaluator's cuts pay off as they would.
+// Answers a candidate's measurement from a trace: its recorded median times log-normal noise of
+// its recorded relative spread on every repeat, and its recorded cost (setup plus one recorded
+// repeat per repeat the policy asks for), so that the adaptive evaluator's cuts pay off as they
+// would.
 #include <cstdint>
 #include <memory>
 #include <unordered_map>

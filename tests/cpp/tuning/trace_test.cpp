@@ -61,12 +61,13 @@ TraceTask grid_task(const std::string& name, double weight, double best_ms, doub
   return t;
 }
 
-// Four tasks; the last one in the model's order holds most of what tuning can gain.
+// Four tasks; the last one in the model's order holds nearly all of what tuning can gain, so
+// that reaching 99% of the best latency means finding its best configuration.
 std::shared_ptr<const Trace> skewed_trace() {
   auto trace = std::make_shared<Trace>();
   trace->model = "test";
   for (int i = 0; i < 3; ++i)
-    trace->tasks.push_back(grid_task("small" + std::to_string(i), 1, 0.9, 1.0, 1.0));
+    trace->tasks.push_back(grid_task("small" + std::to_string(i), 1, 0.09, 0.1, 0.1));
   trace->tasks.push_back(grid_task("big", 2, 2.0, 30.0, 30.0));
   return trace;
 }
