@@ -207,8 +207,12 @@ def command(args, common_kwargs) -> int:
     except (OSError, ValueError) as e:
         print(f"python -m nimble tune: --trace: {e}", file=sys.stderr)
         return 2
-    # The real tuner's slot (nimble/tuning/tune.py): the trace's costs are real ones.
-    args.slot_seconds = 3.0 if args.slot_seconds is None else args.slot_seconds
+    # The real tuner's slot (nimble/tuning/tune.py), the trace's costs being real ones; shorter
+    # on a trace so small that its budget would hold fewer than 20 slots.
+    budget = (args.budget_seconds if math.isfinite(args.budget_seconds)
+              else tuning.trace_budget_seconds(trace, adaptive=not args.no_adaptive))
+    if args.slot_seconds is None:
+        args.slot_seconds = float(f"{min(3.0, budget / 20):.2g}")
     schedulers = [s for s in args.schedulers.split(",") if s] or tuning.scheduler_names()
     seeds = list(range(5 if args.seeds is None else args.seeds))
     started = time.monotonic()

@@ -18,12 +18,14 @@ from nimble.tuning import trace
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 SHIPPED = sorted(TRACES.glob("*.jsonl*"))
+# Replayed by the slower tests: the others (mobilenet_v2: 31 tasks) are only checked for shape.
+REPLAYED = [p for p in SHIPPED if p.name.startswith("resnet18")]
 # Quick searches: what the tuner's defaults would do, with a smaller sampler and annealer.
 FAST = dict(mcmc_steps=100, mcmc_samples=50, threads=2)
 
 
 def test_shipped_traces_are_small_and_complete():
-    assert len(SHIPPED) >= 2
+    assert len(SHIPPED) >= 3 and len(REPLAYED) >= 2
     for path in SHIPPED:
         assert path.stat().st_size < 100_000, path
         t = trace.load(str(path))
@@ -42,7 +44,7 @@ def _compare(t: dict, schedulers, seeds, **kwargs) -> dict:
                           **FAST, **kwargs)
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+@pytest.mark.parametrize("path", REPLAYED, ids=[p.stem for p in REPLAYED])
 def test_budget_runs_out_and_identical_seeds_repeat(path):
     t = trace.load(str(path))
     budget = tuning.trace_budget_seconds(t)
@@ -72,7 +74,7 @@ def test_budget_runs_out_and_identical_seeds_repeat(path):
 def test_a_restricted_space_replays_too():
     """The prepacked family alone (4 configurations a task) out of a recording of every family:
     the simulator does not care how big a space is."""
-    full = trace.load(str(SHIPPED[0]))
+    full = trace.load(str(TRACES / "resnet18_64.jsonl.gz"))
 
     def prepacked(task, i):
         labels = task["knobs"][0]["labels"]
@@ -90,7 +92,7 @@ def test_a_restricted_space_replays_too():
 def test_command_line_compares_on_a_trace():
     done = subprocess.run(
         [sys.executable, "-m", "nimble", "tune", "--simulate", "--compare", "--trace",
-         str(SHIPPED[0]), "--seeds", "2", "--schedulers", "sequential,dynatune",
+         str(TRACES / "resnet18_64.jsonl.gz"), "--seeds", "2", "--schedulers", "sequential,dynatune",
          "--mcmc-steps", "100"],
         capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert done.returncode == 0, done.stderr
