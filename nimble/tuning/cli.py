@@ -8,6 +8,8 @@ A model's own kernels (`--model`), measured on this machine, or a simulated mode
     python -m nimble tune --simulate --scheduler dynatune --seed 0
     python -m nimble tune --simulate --compare --seeds 5 --plot compare.png
     python -m nimble tune --models torchvision:resnet18,torchvision:mobilenet_v2 --workers 2
+    python -m nimble tune --record-trace r18.jsonl --model torchvision:resnet18
+    python -m nimble tune --simulate --compare --trace r18.jsonl --seeds 5
 """
 
 from __future__ import annotations
@@ -76,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None,
                    help="plot the latency-over-time curve(s) to a PNG file (needs nimble[plot])")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--record-trace", default=None, metavar="FILE.jsonl",
+                   help="with --model: measure every configuration of every task once and write "
+                        "the trace (docs/tuning.md, \"Traces\")")
+    p.add_argument("--trace", default=None, metavar="FILE.jsonl",
+                   help="with --simulate --compare: replay this recorded trace instead of "
+                        "synthetic models (default budget: a third of exhausting it)")
     workers.add_arguments(p)
     return p
 
@@ -209,6 +217,7 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.export or args.import_ or args.best:
         return _database_command(args)
+
     if not args.simulate and not args.model and not args.models:
         print("python -m nimble tune: give --model torchvision:NAME (real kernels), --simulate "
               "or --models A,B,C; see --help", file=sys.stderr)
@@ -231,6 +240,10 @@ def main(argv: list[str]) -> int:
         print("python -m nimble tune: --compare runs in this process; drop --workers",
               file=sys.stderr)
         return 2
+    if args.record_trace or args.trace:
+        from .trace import command
+
+        return command(args, _common_kwargs)
     try:
         return _dispatch(args)
     except ImportError as e:  # workers without the ray extra

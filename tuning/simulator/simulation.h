@@ -1,12 +1,14 @@
 #pragma once
 // Tuning runs on simulated models: one scheduler on one model, or every scheduler on the same
 // models side by side (the benchmark behind `python -m nimble tune --simulate --compare`).
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tuning/database/tuning_database.h"
 #include "tuning/scheduler/scheduler_factory.h"
 #include "tuning/simulator/simulated_model.h"
+#include "tuning/simulator/trace.h"
 #include "tuning/tuner/model_tuner.h"
 
 namespace nimble::tuning {
@@ -19,22 +21,36 @@ struct SimulationOptions {
   // Trial budget per task when tuner.budget_trials is 0; also the sequential scheduler's
   // per-task share, as an AutoTVM user would set n_trial.
   long trials_per_task = 400;
+  // Replay this recorded model instead of a synthetic one; model.seed then seeds only the
+  // measurement noise (and the search and scheduler), model.tasks is ignored.
+  std::shared_ptr<const Trace> trace;
 };
+
+// The budget a comparison on a trace gets unless told otherwise: a third of what measuring
+// every recorded configuration once, as recorded, takes, so that no run can finish every task.
+double default_trace_budget_seconds(const Trace& trace, const SimulationOptions& options);
 
 // Simulations default to what makes runs comparable and reproducible: measurement time only.
 SimulationOptions default_simulation_options();
 
 // `pool`: measure there (e.g. on workers holding a SimulatedModelMeasurer of the same model)
 // instead of in this process.
+// `remeasured`: on a trace, filled with the run's curve at recorded (noise-free) latencies: after
+// every measured batch, each task at the recorded median of its best configuration so far.
 TuningReport run_simulation(const SimulationOptions& options, TuningDatabase* database = nullptr,
-                            const ProgressCallback& progress = {}, MeasurePool* pool = nullptr);
+                            const ProgressCallback& progress = {}, MeasurePool* pool = nullptr,
+                            std::vector<CurvePoint>* remeasured = nullptr);
 
 struct ComparisonRun {
   std::string scheduler;
   uint64_t seed = 0;
   TuningReport report;
-  double time_to_95 = 0;  // tuning seconds until 95% of the seed's best final latency
+  double time_to_95 = 0;  // tuning seconds until 95% of the reference latency
   double time_to_99 = 0;
+  // On a trace: the run's curve and final latency re-measured (see run_simulation), on which
+  // the times to 95%/99% are taken.
+  std::vector<CurvePoint> remeasured_curve;
+  double remeasured_final_seconds = 0;
 };
 
 struct ComparisonRow {
@@ -46,11 +62,20 @@ struct ComparisonRow {
   double median_overhead_share = 0;         // scheduler wall time / tuning time
   double median_scheduler_ms_per_slot = 0;
   double median_cold_time_share = 0;
+  // Spread over seeds: the fastest and the slowest seed (infinity: some seed never got there).
+  double min_time_to_95 = 0, max_time_to_95 = 0;
+  double min_time_to_99 = 0, max_time_to_99 = 0;
+  int unfinished_runs = 0;  // runs that stopped with tasks unfinished (a budget ran out)
 };
 
 struct Comparison {
   std::vector<ComparisonRow> rows;
   std::vector<ComparisonRun> runs;
+  // The latency runs are scored against: on a synthetic model each seed's best final latency;
+  // on a trace the best re-measured final latency of any run, the same for every seed (a
+  // lucky noise draw must not set a bar that no run really reached).
+  double trace_reference_seconds = 0;
+  double budget_seconds = 0;  // on a trace: the budget the runs had
 };
 
 // Every scheduler on the model of every seed; `threads` runs go in parallel.

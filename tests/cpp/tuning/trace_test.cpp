@@ -1,0 +1,177 @@
+// Traces replayed by the simulator: spaces limited to the recorded configurations, measurements
+// answered from the record (noise seeded per configuration, recorded costs), and schedulers
+// compared on them under a budget that runs out.
+#include "tuning/simulator/trace.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "tuning/measure/adaptive_evaluator.h"
+#include "tuning/scheduler/scheduler_factory.h"
+#include "tuning/simulator/simulation.h"
+#include "tuning/simulator/trace_measurer.h"
+
+namespace nimble::tuning {
+namespace {
+
+// A task over two families: "grid" with 16 x 4 configs whose time falls smoothly towards one
+// corner (its best is `best_ms`, its worst about 8x that), and "flat" with 8 configs all at
+// `flat_ms`. Config (grid, x=3, y=1) failed when it was recorded.
+TraceTask grid_task(const std::string& name, double weight, double best_ms, double flat_ms,
+                    double baseline_ms) {
+  TraceTask t;
+  t.name = name;
+  t.signature = "trace/" + name;
+  t.group = "conv";
+  t.flops = 1e8;
+  t.weight = weight;
+  t.baseline_seconds = baseline_ms * 1e-3;
+  t.knobs = {{"family", "choice", {}, {"grid", "flat"}, "", {}},
+             {"grid.x",
+              "int",
+              {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+              {},
+              "family",
+              {"grid"}},
+             {"grid.y", "pow2", {1, 2, 4, 8}, {}, "family", {"grid"}},
+             {"flat.z", "int", {1, 2, 3, 4, 5, 6, 7, 8}, {}, "family", {"flat"}}};
+  for (int x = 0; x < 16; ++x)
+    for (int y = 0; y < 4; ++y) {
+      TracePoint p;
+      p.config = {0, x, y, 0};
+      p.seconds = best_ms * 1e-3 * (1 + 0.4 * x + 0.3 * (3 - y));
+      p.noise = 0.02;
+      p.setup_seconds = 0.05;
+      p.repeat_seconds = 0.01;
+      if (x == 3 && y == 1) p.error = MeasureError::kRuntime;
+      t.points.push_back(p);
+    }
+  for (int z = 0; z < 8; ++z) {
+    TracePoint p;
+    p.config = {1, 0, 0, z};
+    p.seconds = flat_ms * 1e-3;
+    p.noise = 0.02;
+    p.setup_seconds = 0.05;
+    p.repeat_seconds = 0.01;
+    t.points.push_back(p);
+  }
+  return t;
+}
+
+// Four tasks; the last one in the model's order holds nearly all of what tuning can gain, so
+// that reaching 99% of the best latency means finding its best configuration.
+std::shared_ptr<const Trace> skewed_trace() {
+  auto trace = std::make_shared<Trace>();
+  trace->model = "test";
+  for (int i = 0; i < 3; ++i)
+    trace->tasks.push_back(grid_task("small" + std::to_string(i), 1, 0.09, 0.1, 0.1));
+  trace->tasks.push_back(grid_task("big", 2, 2.0, 30.0, 30.0));
+  return trace;
+}
+
+SimulationOptions fast_options() {
+  SimulationOptions o = default_simulation_options();
+  o.tuner.slot_seconds = 2;
+  o.tuner.search.annealing.chains = 16;
+  o.tuner.search.annealing.steps = 10;
+  o.scheduler_options.dynatune.belief.mcmc.steps = 100;
+  o.scheduler_options.dynatune.belief.mcmc.samples = 50;
+  return o;
+}
+
+TEST(TraceSpace, ProposesOnlyRecordedConfigs) {
+  const TraceTask task = grid_task("t", 1, 1, 1, 1);
+  const KnobSpace space = trace_space(task);
+  std::set<Config> recorded;
+  for (const TracePoint& p : task.points) recorded.insert(p.config);
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 500; ++i) {
+    const Config c = space.random_config(rng);
+    EXPECT_TRUE(recorded.count(c)) << config_to_json(c);
+    EXPECT_TRUE(recorded.count(space.neighbor(c, rng)));
+  }
+}
+
+TEST(TraceSpace, RefusesAConfigItsKnobsCannotHold) {
+  TraceTask task = grid_task("t", 1, 1, 1, 1);
+  task.points[0].config = {0, 16, 0, 0};  // grid.x has 16 values
+  EXPECT_THROW(trace_space(task), std::invalid_argument);
+  TraceTask gaps = grid_task("t", 1, 1, 1, 1);
+  gaps.knobs[2].values = {1, 2, 8, 16};  // not a power-of-two range
+  EXPECT_THROW(trace_space(gaps), std::invalid_argument);
+}
+
+TEST(TraceMeasurer, AnswersFromTheRecordWithSeededNoiseAndRecordedCost) {
+  auto trace = std::make_shared<Trace>();
+  trace->tasks.push_back(grid_task("t", 1, 1, 1, 1));
+  TraceMeasurer a(trace, 0, 7), b(trace, 0, 7), other(trace, 0, 8);
+  const FixedRepeats four(4);
+  const std::vector<Config> batch = {{0, 2, 3, 0}, {0, 3, 1, 0}};
+  const auto ra = a.measure(batch, four);
+  const auto rb = b.measure({batch[0]}, four);  // alone: its noise does not depend on the batch
+  ASSERT_TRUE(ra[0].ok());
+  EXPECT_EQ(ra[0].seconds, rb[0].seconds);
+  EXPECT_NE(ra[0].seconds, other.measure({batch[0]}, four)[0].seconds);
+  EXPECT_NEAR(ra[0].cost_seconds, 0.05 + 4 * 0.01, 1e-12);
+  for (const double s : ra[0].seconds) EXPECT_NEAR(s / 1.8e-3, 1, 0.1);
+  EXPECT_EQ(ra[1].error, MeasureError::kRuntime);
+  EXPECT_NEAR(ra[1].cost_seconds, 0.05, 1e-12);
+  EXPECT_EQ(a.measure({{0, 0, 0, 5}}, four)[0].error, MeasureError::kCompile);  // not recorded
+}
+
+TEST(TraceSimulation, DefaultBudgetIsAThirdOfExhaustingTheTraceAndRunsOut) {
+  SimulationOptions o = fast_options();
+  o.trace = skewed_trace();
+  o.scheduler = "round-robin";
+  o.model.seed = 1;
+  const double budget = default_trace_budget_seconds(*o.trace, o);
+  EXPECT_NEAR(budget, exhaustive_seconds(*o.trace, 2) / 3, 1e-9);
+  const TuningReport r = run_simulation(o);
+  EXPECT_EQ(r.stop_reason, "budget");
+  EXPECT_GE(r.tuning_seconds, budget);
+  int unfinished = 0;
+  for (const TaskSummary& t : r.tasks) unfinished += !t.finished;
+  EXPECT_GT(unfinished, 0);
+  EXPECT_LT(r.final_model_seconds, r.initial_model_seconds);
+}
+
+TEST(TraceSimulation, IdenticalSeedsGiveIdenticalRuns) {
+  SimulationOptions o = fast_options();
+  o.trace = skewed_trace();
+  o.model.seed = 3;
+  const TuningReport a = run_simulation(o), b = run_simulation(o);
+  ASSERT_EQ(a.curve.size(), b.curve.size());
+  for (size_t i = 0; i < a.curve.size(); ++i) {
+    EXPECT_EQ(a.curve[i].seconds, b.curve[i].seconds);
+    EXPECT_EQ(a.curve[i].model_seconds, b.curve[i].model_seconds);
+  }
+  o.model.seed = 4;
+  const TuningReport c = run_simulation(o);
+  EXPECT_NE(c.final_model_seconds, a.final_model_seconds);
+}
+
+TEST(TraceComparison, DynaTuneReachesTheBestSoonerThanSequentialWhenOneTaskHoldsTheGain) {
+  SimulationOptions o = fast_options();
+  o.trace = skewed_trace();
+  const Comparison c = compare_schedulers({"sequential", "dynatune"}, {0, 1, 2}, o, 2);
+  ASSERT_EQ(c.rows.size(), 2u);
+  const TraceTruth truth(*o.trace);
+  EXPECT_GE(c.trace_reference_seconds, truth.optimum_model_seconds() * (1 - 1e-12));
+  for (const ComparisonRun& r : c.runs) {
+    EXPECT_GE(r.remeasured_final_seconds, c.trace_reference_seconds);
+    EXPECT_EQ(r.report.stop_reason, "budget") << r.scheduler;
+  }
+  const ComparisonRow& sequential = c.rows[0];
+  const ComparisonRow& dynatune = c.rows[1];
+  EXPECT_EQ(sequential.unfinished_runs, 3);
+  EXPECT_LT(dynatune.median_time_to_99, sequential.median_time_to_99);
+  EXPECT_LE(dynatune.min_time_to_99, dynatune.median_time_to_99);
+  EXPECT_LE(dynatune.median_time_to_99, dynatune.max_time_to_99);
+  EXPECT_NE(comparison_table(c).find("| dynatune | "), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nimble::tuning
