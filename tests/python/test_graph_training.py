@@ -81,8 +81,10 @@ def _batches(backend, steps=None):
 
 
 # Adam's device form (torch's capturable arithmetic) rounds otherwise than its host form: on
-# the twin, each tensor within this much of its own scale after the steps of a test.
-DEVICE_FORM_RELATIVE = 1e-5
+# the twin, each tensor within this much of its own scale after the steps of a test. Its
+# float32 bias corrections are off by up to 5e-5 (1 - 0.999 in float32), and a tensor
+# Adam moved from zero (a batch norm's bias) carries that relative error whole.
+DEVICE_FORM_RELATIVE = 1e-4
 
 
 def assert_close_to_scale(got, expected, what="", relative=DEVICE_FORM_RELATIVE):
