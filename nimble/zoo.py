@@ -12,11 +12,20 @@ on the host, so they run through `torch.compile(backend="nimble")`, not `prepare
 `timm:NAME` is any model of `timm` (the test extra), built with `pretrained=False`; a model
 made for one image size (its `fixed_input_size`, vision transformers and MLP mixers mostly) gets
 that size whatever `image_size` asks.
+
+Every model gets `realistic_weights`: the libraries' own initialisations leave some outputs at
+about zero (torchvision's mobilenet_v2 logits 1e-9, efficientnet_b0 5e-14; ConvNeXt's layer
+scale 1e-6), where a comparison with eager passes for an all-zero or stale result.
 """
 
 from __future__ import annotations
 
+import math
+import re
+from typing import Callable
+
 import torch
+from torch import nn
 
 # The models the correctness suite and the benchmarks cover.
 TORCHVISION_MODELS = [
@@ -45,6 +54,85 @@ TIMM_MODELS = [
 
 # Smallest image side a model accepts, where it is above what callers usually ask for.
 _MIN_IMAGE_SIZE = {"inception_v3": 75}
+
+
+_PRODUCTS = (nn.modules.conv._ConvNd, nn.Linear)
+_NORMS = (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm)
+# Layer-scale parameters, or modules holding one (torchvision's ConvNeXt, timm's LayerScale,
+# XCiT, ResMLP, PoolFormer, ...): the libraries start them at 1e-6 or 1e-5, as if the residual
+# branch were not there.
+_LAYER_SCALE = re.compile(r"gamma\w*|layer_scale\w*|ls\d*")
+
+
+def realistic_weights(model: nn.Module, run: Callable[[], object], seed: int = 0) -> nn.Module:
+    """Gives `model` weights whose activations and outputs are of order one, as a trained
+    model's are; deterministic from `seed`, the global random state untouched. Convolution and
+    linear weights ~N(0, 1/fan_in) and biases U(-0.1, 0.1), then, in one call of `run()` (the
+    model on a typical input), each such layer scaled where it first runs so that its output's
+    root mean square is 1: through residual stacks, squeeze-excite gates and attention the
+    activations stay O(1) and every branch reaches the output. Batch and layer norms get
+    affine weights U(0.5, 1.5), biases U(-0.2, 0.2), running means U(-0.2, 0.2) and variances
+    U(0.5, 2); constant layer-scale gammas become 1, gates started at zero U(0.5, 1.5)."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def uniform(t: torch.Tensor, low: float, high: float) -> None:
+        t.copy_(torch.rand(t.shape, generator=generator) * (high - low) + low)
+
+    def normal(t: torch.Tensor, std: float) -> None:
+        t.copy_(torch.randn(t.shape, generator=generator) * std)
+
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, _PRODUCTS):
+                transposed = isinstance(module, nn.modules.conv._ConvTransposeNd)
+                fan_in = module.weight.shape[0] if transposed else module.weight[0].numel()
+                normal(module.weight, 1 / math.sqrt(fan_in))
+            elif isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None:
+                normal(module.in_proj_weight, 1 / math.sqrt(module.embed_dim))
+            elif isinstance(module, _NORMS):
+                if getattr(module, "running_var", None) is not None:
+                    uniform(module.running_mean, -0.2, 0.2)
+                    uniform(module.running_var, 0.5, 2.0)
+                if getattr(module, "weight", None) is not None:
+                    uniform(module.weight, 0.5, 1.5)
+                    uniform(module.bias, -0.2, 0.2)
+                continue
+            for name in ("bias", "in_proj_bias"):
+                if isinstance(getattr(module, name, None), torch.Tensor):
+                    uniform(getattr(module, name), -0.1, 0.1)
+        for name, p in model.named_parameters():
+            if p.numel() < 2 or not bool((p == p.flatten()[0]).all()):
+                continue  # drawn above, or not a constant the library set
+            parts = name.split(".")
+            if any(_LAYER_SCALE.fullmatch(part) for part in parts):
+                p.fill_(1.0)
+            elif parts[-1] == "weight" and p.flatten()[0] == 0:
+                uniform(p, 0.5, 1.5)  # a gate started at zero (ConvNeXt-V2's response norm)
+
+    scaled: set[int] = set()
+
+    def unit_output(module, inputs, output):
+        if id(module) in scaled or not isinstance(output, torch.Tensor):
+            return None
+        scaled.add(id(module))
+        rms = output.detach().double().pow(2).mean().sqrt().item()
+        if not (rms > 0 and math.isfinite(rms)):
+            return None
+        module.weight.div_(rms)
+        if module.bias is not None:
+            module.bias.div_(rms)
+        # A plain product is linear in (weight, bias); a subclass (timm's weight-standardised
+        # convolutions) is run again.
+        return output / rms if type(module) in (nn.Conv1d, nn.Conv2d, nn.Linear) else module.forward(*inputs)
+
+    hooks = [m.register_forward_hook(unit_output) for m in model.modules() if isinstance(m, _PRODUCTS)]
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return model
 
 
 def check_spec(spec: str) -> None:
@@ -134,7 +222,9 @@ def build_call(spec: str, batch: int = 1, image_size: int = 64, sequence: int = 
     if family == "hf":
         torch.manual_seed(seed)
         model, kwargs = _hf(name, batch, sequence)
-        return model.eval(), (), kwargs
+        model.eval()
+        realistic_weights(model, lambda: model(**kwargs), seed)
+        return model, (), kwargs
     model, example = build(spec, batch=batch, image_size=image_size, seed=seed)
     return model, (example,), {}
 
@@ -155,4 +245,8 @@ def build(spec: str, batch: int = 1, image_size: int = 64, seed: int = 0, num_cl
                                                  batch_first=True)
         model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
         example = torch.randn(batch, 16, 64)
-    return model.eval(), example
+    model.eval()
+    # Scaled on a batch of two other inputs: the example's own numbers are not special.
+    typical = torch.randn((2,) + tuple(example.shape[1:]), generator=torch.Generator().manual_seed(seed))
+    realistic_weights(model, lambda: model(typical), seed)
+    return model, example

@@ -12,6 +12,8 @@ import os
 import pytest
 import torch
 
+from nimble.testing import assert_matches_eager
+
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 BACKENDS = [pytest.param("cuda", marks=needs_gpu), "cpu-graph"]
@@ -31,9 +33,10 @@ def assert_matches(got, expected, backend: str, what: str = "") -> None:
     """The twin calls eager's CPU kernels, though not always eager's fused paths (the
     Transformer encoder's fast path differs from its traced ops in the last bits). On a
     GPU, kernels may differ from eager's (other algorithms inside a graph); float32 without
-    TF32 stays far inside these bounds. Training suites compare exactly where they can."""
-    tolerance = dict(rtol=1e-5, atol=1e-5) if backend == "cpu-graph" else dict(rtol=2e-3, atol=2e-3)
-    torch.testing.assert_close(got, expected, **tolerance, msg=lambda m: f"{what}: {m}")
+    TF32 stays far inside these bounds. Relative to eager's scale, which must not be about
+    zero (nimble/testing.py). Training suites compare exactly where they can."""
+    assert_matches_eager(got, expected, tolerance=1e-5 if backend == "cpu-graph" else 2e-3,
+                         what=what)
 
 
 def check_calls(model, fast, example, backend: str, calls: int = 2) -> None:

@@ -3,6 +3,7 @@
 import torch
 
 import nimble
+from nimble.testing import assert_matches_eager
 from nimble.zoo import build
 
 
@@ -16,7 +17,7 @@ def test_folding_removes_batch_norms_and_matches_eager():
     x = torch.randn_like(example)
     with torch.no_grad():
         # Folding reassociates float math: equal up to rounding, not bitwise.
-        torch.testing.assert_close(folded(x), model(x), rtol=1e-4, atol=1e-4)
+        assert_matches_eager(folded(x), model(x))
 
 
 def test_folded_weights_follow_parameter_updates():
@@ -28,7 +29,7 @@ def test_folded_weights_follow_parameter_updates():
         model[1].weight.copy_(torch.randn(4))
     x = torch.randn(1, 3, 8, 8)
     with torch.no_grad():
-        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-5)
+        assert_matches_eager(fast(x), model(x))
 
 
 def test_batch_norm_whose_input_is_read_elsewhere_is_not_folded():
@@ -49,4 +50,4 @@ def test_batch_norm_whose_input_is_read_elsewhere_is_not_folded():
     assert any("batch_norm" in op["name"] for op in fast.replay.ops())
     x = torch.randn(1, 3, 4, 4)
     with torch.no_grad():
-        torch.testing.assert_close(fast(x), model(x))
+        assert_matches_eager(fast(x), model(x), tolerance=1e-5)

@@ -11,6 +11,7 @@ import torch
 import torchvision
 
 import nimble
+from nimble.testing import assert_matches_eager
 
 ATEN_COPIES = {"aten::clone", "aten::transpose.int", "aten::view", "aten::cat", "aten::cat.out"}
 
@@ -30,7 +31,7 @@ def _check(model, x, fused: int | None = None):
         expected = model(x)
     got = fast(x)
     assert got.shape == expected.shape and got.stride() == expected.stride()
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert_matches_eager(got, expected)
     return ops
 
 
@@ -115,7 +116,7 @@ def test_a_shuffle_whose_views_are_read_elsewhere_keeps_atens_ops():
     with torch.no_grad():
         expected = model(x)
     for g, e in zip(fast(x), expected):
-        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+        assert_matches_eager(g, e)
 
 
 class PieceReadByAnActivation(torch.nn.Module):
@@ -147,7 +148,7 @@ def test_a_shuffle_outside_the_planned_layout_runs_the_generic_op():
     assert "nimble::channel_shuffle" in fast.schedule["ops"]
     got = fast(a, b)
     assert got.is_contiguous()
-    torch.testing.assert_close(got, reference_shuffle(torch.cat([a, b], dim=1), 2) + 1)
+    assert_matches_eager(got, reference_shuffle(torch.cat([a, b], dim=1), 2) + 1, tolerance=1e-5)
 
 
 def test_lowering_off_keeps_atens_ops():
@@ -155,7 +156,7 @@ def test_lowering_off_keeps_atens_ops():
     x = torch.randn(1, 3, 8, 8)
     fast = nimble.Nimble(model).prepare(x, lower_for_cpu=False)
     assert not any("channel_shuffle" in n for n in fast.schedule["ops"])
-    torch.testing.assert_close(fast(x), model(x))
+    assert_matches_eager(fast(x), model(x), tolerance=1e-5)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last", "pieces"])
@@ -197,4 +198,4 @@ def test_weights_changed_after_prepare_are_seen_through_the_shuffles():
         model.blocks[1].branch[5].weight.data = torch.randn_like(model.blocks[1].branch[5].weight)
         model.blocks[1].branch[1].running_var.add_(1.0)  # a folded batch norm's statistic
         expected = model(x)
-    torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-5)
+    assert_matches_eager(fast(x), expected)

@@ -14,6 +14,7 @@ import torch
 from torch._dynamo.utils import counters
 
 import nimble
+from nimble.testing import assert_matches_eager
 from nimble.zoo import build, build_call
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -64,7 +65,7 @@ def test_transformers_models_match_eager(spec):
         for seed in (0, 1, 2):
             call = kwargs if seed == 0 else other_call(kwargs, seed)
             # Linear layers are lowered to oneDNN and prepacked BLAS calls (docs/cpu.md).
-            torch.testing.assert_close(compiled(**call)[0], model(**call)[0], rtol=1e-4, atol=1e-4)
+            assert_matches_eager(compiled(**call)[0], model(**call)[0], what=f"{spec} seed {seed}")
     expected_graphs, breaks = HF_GRAPHS[spec]
     print(f"{spec}: {graphs()} graphs, {graph_breaks()} graph breaks, "
           f"{counters['nimble']['ops_replayed']} ops replayed")
@@ -82,7 +83,7 @@ def test_bert_with_a_mask_is_refused_by_prepare_and_replayed_through_compile():
     compiled = torch.compile(model, backend="nimble", options=STRICT)
     with torch.no_grad():
         expected = model(**kwargs).last_hidden_state
-        torch.testing.assert_close(compiled(**kwargs).last_hidden_state, expected)
+        assert_matches_eager(compiled(**kwargs).last_hidden_state, expected, tolerance=1e-5)
     assert counters["nimble"]["programs_prepared"] == 1
 
 
@@ -99,7 +100,7 @@ def test_zoo_models_match_eager(spec):
             torch.manual_seed(seed)
             x = torch.randn_like(example)
             # Convolutions are lowered to oneDNN and MKL calls (passes/cpu_lowering.h).
-            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+            assert_matches_eager(compiled(x), model(x), what=f"{spec} seed {seed}")
     assert counters["nimble"]["programs_prepared"] == graphs() == 1
     assert graph_breaks() == 0
 
@@ -122,7 +123,7 @@ def test_options_reach_prepare():
             torch._dynamo.reset()
             counters.clear()
             compiled = torch.compile(model, backend="nimble", options={**STRICT, **options})
-            torch.testing.assert_close(compiled(example), expected, rtol=1e-4, atol=1e-4)
+            assert_matches_eager(compiled(example), expected)
             assert counters["nimble"]["programs_prepared"] == 1
             if "fold_batchnorm" in options:  # each batch norm folded into its convolution
                 assert counters["nimble"]["ops_replayed"] < plain_ops

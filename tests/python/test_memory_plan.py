@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import nimble
+from nimble.testing import assert_matches_eager
 from nimble.zoo import build
 
 
@@ -20,8 +21,7 @@ def test_planned_buffers_shrink_and_replay_stays_exact(spec, streams):
         x = torch.randn_like(example)
         with torch.no_grad():
             expected = model(x)
-        tol = {} if streams == 1 else {"rtol": 1e-4, "atol": 1e-4}
-        torch.testing.assert_close(fast(x), expected, **tol)
+        assert_matches_eager(fast(x), expected, tolerance=1e-5 if streams == 1 else 1e-4)
 
 
 def test_planning_can_be_switched_off():
@@ -48,7 +48,7 @@ def test_outputs_never_share_storage_with_later_buffers():
     x = torch.randn(4, 8)
     with torch.no_grad():
         expected = model(x)
-    torch.testing.assert_close(fast(x), expected)
+    assert_matches_eager(fast(x), expected, tolerance=1e-5)
 
 
 def test_large_results_can_be_left_to_the_allocator():
@@ -89,11 +89,11 @@ def test_pool_keeps_peak_memory_at_eager_or_below(spec):
     fast = nimble.Nimble(model).prepare(example)
     # Eager's encoder layers take a fused fast path, and convolutions are lowered to oneDNN
     # (passes/cpu_lowering.h): equal up to rounding only.
-    tol = {} if spec.startswith("transformer") else {"rtol": 1e-4, "atol": 1e-5}
+    tolerance = 1e-5 if spec.startswith("transformer") else 1e-4
     x = torch.randn_like(example)
     with torch.no_grad():
         expected = model(x)
-    torch.testing.assert_close(fast(x), expected, **tol)  # the recorded replay
+    assert_matches_eager(fast(x), expected, tolerance=tolerance)  # the recorded replay
     pool = fast.memory["pool"]
     # Requests: tensors ops allocate; moved buffers: `.out` buffers (squeezenet's lowered
     # program has none left, its concatenations being nimble's kernels).
@@ -102,7 +102,7 @@ def test_pool_keeps_peak_memory_at_eager_or_below(spec):
         x = torch.randn_like(example)
         with torch.no_grad():
             expected = model(x)
-        torch.testing.assert_close(fast(x), expected, **tol)
+        assert_matches_eager(fast(x), expected, tolerance=tolerance)
     pool = fast.memory["pool"]
     assert pool["served_last"] == pool["planned_requests"] and pool["fallbacks_last"] == 0
     # The block holds what eager's peak on the same ops holds; the outputs handed to the
@@ -155,7 +155,7 @@ def test_pool_only_for_one_stream_and_buffers_return_when_streams_change():
     fast.replay.set_streams(2)
     assert fast.memory["pool"] is None
     assert fast.memory["resident_bytes"] == fast.memory["buffer_bytes"]
-    torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-4)
+    assert_matches_eager(fast(x), expected)
     fast.replay.set_streams(1)
     for _ in range(2):
         torch.testing.assert_close(fast(x), expected, rtol=0, atol=0)

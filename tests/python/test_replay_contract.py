@@ -240,14 +240,30 @@ class FailsInForward(torch.nn.Module):
         raise ValueError("the user's own error")
 
 
+class SeesTheCollector(torch.nn.Linear):
+    """Records whether Python's cycle collector was on each time it ran."""
+
+    def __init__(self):
+        super().__init__(4, 4)
+        self.collector_on = []
+
+    def forward(self, x):
+        import gc
+
+        self.collector_on.append(gc.isenabled())
+        return super().forward(x)
+
+
 @pytest.mark.parametrize("enabled", [True, False])
-def test_prepare_leaves_pythons_cycle_collector_as_it_found_it(enabled):
+def test_prepare_pauses_pythons_cycle_collector_and_leaves_it_as_it_found_it(enabled):
     # prepare pauses the collector while it captures (docs/replays.md), and puts it back.
     import gc
 
     (gc.enable if enabled else gc.disable)()
     try:
-        nimble.Nimble(torch.nn.Linear(4, 4).eval()).prepare(torch.randn(2, 4))
+        model = SeesTheCollector().eval()
+        nimble.Nimble(model).prepare(torch.randn(2, 4))
+        assert model.collector_on and not any(model.collector_on)  # paused in every run
         assert gc.isenabled() == enabled
         with pytest.raises(ValueError, match="the user's own error"):
             nimble.Nimble(FailsInForward()).prepare(torch.randn(2, 4))

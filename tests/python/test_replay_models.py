@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import nimble
+from nimble.testing import assert_matches_eager
 from nimble.zoo import ALL_MODELS, build
 
 
@@ -19,4 +20,4 @@ def test_replay_matches_eager(spec, batch):
             expected = model(x)
         # Convolutions are lowered to oneDNN and MKL calls with batch norms folded
         # (passes/cpu_lowering.h): equal up to float rounding.
-        torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-3)
+        assert_matches_eager(fast(x), expected, what=f"{spec} seed {seed}")

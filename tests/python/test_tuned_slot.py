@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import nimble
+from nimble.testing import assert_matches_eager
 from nimble import zoo
 from nimble._C import kernels, tuning
 from nimble.tuning.curves import time_to_reach
@@ -84,7 +85,7 @@ def test_linear_layers_are_tuned_and_bound_with_eager_results(tmp_path):
     for seed in (1, 2):
         x = torch.randn(5, 40, generator=torch.Generator().manual_seed(seed))
         with torch.no_grad():
-            torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
+            assert_matches_eager(fast(x), model(x), tolerance=1e-5)
 
 
 @pytest.mark.parametrize("activation, fused", [(torch.nn.ReLU(inplace=True), " +relu"),
@@ -111,7 +112,7 @@ def test_an_activation_after_a_linear_layer_into_a_buffer_is_fused_when_in_place
     for seed in (1, 2):
         x = torch.randn(5, 40, generator=torch.Generator().manual_seed(seed))
         with torch.no_grad():
-            torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
+            assert_matches_eager(fast(x), model(x), tolerance=1e-5)
 
 
 def test_tune_records_every_measurement_and_binding_gives_eager_results(tmp_path):
@@ -140,7 +141,7 @@ def test_tune_records_every_measurement_and_binding_gives_eager_results(tmp_path
     with torch.no_grad():
         for _ in range(3):
             x2 = torch.randn_like(x)
-            torch.testing.assert_close(fast(x2), model(x2), rtol=1e-4, atol=1e-5)
+            assert_matches_eager(fast(x2), model(x2))
 
     fast.use_tuned(None)
     assert kernels.bound_kernels(fast.replay) == [] and fast.tuned_report() == []
@@ -166,7 +167,7 @@ def test_a_kernel_is_bound_only_when_measured_faster_than_aten_by_min_speedup(tm
     for r in fast.use_tuned(db):
         assert r["bound"] == (r["aten_ms"] >= r["tuned_ms"]), r
     with torch.no_grad():
-        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-5)
+        assert_matches_eager(fast(x), model(x))
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18", "shufflenet_v2_x1_0"])
@@ -197,7 +198,7 @@ def test_tuned_replays_of_real_models_match_eager(tmp_path, name, streams, fold)
         assert absorbed == []  # a batch norm sits between a convolution and its activation
     with torch.no_grad():
         x2 = torch.randn_like(x)
-        torch.testing.assert_close(fast(x2), model(x2), rtol=1e-4, atol=1e-4)
+        assert_matches_eager(fast(x2), model(x2))
 
 
 def test_prepare_binds_from_a_database_and_records_of_other_machines_need_asking(tmp_path):
@@ -224,7 +225,7 @@ def test_prepare_binds_from_a_database_and_records_of_other_machines_need_asking
     assert all(r["bound"] for r in report)
     assert all("another device: cpu Some Other CPU" in r["reason"] for r in report if r["bound"])
     with torch.no_grad():
-        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-5)
+        assert_matches_eager(fast(x), model(x))
 
 
 def test_a_second_run_resumes_and_never_measures_a_config_twice(tmp_path):
