@@ -16,10 +16,14 @@ namespace nimble::cuda {
 // Streams per priority in torch's pool (c10/cuda/CUDAStream.cpp, kStreamsPerPool).
 inline constexpr int kPoolStreamsPerPriority = 32;
 
-// `count` distinct pool streams of `device`.
+// `count` distinct pool streams of `device`. Stream 0, which carries the plan's critical
+// path (scheduling/physical_streams.h), is a high-priority one: torch instantiates graphs
+// with cudaGraphInstantiateFlagUseNodePriority, and a captured kernel node keeps the
+// priority of the stream it was captured on, so the critical path's kernels go first when
+// side branches compete with them for the GPU.
 inline std::vector<c10::cuda::CUDAStream> pool_streams(int count, c10::DeviceIndex device) {
-  return take_distinct_streams<c10::cuda::CUDAStream>(count, kPoolStreamsPerPriority, [&](int) {
-    return c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device);
+  return take_distinct_streams<c10::cuda::CUDAStream>(count, kPoolStreamsPerPriority, [&](int s) {
+    return c10::cuda::getStreamFromPool(/*isHighPriority=*/s == 0, device);
   });
 }
 
