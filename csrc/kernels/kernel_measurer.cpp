@@ -12,6 +12,7 @@
 #ifdef NIMBLE_WITH_CUDA
 #include "csrc/kernels/cuda/device_timing.h"
 #endif
+#include "csrc/kernels/cuda/fp32_reference.h"
 
 namespace nimble::kernels {
 namespace {
@@ -138,6 +139,7 @@ KernelMeasurer::KernelMeasurer(std::shared_ptr<const KernelSpace> space, Measure
   options_.device = space_->op().device;
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   operands_ = space_->op().random_operands(options_.seed);
+  const cuda::Fp32Reference exact_fp32;
   reference_ = space_->op().aten(operands_);
 }
 

@@ -115,7 +115,11 @@ void ProgramBuilder::add_op(const std::string& qualified_name, const std::string
     const c10::IValue& value = returns[r];
     const bool tensor_like = value.isTensor() || value.isTensorList() || value.isNone() ||
                              (value.isList() && value.toListRef().empty());
-    if (!tensor_like) {
+    // A SymInt return is a size (flash and cuDNN attention return their max sequence
+    // lengths): it comes from shapes, which a static model keeps, and a replay ignores it.
+    const bool size =
+        value.isInt() && schema.returns()[r].real_type()->kind() == c10::TypeKind::SymIntType;
+    if (!tensor_like && !size) {
       throw NotStatic("nimble cannot replay op " + op_name(handle) + ": it returns a " +
                       value.tagKind() +
                       " computed while the model runs, which a replay cannot "

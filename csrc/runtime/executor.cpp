@@ -15,6 +15,15 @@
 
 namespace nimble {
 
+c10::MempoolId_t new_graph_pool(const Program& program) {
+#ifdef NIMBLE_WITH_CUDA
+  if (program_device(program).is_cuda()) return at::cuda::graph_pool_handle();
+#else
+  (void)program;
+#endif
+  return {0, 0};
+}
+
 std::unique_ptr<Executor> make_executor(const Program& program, ProgramState& state,
                                         const ExecutorOptions& options) {
   if (!options.stress_delays_us.empty() && options.stress_delays_us.size() != program.ops.size()) {
@@ -23,8 +32,9 @@ std::unique_ptr<Executor> make_executor(const Program& program, ProgramState& st
   }
   if (program_device(program).is_cuda()) {
 #ifdef NIMBLE_WITH_CUDA
-    return std::make_unique<CudaGraphExecutor>(
-        program, state, plan_graph_streams(program, options.streams), options.stress_delays_us);
+    return std::make_unique<CudaGraphExecutor>(program, state,
+                                               plan_graph_streams(program, options.streams),
+                                               options.graph_pool, options.stress_delays_us);
 #else
     throw std::invalid_argument(
         "the program uses CUDA tensors but nimble was built without its CUDA backend "

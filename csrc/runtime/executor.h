@@ -3,6 +3,8 @@
 // state (its slot values, bound kernels, replaced arguments). Backends (CPU
 // threads-as-streams, CUDA graphs) differ in how; the Replay around them owns the program,
 // the state, inputs, outputs and locking, and outlives its executor.
+#include <c10/core/Allocator.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -87,7 +89,16 @@ struct ExecutorOptions {
   // Tests: run a CPU program with a CUDA graph's semantics (runtime/cpu/cpu_graph_executor.h),
   // so that what a graph would get wrong shows without a GPU.
   bool graph_twin = false;
+  // CUDA: the memory pool every capture of one Replay allocates from (an at::cuda::MempoolId_t,
+  // set by the Replay, not by users): a re-capture (a moved parameter, new scalars) reuses the
+  // memory of the graph it replaces instead of stranding a private pool per capture. {0, 0}: a
+  // pool of the graph's own.
+  c10::MempoolId_t graph_pool{0, 0};
 };
+
+// A memory pool for the CUDA graphs of one replay of `program` (torch's graph_pool_handle);
+// {0, 0} for programs that are not on CUDA.
+c10::MempoolId_t new_graph_pool(const Program& program);
 
 // Measured on googlenet on an H100: 2 streams gained 1.29x over one, 4 1.57x, 8 1.65x.
 inline constexpr int kMaxDefaultCudaStreams = 8;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
 #include <unordered_set>
 
 #include "csrc/errors.h"
@@ -45,7 +46,8 @@ Replay::Replay(BuiltProgram built, const ExecutorOptions& options, ExecutorFacto
       options_(options),
       make_executor_(std::move(make)),
       aliasing_(program_),
-      state_watch_(program_, state_) {
+      state_watch_(program_, state_),
+      graph_pool_(new_graph_pool(program_)) {
   rebuild_executor();
 }
 
@@ -56,8 +58,20 @@ void Replay::set_state_names(const std::vector<std::pair<at::Tensor, std::string
 
 void Replay::rebuild_executor() {
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  executor_.reset();  // its worker threads and streams go before the new ones start
-  executor_ = make_executor_(program_, state_, options_);
+  ExecutorOptions options = options_;
+  options.graph_pool = graph_pool_;
+  // Built beside the old executor, which stays when the build fails. A failed build may
+  // have written the slots the old one uses (a graph's warm-up makes new outputs, then
+  // drops its transients): they are put back as the old one left them.
+  std::vector<c10::IValue> values = state_.values;
+  std::unique_ptr<Executor> built;
+  try {
+    built = make_executor_(program_, state_, options);
+  } catch (...) {
+    state_.values = std::move(values);
+    throw;
+  }
+  executor_ = std::move(built);
   addresses_recorded_ = executor_->reuses_outputs();
   // An executor that reuses its outputs has its input addresses baked in too (a graph):
   // inputs are copied there instead of bound.
@@ -99,7 +113,30 @@ void Replay::check_state() {
 
 void Replay::follow_state() {
   // An executor may hold the old addresses (a CUDA graph records them): it is built anew.
-  if (state_watch_.follow(state_, addresses_recorded_, pre_check_.get())) rebuild_executor();
+  // When that fails, the old one would read memory the model no longer uses: it goes, and
+  // the next call builds again (or raises again).
+  if (state_watch_.follow(state_, addresses_recorded_, pre_check_.get())) {
+    try {
+      rebuild_executor();
+    } catch (...) {
+      executor_.reset();
+      throw;
+    }
+  }
+}
+
+const Executor& Replay::executor() const {
+  if (!executor_) {
+    throw std::runtime_error(
+        "this replay has no executor: building it again after the model changed failed (see "
+        "the error of that call); the next call builds it again");
+  }
+  return *executor_;
+}
+
+Executor& Replay::ready_executor() {
+  if (!executor_) rebuild_executor();
+  return *executor_;
 }
 
 void Replay::copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound) {
@@ -143,17 +180,18 @@ std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool 
   follow_state();
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   for (FoldedBatchNorm& fold : state_.folds) fold.refresh_if_stale();
+  Executor& executor = ready_executor();
   {
     const InputBinding::Scope bound = bind_inputs(inputs);
     copy_in(inputs, bound);
-    executor_->run();
+    executor.run();
     copy_back(inputs, bound);
   }
   std::vector<at::Tensor> outputs;
   outputs.reserve(program_.outputs.size());
   for (size_t i = 0; i < program_.outputs.size(); ++i) {
     const at::Tensor& value = state_.values[program_.outputs[i]].toTensor();
-    const bool reused = program_.output_reuses_storage[i] || executor_->reuses_outputs();
+    const bool reused = program_.output_reuses_storage[i] || executor.reuses_outputs();
     const bool copy = copy_outputs && (copy_first < 0 || static_cast<int>(i) < copy_first);
     outputs.push_back(copy && reused ? copy_of(value) : value);
   }
@@ -161,7 +199,7 @@ std::vector<at::Tensor> Replay::run(const std::vector<at::Tensor>& inputs, bool 
   // until the next replay overwrites them would hold two generations at once. An
   // executor that reuses its outputs (a CUDA graph) writes into the same tensors on every
   // replay and never makes them again: those stay.
-  if (!executor_->reuses_outputs()) {
+  if (!executor.reuses_outputs()) {
     for (int slot : program_.outputs) {
       if (!program_.slots[slot].is_stable()) state_.values[slot] = c10::IValue();
     }
@@ -228,13 +266,29 @@ void Replay::set_scalars(const std::vector<double>& values) {
                    std::to_string(values.size()));
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  bool changed = false;
+  std::vector<double> previous;
+  previous.reserve(values.size());
+  for (const ScalarPlace& place : scalar_places_) {
+    const c10::IValue& arg = state_.ops[place.traced_op].args[place.arg].second;
+    const c10::IValue& old = place.elem >= 0 ? arg.toListRef()[place.elem] : arg;
+    previous.push_back(old.isTensor() ? old.toTensor().item<double>() : old.toDouble());
+  }
+  write_scalars(values);
+  // A graph keeps the numbers it was built with: new ones need it built again. When that
+  // fails, the old graph stays with the numbers it has.
+  if (previous == values || !executor_ || !executor_->bakes_scalars()) return;
+  try {
+    rebuild_executor();
+  } catch (...) {
+    write_scalars(previous);
+    throw;
+  }
+}
+
+void Replay::write_scalars(const std::vector<double>& values) {
   for (size_t i = 0; i < values.size(); ++i) {
     const ScalarPlace& place = scalar_places_[i];
     c10::IValue& arg = state_.ops[place.traced_op].args[place.arg].second;
-    const c10::IValue& old = place.elem >= 0 ? arg.toListRef()[place.elem] : arg;
-    changed =
-        changed || (old.isTensor() ? old.toTensor().item<double>() : old.toDouble()) != values[i];
     if (place.elem >= 0) {
       arg.toList().set(place.elem, c10::IValue(values[i]));
     } else if (arg.isTensor()) {
@@ -243,8 +297,6 @@ void Replay::set_scalars(const std::vector<double>& values) {
       arg = c10::IValue(values[i]);
     }
   }
-  // A graph keeps the numbers it was built with: new ones need it built again.
-  if (changed && executor_->bakes_scalars()) rebuild_executor();
 }
 
 void Replay::set_executor_options(const ExecutorOptions& options) {
@@ -256,7 +308,6 @@ void Replay::set_executor_options(const ExecutorOptions& options) {
   } catch (...) {
     // The replay keeps working as it did (e.g. a capture the device refused).
     options_ = previous;
-    rebuild_executor();
     throw;
   }
 }
@@ -279,7 +330,6 @@ void Replay::set_kernels(std::vector<std::shared_ptr<const KernelOverride>> kern
     rebuild_executor();
   } catch (...) {
     for (size_t i = 0; i < program_.ops.size(); ++i) state_.ops[i].kernel = previous[i];
-    rebuild_executor();
     throw;
   }
 }
@@ -287,14 +337,15 @@ void Replay::set_kernels(std::vector<std::shared_ptr<const KernelOverride>> kern
 Replay::Memory Replay::memory() {
   std::lock_guard<std::mutex> lock(mutex_);
   Memory m;
-  m.pool = executor_->pool_stats();
+  const Executor& executor = ready_executor();
+  m.pool = executor.pool_stats();
   // Buffers share storages (planned, or in the pool's block): count each once.
   std::unordered_set<const c10::StorageImpl*> seen;
   for (size_t s = 0; s < program_.slots.size(); ++s) {
     if (program_.slots[s].role != SlotRole::kBuffer) continue;
     const c10::Storage& storage = state_.values[s].toTensor().storage();
     if (!seen.insert(storage.unsafeGetStorageImpl()).second) continue;
-    if (executor_->pool_owns(storage.data())) continue;
+    if (executor.pool_owns(storage.data())) continue;
     m.resident_bytes += static_cast<int64_t>(storage.nbytes());
   }
   if (m.pool) m.resident_bytes += m.pool->block_bytes;
@@ -309,10 +360,11 @@ Replay::TimedRun Replay::run_timed(const std::vector<at::Tensor>& inputs) {
   const auto start = std::chrono::steady_clock::now();
   for (FoldedBatchNorm& fold : state_.folds) fold.refresh_if_stale();
   TimedRun run;
+  Executor& executor = ready_executor();
   {
     const InputBinding::Scope bound = bind_inputs(inputs);
     copy_in(inputs, bound);
-    run.ops = executor_->run_timed();
+    run.ops = executor.run_timed();
     copy_back(inputs, bound);
   }
   run.total_ns =

@@ -92,7 +92,9 @@ class Replay {
 
   const Program& program() const { return program_; }
   const ProgramState& state() const { return state_; }
-  const Executor& executor() const { return *executor_; }
+  // Throws std::runtime_error while there is none (building it again after the model
+  // changed failed; the next call tries again).
+  const Executor& executor() const;
 
  private:
   void check_inputs(const std::vector<at::Tensor>& inputs) const;
@@ -101,7 +103,12 @@ class Replay {
   void copy_in(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound);
   void copy_back(const std::vector<at::Tensor>& inputs, const InputBinding::Scope& bound);
   InputBinding::Scope bind_inputs(const std::vector<at::Tensor>& inputs) const;
+  // Builds the executor anew; when that fails, the old one stays (with the state's values
+  // as it left them) and the error propagates.
   void rebuild_executor();
+  // The executor, built first if a failed rebuild left none.
+  Executor& ready_executor();
+  void write_scalars(const std::vector<double>& values);
 
   const Program program_;
   ProgramState state_;
@@ -111,6 +118,7 @@ class Replay {
   std::unique_ptr<InputBinding> binding_;  // none for backends with fixed addresses
   InputAliasing aliasing_;
   StateWatch state_watch_;
+  c10::MempoolId_t graph_pool_;  // ExecutorOptions::graph_pool, one per replay
   // The executor reads data addresses it recorded (a CUDA graph): a storage whose data moved
   // under the same storage object must be seen too.
   bool addresses_recorded_ = false;

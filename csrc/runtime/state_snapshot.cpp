@@ -4,6 +4,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -53,6 +54,19 @@ at::Tensor generator_state(at::Generator generator) {
 
 }  // namespace
 
+std::vector<at::Generator> explicit_generators(const Program& program) {
+  std::vector<at::Generator> found;
+  for (const OpNode& op : program.ops) {
+    for (const Arg& arg : op.args) {
+      if (arg.kind != Arg::Kind::kConstant || !arg.constant.isGenerator()) continue;
+      const at::Generator generator = arg.constant.toGenerator();
+      if (std::find(found.begin(), found.end(), generator) == found.end())
+        found.push_back(generator);
+    }
+  }
+  return found;
+}
+
 StateSnapshot::StateSnapshot(const Program& program, const ProgramState& state) {
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   const std::unordered_set<const void*> written = written_storages(program, state);
@@ -72,10 +86,15 @@ StateSnapshot::StateSnapshot(const Program& program, const ProgramState& state) 
   std::vector<c10::Device> devices = {c10::Device(c10::DeviceType::CPU)};
   const c10::Device device = program_device(program);
   if (!device.is_cpu()) devices.push_back(device);
-  for (const c10::Device& d : devices) {
-    const at::Generator generator = at::globalContext().defaultGenerator(d);
-    generators_.emplace_back(generator, generator_state(generator));
+  std::vector<at::Generator> generators;
+  for (const c10::Device& d : devices)
+    generators.push_back(at::globalContext().defaultGenerator(d));
+  for (const at::Generator& generator : explicit_generators(program)) {
+    if (std::find(generators.begin(), generators.end(), generator) == generators.end())
+      generators.push_back(generator);
   }
+  for (const at::Generator& generator : generators)
+    generators_.emplace_back(generator, generator_state(generator));
 }
 
 void StateSnapshot::restore() {

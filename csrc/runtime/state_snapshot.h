@@ -7,8 +7,9 @@
 // every tensor that outlives a replay (parameters, buffers, optimizer state, inputs,
 // constants) and that some op writes, declared or not (`native_batch_norm` updates its
 // running statistics without an alias annotation), and the states of the generators the
-// program draws from; `restore` puts everything back in place (same tensors, same
-// storages). What no op writes is not copied: an inference program's weights are not.
+// program draws from (the default ones, and those passed to ops as arguments); `restore` puts
+// everything back in place (same tensors, same storages). What no op writes is not copied: an
+// inference program's weights are not.
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
@@ -20,16 +21,21 @@
 
 namespace nimble {
 
+// The generators passed to ops of `program` as arguments, each once, in op order.
+std::vector<at::Generator> explicit_generators(const Program& program);
+
 class StateSnapshot {
  public:
   // Copies, from `state`, the input, state and constant tensors that ops of `program`
-  // write, and the default generators' states of the CPU and of the program's device.
+  // write, and the states of the default generators of the CPU and of the program's device
+  // and of the generators the program's ops are given (`torch.randn(..., generator=g)`).
   StateSnapshot(const Program& program, const ProgramState& state);
 
   // Writes the copies back (into the same tensors) and the generators' states.
   void restore();
 
   int num_tensors() const { return static_cast<int>(tensors_.size()); }
+  int num_generators() const { return static_cast<int>(generators_.size()); }
 
  private:
   std::vector<std::pair<at::Tensor, at::Tensor>> tensors_;  // (live tensor, its copy)

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <limits>
 #include <queue>
+#include <stdexcept>
 
 namespace nimble::scheduling {
 
@@ -10,9 +11,16 @@ namespace {
 
 class HopcroftKarp {
  public:
-  HopcroftKarp(int left, int right, const std::vector<std::pair<int, int>>& edges)
+  HopcroftKarp(int left, int right, const std::vector<std::pair<int, int>>& edges,
+               const std::vector<std::pair<int, int>>& preferred)
       : adj_(left), match_left_(left, -1), match_right_(right, -1), dist_(left), next_edge_(left) {
     for (const auto& [l, r] : edges) adj_[l].push_back(r);
+    for (const auto& [l, r] : preferred) {
+      if (match_left_[l] >= 0 || match_right_[r] >= 0)
+        throw std::invalid_argument("preferred edges share a vertex: not a matching");
+      match_left_[l] = r;
+      match_right_[r] = l;
+    }
   }
 
   std::vector<int> solve() {
@@ -95,8 +103,9 @@ class HopcroftKarp {
 }  // namespace
 
 std::vector<int> maximum_bipartite_matching(int left, int right,
-                                            const std::vector<std::pair<int, int>>& edges) {
-  return HopcroftKarp(left, right, edges).solve();
+                                            const std::vector<std::pair<int, int>>& edges,
+                                            const std::vector<std::pair<int, int>>& preferred) {
+  return HopcroftKarp(left, right, edges, preferred).solve();
 }
 
 }  // namespace nimble::scheduling

@@ -23,4 +23,9 @@ std::vector<std::vector<int>> successors(const Dag& dag);
 // the DAG's width (its largest set of mutually independent nodes), found in O(V + E).
 int widest_level(const Dag& dag);
 
+// A longest path (by number of nodes), in order: with ops of similar cost, the chain that
+// bounds the replay's time however many streams run beside it. Among equally long paths,
+// the one that starts at the smallest node, continuing at the smallest successor.
+std::vector<int> critical_path(const Dag& dag);
+
 }  // namespace nimble::scheduling

@@ -22,12 +22,16 @@ PhysicalSchedule fold_streams(const Dag& dag, const StreamAssignment& a, int max
   PhysicalSchedule s;
   s.num_streams = std::max(1, std::min(max_streams, a.num_logical_streams));
 
-  // Longest logical streams first, each onto the least loaded physical stream.
+  // The critical logical stream first (onto physical stream 0), then the longest logical
+  // streams first, each onto the least loaded physical stream.
   std::vector<int> size(a.num_logical_streams, 0);
   for (int l : a.logical_stream) ++size[l];
   std::vector<int> order(a.num_logical_streams);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return size[x] > size[y]; });
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+    if ((x == a.critical_stream) != (y == a.critical_stream)) return x == a.critical_stream;
+    return size[x] > size[y];
+  });
   std::vector<int> physical_of(a.num_logical_streams, 0);
   std::vector<int> load(s.num_streams, 0);
   for (int l : order) {

@@ -19,6 +19,7 @@ struct PhysicalSchedule {
 };
 
 // max_streams >= 1. Throws std::invalid_argument otherwise or on a mismatched assignment.
+// Physical stream 0 holds the assignment's critical logical stream (and whatever shares it).
 PhysicalSchedule fold_streams(const Dag& dag, const StreamAssignment& assignment, int max_streams);
 
 // The number of physical streams worth running: no more than the cores, nor than the

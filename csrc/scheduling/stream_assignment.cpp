@@ -1,5 +1,7 @@
 #include "csrc/scheduling/stream_assignment.h"
 
+#include <algorithm>
+
 #include "csrc/scheduling/bipartite_matching.h"
 #include "csrc/scheduling/transitive_reduction.h"
 
@@ -9,7 +11,11 @@ StreamAssignment assign_streams(const Dag& dag) {
   StreamAssignment a;
   a.meg_edges = transitive_reduction(dag);  // validates the DAG
   const int n = dag.num_nodes;
-  const std::vector<int> next = maximum_bipartite_matching(n, n, a.meg_edges);
+  // Every edge of a longest path is in the reduction (a detour would make the path longer).
+  const std::vector<int> path = critical_path(dag);
+  std::vector<std::pair<int, int>> path_edges;
+  for (size_t i = 1; i < path.size(); ++i) path_edges.emplace_back(path[i - 1], path[i]);
+  const std::vector<int> next = maximum_bipartite_matching(n, n, a.meg_edges, path_edges);
   std::vector<bool> has_prev(n, false);
   for (int u = 0; u < n; ++u) {
     if (next[u] >= 0) has_prev[next[u]] = true;
@@ -25,6 +31,11 @@ StreamAssignment assign_streams(const Dag& dag) {
   for (const auto& [u, v] : a.meg_edges) {
     if (next[u] != v) a.logical_syncs.emplace_back(u, v);
   }
+  std::vector<int> on_path(a.num_logical_streams, 0);
+  for (int v : path) ++on_path[a.logical_stream[v]];
+  if (!path.empty())
+    a.critical_stream =
+        static_cast<int>(std::max_element(on_path.begin(), on_path.end()) - on_path.begin());
   return a;
 }
 

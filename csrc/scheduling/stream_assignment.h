@@ -18,6 +18,10 @@ struct StreamAssignment {
   int num_logical_streams = 0;
   std::vector<std::pair<int, int>>
       logical_syncs;  // unmatched MEG edges: record after .first, wait before .second
+  // The logical stream holding most of the DAG's critical path (dag.h), -1 for no nodes.
+  // The matching starts from the path's edges, so that the path runs as one chain where a
+  // maximum matching allows: each branch point then continues along its longest branch.
+  int critical_stream = -1;
 };
 
 // Throws std::invalid_argument on a bad DAG.

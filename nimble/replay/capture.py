@@ -104,8 +104,26 @@ def _is_tensor_type(t) -> bool:
     return False
 
 
+_RETURNS_NUMBER: dict[Any, bool] = {}
+
+
 def _returns_number(func) -> bool:
-    return not all(_is_tensor_type(ret.type) for ret in func._schema.returns)
+    """Whether `func` returns a number computed while it runs. A `SymInt` return is a size
+    (flash and cuDNN attention return their max sequence lengths): it follows from shapes,
+    which a static model keeps. Python's schema objects type it `int`, like any integer;
+    the schema's text still says `SymInt`."""
+    answer = _RETURNS_NUMBER.get(func)
+    if answer is None:
+        returns = str(func._schema).rsplit(" -> ", 1)[-1].strip()
+        if returns.startswith("("):
+            returns = returns[1:-1]
+        types = [r.split()[0] for r in returns.split(",") if r.strip()]
+        answer = any(
+            not _is_tensor_type(ret.type) and not (k < len(types) and types[k] == "SymInt")
+            for k, ret in enumerate(func._schema.returns)
+        )
+        _RETURNS_NUMBER[func] = answer
+    return answer
 
 
 def _has_bool_index(func, args) -> bool:

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "csrc/runtime/host_device_copies.h"
 #include "csrc/runtime/op_call.h"
 #include "csrc/runtime/state_snapshot.h"
 
@@ -31,34 +32,20 @@ void for_each_tensor_of(const c10::IValue& value, const std::function<void(const
   }
 }
 
-// Generators passed to ops explicitly (`torch.Generator` arguments) on the device.
-std::vector<at::Generator> generators_of(const Program& program) {
-  std::vector<at::Generator> found;
-  for (const OpNode& op : program.ops) {
-    for (const Arg& arg : op.args) {
-      if (arg.kind != Arg::Kind::kConstant || !arg.constant.isGenerator()) continue;
-      const at::Generator generator = arg.constant.toGenerator();
-      if (generator.device().is_cuda() &&
-          std::find(found.begin(), found.end(), generator) == found.end())
-        found.push_back(generator);
-    }
-  }
-  return found;
-}
-
 }  // namespace
 
 CudaGraphExecutor::CudaGraphExecutor(const Program& program, ProgramState& state, StreamPlan plan,
-                                     std::vector<int> stress_delays_us)
+                                     c10::MempoolId_t pool, std::vector<int> stress_delays_us)
     : program_(program), state_(state), device_(cuda_device_of(program)), plan_(std::move(plan)) {
   check_plan_covers(plan_, program);
+  refuse_host_device_copies(program);
   const c10::cuda::CUDAGuard device_guard(device_);
   if (!stress_delays_us.empty()) {
     int khz = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device_.index()));
     for (int us : stress_delays_us) stress_delay_cycles_.push_back(int64_t{us} * khz / 1000);
   }
-  for (int s = 0; s < plan_.num_streams(); ++s) streams_.emplace_back(device_.index());
+  streams_ = cuda::pool_streams(plan_.num_streams(), device_.index());
   for (int e = 0; e < plan_.issue.num_events; ++e) events_.emplace_back();
   for (int s = 0; s < plan_.num_streams(); ++s) joins_.emplace_back();
   if (plan_.num_streams() > 1) {
@@ -91,14 +78,16 @@ CudaGraphExecutor::CudaGraphExecutor(const Program& program, ProgramState& state
   // Random ops draw from generators registered with the graph (the device's default one
   // always is): each replay advances their offsets, as torch.cuda.graph does.
   graph_ = std::make_unique<at::cuda::CUDAGraph>();
-  for (const at::Generator& generator : generators_of(program_)) {
-    graph_->register_generator_state(generator);
+  for (const at::Generator& generator : explicit_generators(program_)) {
+    if (generator.device().is_cuda()) graph_->register_generator_state(generator);
   }
   {
-    const c10::cuda::CUDAStreamGuard on_capture(streams_[0].torch_stream());
-    graph_->capture_begin();
+    const c10::cuda::CUDAStreamGuard on_capture(streams_[0]);
+    // Thread-local: the capture runs with the GIL released, and another thread's CUDA call
+    // (a data loader's pinned copy, a cudaMalloc) must neither break it nor be refused.
+    graph_->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
     try {
-      issue(streams_[0].get(), nullptr);
+      issue(streams_[0].stream(), nullptr);
     } catch (...) {
       // End the capture so that the device is usable after the error; the half-captured
       // graph is dropped.
@@ -113,15 +102,15 @@ CudaGraphExecutor::CudaGraphExecutor(const Program& program, ProgramState& state
     }
     graph_->capture_end();
   }
-  C10_CUDA_CHECK(cudaStreamSynchronize(streams_[0].get()));
+  C10_CUDA_CHECK(cudaStreamSynchronize(streams_[0].stream()));
   // The capture ran the host ops once (their CPU tensors are written for real).
   before.restore();
   C10_CUDA_CHECK(cudaStreamSynchronize(caller));
 }
 
 CudaGraphExecutor::~CudaGraphExecutor() {
-  // The graph's launches may still run on the caller's stream: its pool and our streams
-  // go only after they finished.
+  // The graph's launches may still run on the caller's stream: its pool and our events go
+  // only after they finished.
   C10_CUDA_IGNORE_ERROR(cudaDeviceSynchronize());
 }
 
@@ -176,19 +165,19 @@ void CudaGraphExecutor::issue(cudaStream_t origin, std::vector<OpEvents>* timing
   const int num_streams = plan_.num_streams();
   fork_.record(origin);
   for (int s = 0; s < num_streams; ++s) {
-    if (streams_[s].get() != origin) fork_.block(streams_[s].get());
+    if (streams_[s].stream() != origin) fork_.block(streams_[s].stream());
   }
   // One host thread issues the ops in op order: each stream gets its ops in its plan
   // order, and every event is recorded before a stream waits for it (syncs point back).
   for (size_t i = 0; i < program_.ops.size(); ++i) {
     const int s = plan_.issue.stream[i];
     const scheduling::IssueStep& step = plan_.issue.streams[s][plan_.issue.position[i]];
-    const cuda::OwnedStream& stream = streams_[s];
-    const c10::cuda::CUDAStreamGuard on_stream(stream.torch_stream());
-    for (int e : step.waits) events_[e].block(stream.get());
+    const c10::cuda::CUDAStream& stream = streams_[s];
+    const c10::cuda::CUDAStreamGuard on_stream(stream);
+    for (int e : step.waits) events_[e].block(stream.stream());
     if (!stress_delay_cycles_.empty() && stress_delay_cycles_[i] > 0)
       at::cuda::sleep(stress_delay_cycles_[i]);
-    if (timing) (*timing)[i].start.record(stream.get());
+    if (timing) (*timing)[i].start.record(stream.stream());
     const OpNode& op = program_.ops[i];
     const OpState& op_state = state_.ops[i];
     if (!transient_reads_.empty()) {
@@ -198,8 +187,7 @@ void CudaGraphExecutor::issue(cudaStream_t origin, std::vector<OpEvents>* timing
       // ignored by the allocator, and are ordered by that stream anyway.
       for (int slot : transient_reads_[i]) {
         for_each_tensor_of(state_.values[slot], [&](const at::Tensor& t) {
-          c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(),
-                                                        stream.torch_stream());
+          c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream);
         });
       }
     }
@@ -207,12 +195,12 @@ void CudaGraphExecutor::issue(cudaStream_t origin, std::vector<OpEvents>* timing
     invoke(op, op_state, stack_);
     keep_results(op, state_.values, stack_, plan_.release[i]);
     stack_.clear();  // returned values the program does not keep go now, on this stream
-    if (timing) (*timing)[i].end.record(stream.get());
-    if (step.signal >= 0) events_[step.signal].record(stream.get());
+    if (timing) (*timing)[i].end.record(stream.stream());
+    if (step.signal >= 0) events_[step.signal].record(stream.stream());
   }
   for (int s = 0; s < num_streams; ++s) {
-    if (streams_[s].get() == origin) continue;
-    joins_[s].record(streams_[s].get());
+    if (streams_[s].stream() == origin) continue;
+    joins_[s].record(streams_[s].stream());
     joins_[s].block(origin);
   }
   for (int slot : plan_.end_release) state_.values[slot] = c10::IValue();

@@ -1,6 +1,6 @@
 #pragma once
 // CUDA backend: the stream plan captured once into one CUDA graph. Each physical stream
-// of the plan is a CUDA stream of the executor's own; a cross-stream edge is an event
+// of the plan is a stream of torch's pool (cuda_handles.h); a cross-stream edge is an event
 // recorded on the producer's stream after the producer and waited for by the consumer's
 // stream before the consumer; the side streams fork from the capturing stream and join
 // back into it before the capture ends. A replay is one graph launch on the caller's
@@ -22,9 +22,10 @@ class CudaGraphExecutor final : public Executor {
   // made per stream, lazily; they must exist before capture), then captures them.
   // Transient values then live in the graph's private pool at fixed addresses, which is
   // why every output of this backend is reused by the next replay.
+  // The capture allocates from `pool` (ExecutorOptions::graph_pool).
   // `stress_delays_us`: empty, or per op a spinning kernel before it (see ExecutorOptions).
   CudaGraphExecutor(const Program& program, ProgramState& state, StreamPlan plan,
-                    std::vector<int> stress_delays_us = {});
+                    c10::MempoolId_t pool = {0, 0}, std::vector<int> stress_delays_us = {});
   ~CudaGraphExecutor() override;
   CudaGraphExecutor(const CudaGraphExecutor&) = delete;
   CudaGraphExecutor& operator=(const CudaGraphExecutor&) = delete;
@@ -60,9 +61,9 @@ class CudaGraphExecutor final : public Executor {
   ProgramState& state_;
   c10::Device device_;
   StreamPlan plan_;
-  std::vector<int64_t> stress_delay_cycles_;  // per op, or empty
-  std::vector<cuda::OwnedStream> streams_;    // one per physical stream; 0 captures
-  std::vector<cuda::OwnedEvent> events_;      // one per event of the plan
+  std::vector<int64_t> stress_delay_cycles_;    // per op, or empty
+  std::vector<c10::cuda::CUDAStream> streams_;  // one per physical stream; 0 captures
+  std::vector<cuda::OwnedEvent> events_;        // one per event of the plan
   cuda::OwnedEvent fork_;
   std::vector<cuda::OwnedEvent> joins_;  // per stream, joined back into the origin
   // Per op: transient slots it reads, so that with several streams their memory is not

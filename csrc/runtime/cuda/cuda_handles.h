@@ -1,37 +1,31 @@
 #pragma once
-// Owners of the CUDA streams and events one graph executor issues its ops on: created
-// with it, destroyed with it, never shared with another graph or with torch's pool.
+// The CUDA streams and events one graph executor issues its ops on. Events are its own,
+// made and destroyed with it. Streams are torch's pool streams (pool_streams.h says why):
+// nimble never creates or destroys a CUDA stream.
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
 #include <utility>
+#include <vector>
+
+#include "csrc/runtime/pool_streams.h"
 
 namespace nimble::cuda {
 
-class OwnedStream {
- public:
-  explicit OwnedStream(c10::DeviceIndex device) {
-    C10_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    wrapped_ = c10::cuda::getStreamFromExternal(stream_, device);
-  }
-  ~OwnedStream() {
-    if (stream_ != nullptr) C10_CUDA_IGNORE_ERROR(cudaStreamDestroy(stream_));
-  }
-  OwnedStream(const OwnedStream&) = delete;
-  OwnedStream& operator=(const OwnedStream&) = delete;
-  OwnedStream(OwnedStream&& other) noexcept
-      : stream_(std::exchange(other.stream_, nullptr)), wrapped_(other.wrapped_) {}
-  OwnedStream& operator=(OwnedStream&&) = delete;
+// Streams per priority in torch's pool (c10/cuda/CUDAStream.cpp, kStreamsPerPool).
+inline constexpr int kPoolStreamsPerPriority = 32;
 
-  cudaStream_t get() const { return stream_; }
-  // For torch: guards, the caching allocator's stream bookkeeping.
-  c10::cuda::CUDAStream torch_stream() const { return wrapped_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-  c10::cuda::CUDAStream wrapped_ = c10::cuda::getDefaultCUDAStream();
-};
+// `count` distinct pool streams of `device`. Stream 0, which carries the plan's critical
+// path (scheduling/physical_streams.h), is a high-priority one: torch instantiates graphs
+// with cudaGraphInstantiateFlagUseNodePriority, and a captured kernel node keeps the
+// priority of the stream it was captured on, so the critical path's kernels go first when
+// side branches compete with them for the GPU.
+inline std::vector<c10::cuda::CUDAStream> pool_streams(int count, c10::DeviceIndex device) {
+  return take_distinct_streams<c10::cuda::CUDAStream>(count, kPoolStreamsPerPriority, [&](int s) {
+    return c10::cuda::getStreamFromPool(/*isHighPriority=*/s == 0, device);
+  });
+}
 
 class OwnedEvent {
  public:

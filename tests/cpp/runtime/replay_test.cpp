@@ -5,6 +5,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <stdexcept>
+
 #include "csrc/errors.h"
 #include "csrc/program/program_builder.h"
 #include "csrc/runtime/op_call.h"
@@ -120,19 +123,94 @@ TEST(Replay, FailedExecutorRebuildKeepsTheReplayWorking) {
   EXPECT_EQ(replay.executor_options().streams, 1);
   const at::Tensor x = at::randn({8});
   EXPECT_TRUE(at::equal(replay.run({x}, true)[1], at::relu(x * w) + w));
-  EXPECT_EQ(builds, 3);
+  EXPECT_EQ(builds, 2);  // the old executor stayed: nothing built a third time
+}
+
+// x * 2.5, the scalar an argument that set_scalars may replace.
+BuiltProgram times_two_and_a_half() {
+  const at::Tensor x = at::randn({8});
+  ProgramBuilder b;
+  b.add_input(x);
+  const at::Tensor y = record(b, "aten::mul", "Scalar", {x, 2.5}).toTensor();
+  b.set_outputs({y});
+  return b.finish({});
+}
+
+// A failed rebuild (issue 45): the executor is built beside the old one and replaces it
+// only when the build succeeds.
+
+// Builds the graph twin (an executor that records addresses and writes the state's output
+// values while it is built, as a CUDA graph does), then fails when told to.
+Replay::ExecutorFactory failing_after_build(std::shared_ptr<bool> fail) {
+  return [fail](const Program& p, ProgramState& s, const ExecutorOptions& o) {
+    auto built = make_executor(p, s, o);
+    if (*fail) throw std::runtime_error("injected build failure");
+    return built;
+  };
+}
+
+ExecutorOptions graph_twin() {
+  ExecutorOptions options;
+  options.graph_twin = true;
+  return options;
+}
+
+TEST(ExecutorRebuild, AFailedRebuildKeepsTheOldExecutorAndItsOutputs) {
+  at::NoGradGuard no_grad;
+  const at::Tensor w = at::randn({8});
+  auto fail = std::make_shared<bool>(false);
+  Replay replay(two_output_program(at::randn({8}), w), graph_twin(), failing_after_build(fail));
+  *fail = true;
+  ExecutorOptions two = graph_twin();
+  two.streams = 2;
+  EXPECT_THROW(replay.set_executor_options(two), std::runtime_error);
+  EXPECT_EQ(replay.executor().backend(), "cpu-graph");
+  for (int call = 0; call < 3; ++call) {
+    const at::Tensor x = at::randn({8});
+    const auto out = replay.run({x}, /*copy_outputs=*/true);
+    EXPECT_TRUE(at::equal(out[0], at::relu(x * w))) << "call " << call;
+    EXPECT_TRUE(at::equal(out[1], at::relu(x * w) + w)) << "call " << call;
+  }
+}
+
+TEST(ExecutorRebuild, AFailedRebuildAfterAMovedParameterRaisesUntilABuildSucceeds) {
+  at::NoGradGuard no_grad;
+  at::Tensor w = at::randn({8});
+  auto fail = std::make_shared<bool>(false);
+  Replay replay(two_output_program(at::randn({8}), w), graph_twin(), failing_after_build(fail));
+  const at::Tensor x = at::randn({8});
+  replay.run({x}, true);
+  // `p.data = t`: the twin recorded the old address, so the replay must build again.
+  w.set_(at::randn({8}));
+  *fail = true;
+  EXPECT_THROW(replay.run({x}, true), std::runtime_error);
+  EXPECT_THROW(replay.run({x}, true), std::runtime_error);  // raises again, never crashes
+  EXPECT_THROW(replay.executor(), std::runtime_error);
+  *fail = false;
+  const auto out = replay.run({x}, true);
+  EXPECT_TRUE(at::equal(out[1], at::relu(x * w) + w));
+  EXPECT_EQ(replay.executor().backend(), "cpu-graph");
+}
+
+TEST(ExecutorRebuild, NewScalarsThatFailToBuildLeaveTheOldOnes) {
+  at::NoGradGuard no_grad;
+  auto fail = std::make_shared<bool>(false);
+  Replay replay(times_two_and_a_half(), graph_twin(), failing_after_build(fail));
+  replay.register_scalars({{0, 1, -1}});
+  *fail = true;
+  EXPECT_THROW(replay.set_scalars({4.0}), std::runtime_error);
+  const at::Tensor x2 = at::randn({8});
+  EXPECT_TRUE(at::allclose(replay.run({x2}, true)[0], x2 * 2.5));
+  *fail = false;
+  replay.set_scalars({4.0});
+  EXPECT_TRUE(at::allclose(replay.run({x2}, true)[0], x2 * 4.0));
 }
 
 // Scalars set between calls (an optimizer's learning rate) are the replay's state: the
 // program keeps its captured constants, so registering again starts from those.
 TEST(Replay, ScalarsChangeTheStateNotTheProgram) {
   at::NoGradGuard no_grad;
-  const at::Tensor x = at::randn({8});
-  ProgramBuilder b;
-  b.add_input(x);
-  const at::Tensor y = record(b, "aten::mul", "Scalar", {x, 2.5}).toTensor();
-  b.set_outputs({y});
-  Replay replay(b.finish({}), ExecutorOptions{});
+  Replay replay(times_two_and_a_half(), ExecutorOptions{});
   replay.register_scalars({{0, 1, -1}});
   replay.set_scalars({4.0});
   const at::Tensor x2 = at::randn({8});

@@ -9,9 +9,9 @@
 #include <random>
 #include <set>
 
-#include "random_dags.h"
 #include "csrc/scheduling/bipartite_matching.h"
 #include "csrc/scheduling/transitive_reduction.h"
+#include "random_dags.h"
 
 namespace nimble::scheduling {
 namespace {
@@ -213,6 +213,49 @@ TEST(StreamAssignment, BottleneckEdgeGraph) {
   EXPECT_EQ(a.num_logical_streams, 3);
   EXPECT_EQ(a.logical_stream[3], a.logical_stream[4]);  // the bottleneck edge is matched
   EXPECT_EQ(a.logical_syncs.size(), 9u - 5u);
+}
+
+// An Inception block: 0 -> {1 | 2 -> 3 -> 4 | 5 -> 6} -> 7 -> 8. Its longest branch bounds
+// the block's time: the chain through it runs on one stream, physical stream 0 (the CUDA
+// backend's high-priority one), and the short branches beside it.
+TEST(StreamAssignment, TheCriticalPathIsOneStreamOnPhysicalStreamZero) {
+  const Dag dag{9,
+                {{0, 1}, {0, 2}, {2, 3}, {3, 4}, {0, 5}, {5, 6}, {1, 7}, {4, 7}, {6, 7}, {7, 8}}};
+  EXPECT_EQ(critical_path(dag), (std::vector<int>{0, 2, 3, 4, 7, 8}));
+  const StreamAssignment a = assign_streams(dag);
+  check_assignment(dag, a);
+  for (int v : {0, 2, 3, 4, 7, 8}) EXPECT_EQ(a.logical_stream[v], a.critical_stream) << v;
+  for (int streams = 1; streams <= 3; ++streams) {
+    const PhysicalSchedule p = fold_streams(dag, a, streams);
+    for (int v : {0, 2, 3, 4, 7, 8})
+      EXPECT_EQ(p.stream[v], 0) << v << ", " << streams << " streams";
+  }
+}
+
+TEST(StreamAssignment, CriticalPathIsALongestPathOfRandomDags) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 500; ++trial) {
+    const Dag dag = random_sparse(1 + static_cast<int>(rng() % 24), 3, rng);
+    const std::vector<int> path = critical_path(dag);
+    const auto next = successors(dag);
+    for (size_t i = 1; i < path.size(); ++i) {
+      ASSERT_TRUE(std::binary_search(next[path[i - 1]].begin(), next[path[i - 1]].end(), path[i]))
+          << "trial " << trial << ": not a path";
+    }
+    std::vector<int> level(dag.num_nodes, 0);  // nodes on the longest path ending here, - 1
+    for (int v = 0; v < dag.num_nodes; ++v)
+      for (int w : next[v]) level[w] = std::max(level[w], level[v] + 1);
+    ASSERT_EQ(static_cast<int>(path.size()), *std::max_element(level.begin(), level.end()) + 1)
+        << "trial " << trial;
+  }
+}
+
+TEST(StreamAssignment, PreferredEdgesStillGiveAMaximumMatching) {
+  // 0 -> 0 preferred blocks both 0 -> 1 and 1 -> 0 ... unless it is rerouted.
+  const std::vector<std::pair<int, int>> edges{{0, 0}, {0, 1}, {1, 0}};
+  const auto m = maximum_bipartite_matching(2, 2, edges, {{0, 0}});
+  EXPECT_EQ(matching_size(m), 2);
+  EXPECT_THROW(maximum_bipartite_matching(2, 2, edges, {{0, 0}, {1, 0}}), std::invalid_argument);
 }
 
 TEST(StreamAssignment, ChainIsOneStreamAndDiamondIsTwo) {
