@@ -52,7 +52,8 @@ void replace_tensors(std::vector<RecordedOp>& ops,
 
 std::vector<FoldedBatchNorm> fold_batchnorm(
     std::vector<RecordedOp>& ops,
-    const std::function<void(const at::Tensor&, const at::Tensor&)>& redirect) {
+    const std::function<void(const at::Tensor&, const at::Tensor&)>& redirect,
+    const std::function<bool(const at::Tensor&)>& is_output) {
   // How many times each storage is read: a fold needs the conv output read by the BN only.
   std::unordered_map<const void*, int> reads;
   auto count = [&](const at::Tensor& t) {
@@ -85,7 +86,11 @@ std::vector<FoldedBatchNorm> fold_batchnorm(
     auto it = producer.find(y.unsafeGetTensorImpl());
     if (it == producer.end() || drop[it->second]) continue;
     RecordedOp& conv = ops[it->second];
-    if (!is_plain_convolution(conv) || reads[y.storage().unsafeGetStorageImpl()] != 1) continue;
+    // The user reads a program output too: folding would hand them the batch norm's values.
+    if (!is_plain_convolution(conv) || reads[y.storage().unsafeGetStorageImpl()] != 1 ||
+        is_output(y)) {
+      continue;
+    }
     // The BN's statistics outputs (if any) must be unused: only its first output is kept.
     bool stats_used = false;
     for (size_t r = 1; r < bn.returns.size(); ++r) {

@@ -16,8 +16,12 @@
 namespace nimble {
 
 std::vector<FoldedBatchNorm> ProgramBuilder::fold_batchnorms() {
+  const std::set<const void*> outputs = output_storages();
   std::vector<FoldedBatchNorm> folds = fold_batchnorm(
-      raw_ops_, [&](const at::Tensor& from, const at::Tensor& to) { redirect_reads(from, to); });
+      raw_ops_, [&](const at::Tensor& from, const at::Tensor& to) { redirect_reads(from, to); },
+      [&](const at::Tensor& t) {
+        return t.has_storage() && outputs.count(t.storage().unsafeGetStorageImpl()) > 0;
+      });
   // Folded weights are new constants; op indices moved, so producers are found anew.
   renumber_rewritten_ops();
   return folds;

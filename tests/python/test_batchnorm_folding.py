@@ -51,3 +51,30 @@ def test_batch_norm_whose_input_is_read_elsewhere_is_not_folded():
     x = torch.randn(1, 3, 4, 4)
     with torch.no_grad():
         assert_matches_eager(fast(x), model(x), tolerance=1e-5)
+
+
+def test_convolution_whose_result_is_an_output_is_not_folded():
+    # Found by the layout fuzz (seeds 307, 747, 1504, 1948): the convolution's result read
+    # only by the batch norm inside the trace, but also returned. Folding handed the user the
+    # batch norm's values for the convolution's output: a silent wrong result.
+    class Returned(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return y, torch.relu(self.bn(y))
+
+    model = Returned().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+        model.bn.weight.uniform_(0.5, 1.5)
+    example = torch.randn(1, 3, 8, 8)
+    for lower in (False, True):
+        fast = nimble.Nimble(model).prepare(example, fold_batchnorm=True, lower_for_cpu=lower)
+        x = torch.randn(1, 3, 8, 8)
+        with torch.no_grad():
+            assert_matches_eager(fast(x), model(x))
