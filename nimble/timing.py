@@ -19,6 +19,12 @@ def median_ms(seconds: Sequence[float]) -> float:
     return statistics.median(seconds) * 1e3
 
 
+def p99_ms(seconds: Sequence[float]) -> float:
+    """The 99th percentile (nearest rank): the slowest of fewer than 100 samples."""
+    ordered = sorted(seconds)
+    return ordered[min(len(ordered) - 1, -(-99 * len(ordered) // 100) - 1)] * 1e3
+
+
 def wall_seconds(fn: Callable[[], Any], clock: Clock = time.perf_counter) -> float:
     start = clock()
     fn()
@@ -31,13 +37,21 @@ def alternate(
     warmup: int,
     measure: Callable[[Callable[[], Any]], Any] = wall_seconds,
     after_round: Callable[[], Any] | None = None,
+    before_each: Callable[[], Any] | None = None,
 ) -> list[list]:
     """`warmup + runs` rounds, each measuring every call once, in the order given. Returns
     each call's samples of the `runs` timed rounds; `after_round`, if given, runs untimed
-    after each timed round."""
+    after each timed round, `before_each` untimed before every call (an idle spell, other
+    work on the same cores)."""
+
+    def one(fn: Callable[[], Any]) -> Any:
+        if before_each is not None:
+            before_each()
+        return measure(fn)
+
     samples: list[list] = [[] for _ in calls]
     for i in range(warmup + runs):
-        taken = [measure(fn) for fn in calls]
+        taken = [one(fn) for fn in calls]
         if i >= warmup:
             for mine, sample in zip(samples, taken):
                 mine.append(sample)

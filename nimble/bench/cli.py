@@ -58,6 +58,8 @@ def _measure_apart(spec: str, args: argparse.Namespace, streams) -> tuple[dict |
         argv += ["--peers"] + [a for r in args.runtime or [] for a in ("--runtime", r)]
         if args.tuned:
             argv += ["--tuned", args.tuned]
+        for words in args.pattern or []:
+            argv += ["--pattern", *words]
     if args.train:
         argv += ["--train", "--optimizer", args.optimizer] + (["--breakdown"] if args.breakdown else [])
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
@@ -109,6 +111,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runtime", action="append",
                         choices=[name for name, _, _ in peers.RUNTIMES],
                         help="with --peers: time only these runtimes besides eager; repeatable")
+    parser.add_argument("--pattern", action="append", nargs="+", metavar="WORD",
+                        help="with --peers: also time every runtime called in turn "
+                             "(interleaved), after an idle spell (idle MS) or after other work "
+                             "on the same cores (busy [MS], numpy's BLAS, default 5 ms); "
+                             "repeatable; each reports the median and the 99th percentile")
     parser.add_argument("--sequence", type=int, default=32,
                         help="with --compile-backend: tokens per sequence of hf: models")
     parser.add_argument("--out-variant-max-bytes", type=int, default=0, metavar="N",
@@ -148,6 +155,13 @@ def main(argv: list[str]) -> int:
     if args.peers and (args.device == "cuda" or args.train or args.compile_backend):
         parser.error("--peers times inference on the CPU, apart from --train and "
                      "--compile-backend")
+    if args.pattern and not args.peers:
+        parser.error("--pattern is an option of --peers")
+    for words in args.pattern or []:
+        try:
+            peers.parse_pattern(words)
+        except ValueError as error:
+            parser.error(str(error))
     if args.tuned and not args.peers:
         parser.error("--tuned is an option of --peers")
     if args.tuned and not os.path.exists(args.tuned):
@@ -191,8 +205,9 @@ def main(argv: list[str]) -> int:
         else:
             try:
                 if args.peers:
-                    row = peers.measure_peers(spec, args.batch, args.image_size, args.runs,
-                                              args.warmup, args.runtime, args.tuned)
+                    row = peers.measure_peers(
+                        spec, args.batch, args.image_size, args.runs, args.warmup, args.runtime,
+                        args.tuned, [peers.parse_pattern(w) for w in args.pattern or []])
                 elif args.compile_backend:
                     row = compiled.measure_compile_backend(
                         spec, args.batch, args.image_size, args.sequence, args.runs, args.warmup)

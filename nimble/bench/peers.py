@@ -30,7 +30,7 @@ import torch
 from ..replay.wrapper import Nimble
 from ..testing import mismatch
 from ..zoo import build
-from ..timing import alternate, back_to_back, median_ms
+from ..timing import alternate, back_to_back, median_ms, p99_ms
 from . import floors
 
 # Relative to eager's largest magnitude: other runtimes' kernels (Winograd, other blockings)
@@ -141,11 +141,58 @@ def _missing(module: str | None) -> str | None:
     return None
 
 
+def parse_pattern(words: list[str]) -> tuple[str, float]:
+    """`interleaved`, `idle MS` or `busy [MS]` (command-line words) as (name, milliseconds)."""
+    name, *rest = words
+    if name not in ("interleaved", "idle", "busy") or len(rest) > 1:
+        raise ValueError(f"a pattern is 'interleaved', 'idle MS' or 'busy [MS]', got {' '.join(words)!r}")
+    if name == "idle" and not rest:
+        raise ValueError("the idle pattern needs its milliseconds: --pattern idle 200")
+    if name == "interleaved" and rest:
+        raise ValueError("the interleaved pattern takes no milliseconds")
+    try:
+        ms = float(rest[0]) if rest else (BUSY_MS if name == "busy" else 0.0)
+    except ValueError:
+        raise ValueError(f"--pattern {name}: {rest[0]!r} is not a number of milliseconds") from None
+    if ms < 0:
+        raise ValueError(f"--pattern {name}: milliseconds must be at least 0, got {ms:g}")
+    return name, ms
+
+
+def pattern_key(name: str, ms: float) -> str:
+    return f"idle{ms:g}ms" if name == "idle" else name
+
+
+# Milliseconds of other work on the same cores before each call of the busy pattern.
+BUSY_MS = 5.0
+
+
+def _before_each(name: str, ms: float) -> Callable[[], Any] | None:
+    """What runs untimed before each call: nothing (the calls of all runtimes in turn), an
+    idle spell, or another program's work on the cores (numpy's BLAS threads, which a
+    replay's threads then share the cores with)."""
+    if name == "idle":
+        return lambda: time.sleep(ms / 1e3)
+    if name == "busy":
+        import numpy as np
+
+        a = np.random.default_rng(0).standard_normal((192, 192), dtype=np.float32)
+
+        def load() -> None:
+            end = time.perf_counter() + ms / 1e3
+            while time.perf_counter() < end:
+                a @ a
+        return load
+    return None
+
+
 def measure_peers(spec: str, batch: int, image_size: int, runs: int, warmup: int,
-                  only: list[str] | None = None, tuned: str | None = None) -> dict:
-    """One row: each runtime's median milliseconds, speedup over eager and prepare seconds;
-    `skipped` says why a runtime is absent from it. `only` limits the runtimes; `tuned` (a
-    tuning database) adds nimble prepared with it, `nimble_tuned`."""
+                  only: list[str] | None = None, tuned: str | None = None,
+                  patterns: list[tuple[str, float]] | None = None) -> dict:
+    """One row: each runtime's median and 99th-percentile milliseconds, speedup over eager
+    and prepare seconds; `skipped` says why a runtime is absent from it. `only` limits the
+    runtimes; `tuned` (a tuning database) adds nimble prepared with it, `nimble_tuned`;
+    `patterns` ((name, ms) from parse_pattern) times every runtime again in each."""
     model, example = build(spec, batch=batch, image_size=image_size)
     row: dict = {"model": spec, "batch": batch, "image_size": image_size,
                  "threads": torch.get_num_threads(), "skipped": {}}
@@ -181,14 +228,24 @@ def measure_peers(spec: str, batch: int, image_size: int, runs: int, warmup: int
             calls[name] = lambda c=call: c(x)
         samples = alternate(list(calls.values()), runs, warmup)
         warm = back_to_back(list(calls.values()), runs, warmup)
+        by_pattern = {pattern_key(name, ms): alternate(list(calls.values()), runs, warmup,
+                                                        before_each=_before_each(name, ms))
+                      for name, ms in patterns or []}
         row.update(floors.machine())
         row.update(floors.model_cost(model, x))
+    row["patterns"] = list(by_pattern)
     row.update(floors.floor_ms(row, row))
     eager_ms = median_ms(samples[0])
     for name, times, warm_times in zip(calls, samples, warm):
         ms = median_ms(times)
         row[f"{name}_ms"] = round(ms, 4)
         row[f"{name}_b2b_ms"] = round(median_ms(warm_times), 4)
+        row[f"{name}_p99_ms"] = round(p99_ms(times), 4)
+        row[f"{name}_b2b_p99_ms"] = round(p99_ms(warm_times), 4)
+        for key, pattern_samples in by_pattern.items():
+            taken = pattern_samples[list(calls).index(name)]
+            row[f"{name}_{key}_ms"] = round(median_ms(taken), 4)
+            row[f"{name}_{key}_p99_ms"] = round(p99_ms(taken), 4)
         # From the rounded time, as a reader of the row would compute it.
         row[f"{name}_floors"] = round(row[f"{name}_ms"] / row["floor_ms"], 2)
         row[f"{name}_b2b_floors"] = round(row[f"{name}_b2b_ms"] / row["floor_ms"], 2)
@@ -220,3 +277,30 @@ def print_report(rows: list[dict], out=None) -> None:
                       + (f"  prepare {prepare:7.2f} s" if prepare is not None else ""), file=out)
             elif name in row["skipped"]:
                 print(f"  {name:18s} skipped: {row['skipped'][name]}", file=out)
+        _print_patterns(row, names, out)
+
+
+def _print_patterns(row: dict, names: list[str], out) -> None:
+    """Median and 99th percentile of every runtime in each pattern, back to back first, and
+    nimble's median against the faster peer's."""
+    shown = [name for name in names if f"{name}_ms" in row]
+    columns = [("back to back", "b2b"), ("alternating", None)] + [
+        (key, key) for key in row.get("patterns", [])]
+    print(f"  {'median / p99 ms':18s} " + " ".join(f"{title:>19s}" for title, _ in columns),
+          file=out)
+    for name in shown:
+        cells = []
+        for _, key in columns:
+            median = row[f"{name}_{key}_ms" if key else f"{name}_ms"]
+            p99 = row[f"{name}_{key}_p99_ms" if key else f"{name}_p99_ms"]
+            cells.append(f"{median:9.3f} /{p99:8.3f}")
+        print(f"  {name:18s} " + " ".join(f"{c:>19s}" for c in cells), file=out)
+    peers = [name for name in shown if name in ("onnxruntime", "openvino")]
+    if "nimble" in shown and peers:
+        ratios = []
+        for title, key in columns:
+            suffix = f"_{key}_ms" if key else "_ms"
+            best = min(row[f"{peer}{suffix}"] for peer in peers)
+            ratios.append(f"{best / row[f'nimble{suffix}']:.2f}x")
+        print(f"  {'nimble vs best peer':18s} " + " ".join(f"{r:>19s}" for r in ratios),
+              file=out)

@@ -5,6 +5,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -428,7 +429,8 @@ def test_bench_peers_skips_a_runtime_that_differs_or_fails_with_the_reason_and_n
     assert (row["eager_b2b_floors"], row["right_b2b_floors"]) == (1.5, 0.25)
     out = io.StringIO()
     peers.print_report([row], out=out)
-    lines = {line.split()[0]: line.split()[1:] for line in out.getvalue().splitlines()[2:]}
+    main_table = out.getvalue().split("median / p99")[0]
+    lines = {line.split()[0]: line.split()[1:] for line in main_table.splitlines()[2:]}
     assert lines["eager"][:6] == ["4.000", "ms", "2.0F", "3.000", "ms", "1.5F"]
     assert lines["right"][:7] == ["1.000", "ms", "0.5F", "0.500", "ms", "0.2F", "4.00x"]
     assert lines["halved"][:5] == ["skipped:", "differs", "from", "eager,", "not"]
@@ -486,3 +488,53 @@ def test_bench_refuses_a_tuned_database_it_cannot_use(capsys, argv, message):
     with pytest.raises(SystemExit) as exit:
         cli.main(argv + ["--model", "torchvision:resnet18"])
     assert exit.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bench_peers_patterns_report_median_and_p99_of_every_runtime(monkeypatch):
+    """--pattern: each pattern times every runtime again, with its own untimed work before
+    each call (an idle spell, other work on the cores); the row holds each median and 99th
+    percentile, and the report nimble's median against the faster peer's."""
+    from nimble.bench import peers
+
+    monkeypatch.setattr(peers, "RUNTIMES", [
+        (name, None, lambda model, example: (lambda t: model(t)))
+        for name in ("nimble", "onnxruntime", "openvino")])
+    befores = []
+
+    def fake_alternate(fns, runs, warmup, before_each=None):
+        befores.append(before_each)
+        scale = 1.0 if before_each is None else 3.0
+        # Per runtime (eager, nimble, onnxruntime, openvino): runs-1 fast samples, one slow.
+        return [[base * scale] * (runs - 1) + [base * scale * 10] for base in (8e-3, 1e-3, 2e-3, 4e-3)]
+
+    monkeypatch.setattr(peers, "alternate", fake_alternate)
+    monkeypatch.setattr(peers, "back_to_back",
+                        lambda fns, runs, warmup: [[t] * runs for t in (4e-3, 0.5e-3, 1e-3, 2e-3)])
+    monkeypatch.setattr(peers.floors, "machine", lambda: {"bandwidth_gb_s": 10.0,
+                                                          "peak_gflop_s": 100.0, "threads": 1})
+    monkeypatch.setattr(peers.floors, "model_cost", lambda m, x: {"weight_bytes": 20e6,
+                                                                  "flops": 1e8})
+    patterns = [peers.parse_pattern(["interleaved"]), peers.parse_pattern(["idle", "20"]),
+                peers.parse_pattern(["busy", "1"])]
+    assert patterns == [("interleaved", 0.0), ("idle", 20.0), ("busy", 1.0)]
+    row = peers.measure_peers("torchvision:squeezenet1_1", 1, 32, runs=5, warmup=1,
+                              patterns=patterns)
+    assert row["patterns"] == ["interleaved", "idle20ms", "busy"]
+    # The plain rotation, then one per pattern; only idle and busy do work before each call.
+    assert befores[0] is None and befores[1] is None and callable(befores[2]) and callable(befores[3])
+    start = time.perf_counter()
+    befores[2]()
+    assert time.perf_counter() - start >= 0.019  # the idle spell sleeps its 20 ms
+    assert (row["nimble_idle20ms_ms"], row["nimble_idle20ms_p99_ms"]) == (3.0, 30.0)
+    assert (row["nimble_ms"], row["nimble_p99_ms"], row["nimble_b2b_p99_ms"]) == (1.0, 10.0, 0.5)
+    out = io.StringIO()
+    peers.print_report([row], out=out)
+    report = out.getvalue()
+    assert "idle20ms" in report and "busy" in report
+    ratio_line = next(line for line in report.splitlines() if "nimble vs best peer" in line)
+    # Back to back 1.0/0.5, alternating 2/1, each pattern 6/3: nimble 2x the faster peer.
+    assert ratio_line.split()[-5:] == ["2.00x"] * 5
+    for bad in (["idle"], ["sleepy"], ["busy", "x"], ["interleaved", "3"], ["idle", "-1"]):
+        with pytest.raises(ValueError):
+            peers.parse_pattern(bad)
+    assert run("bench", "--peers", "--pattern", "idle", "--model", "torchvision:alexnet").returncode != 0
