@@ -34,8 +34,11 @@ def assert_matches(got, expected, backend: str, what: str = "") -> None:
     Transformer encoder's fast path differs from its traced ops in the last bits). On a
     GPU, kernels may differ from eager's (other algorithms inside a graph); float32 without
     TF32 stays far inside these bounds. Relative to eager's scale, which must not be about
-    zero (nimble/testing.py). Training suites compare exactly where they can."""
-    assert_matches_eager(got, expected, tolerance=1e-5 if backend == "cpu-graph" else 2e-3,
+    zero (nimble/testing.py); 1e-4 on the twin, where several streams give each op fewer
+    threads and so other sums (efficientnet_b0 at 1.1e-5, googlenet on four streams), while a
+    stale or wrong replay is off by the output's scale. Training suites compare exactly where
+    they can."""
+    assert_matches_eager(got, expected, tolerance=1e-4 if backend == "cpu-graph" else 2e-3,
                          what=what)
 
 

@@ -430,7 +430,8 @@ def test_bench_peers_skips_a_runtime_that_differs_or_fails_with_the_reason_and_n
     out = io.StringIO()
     peers.print_report([row], out=out)
     main_table = out.getvalue().split("median / p99")[0]
-    lines = {line.split()[0]: line.split()[1:] for line in main_table.splitlines()[2:]}
+    lines = {line.split()[0]: line.split()[1:] for line in main_table.splitlines()[2:]
+             if line.split()}
     assert lines["eager"][:6] == ["4.000", "ms", "2.0F", "3.000", "ms", "1.5F"]
     assert lines["right"][:7] == ["1.000", "ms", "0.5F", "0.500", "ms", "0.2F", "4.00x"]
     assert lines["halved"][:5] == ["skipped:", "differs", "from", "eager,", "not"]
