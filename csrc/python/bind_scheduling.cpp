@@ -42,6 +42,7 @@ void bind_scheduling(py::module_& m) {
         py::dict d;
         d["num_streams"] = p.num_streams;
         d["stream"] = p.stream;
+        d["order"] = p.order;
         d["ops"] = p.ops;
         d["syncs"] = p.syncs;
         return d;

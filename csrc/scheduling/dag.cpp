@@ -42,25 +42,29 @@ int widest_level(const Dag& dag) {
   return widest;
 }
 
+std::vector<int> remaining_path_lengths(const Dag& dag) {
+  const auto next = successors(dag);
+  // Computed backwards: edges go forward in the numbering.
+  std::vector<int> length(dag.num_nodes, 1);
+  for (int v = dag.num_nodes - 1; v >= 0; --v) {
+    for (int w : next[v]) length[v] = std::max(length[v], length[w] + 1);
+  }
+  return length;
+}
+
 std::vector<int> critical_path(const Dag& dag) {
   const auto next = successors(dag);
-  // Nodes from the longest path that starts at each node, computed backwards (edges go
-  // forward in the numbering); `via`: the successor it continues at.
-  std::vector<int> length(dag.num_nodes, 1);
-  std::vector<int> via(dag.num_nodes, -1);
-  for (int v = dag.num_nodes - 1; v >= 0; --v) {
-    for (int w : next[v]) {
-      if (length[w] + 1 > length[v]) {
-        length[v] = length[w] + 1;
-        via[v] = w;
-      }
-    }
-  }
+  const std::vector<int> length = remaining_path_lengths(dag);
   std::vector<int> path;
   if (dag.num_nodes == 0) return path;
-  for (int v = static_cast<int>(std::max_element(length.begin(), length.end()) - length.begin());
-       v >= 0; v = via[v])
+  int v = static_cast<int>(std::max_element(length.begin(), length.end()) - length.begin());
+  path.push_back(v);
+  while (length[v] > 1) {
+    // Successors are ascending: the smallest one the longest path continues at.
+    v = *std::find_if(next[v].begin(), next[v].end(),
+                      [&](int w) { return length[w] == length[v] - 1; });
     path.push_back(v);
+  }
   return path;
 }
 

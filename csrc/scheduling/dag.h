@@ -23,6 +23,10 @@ std::vector<std::vector<int>> successors(const Dag& dag);
 // the DAG's width (its largest set of mutually independent nodes), found in O(V + E).
 int widest_level(const Dag& dag);
 
+// Per node, the nodes on the longest path that starts at it (1 for a sink): its "bottom
+// level" (HEFT's upward rank) with every op counted as one, like critical_path.
+std::vector<int> remaining_path_lengths(const Dag& dag);
+
 // A longest path (by number of nodes), in order: with ops of similar cost, the chain that
 // bounds the replay's time however many streams run beside it. Among equally long paths,
 // the one that starts at the smallest node, continuing at the smallest successor.

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "csrc/scheduling/issue_order.h"
+
 namespace nimble::scheduling {
 
 IssuePlan make_issue_plan(const Dag& dag, const PhysicalSchedule& schedule) {
@@ -14,7 +16,24 @@ IssuePlan make_issue_plan(const Dag& dag, const PhysicalSchedule& schedule) {
                                 std::to_string(schedule.stream.size()) + " nodes scheduled, " +
                                 std::to_string(n) + " in the DAG)");
   }
+  validate_order(dag, schedule.order);
+  // Each stream runs in the issue order, or an event could be waited for before it is
+  // recorded.
+  std::vector<std::vector<int>> in_order(schedule.num_streams);
+  for (int op : schedule.order) {
+    const int s = schedule.stream[op];
+    if (s < 0 || s >= schedule.num_streams) {
+      throw std::invalid_argument("op " + std::to_string(op) + " is on stream " +
+                                  std::to_string(s) + " of " +
+                                  std::to_string(schedule.num_streams));
+    }
+    in_order[s].push_back(op);
+  }
+  if (in_order != schedule.ops) {
+    throw std::invalid_argument("the streams' op lists do not follow the schedule's issue order");
+  }
   IssuePlan plan;
+  plan.order = schedule.order;
   plan.streams.resize(schedule.num_streams);
   plan.stream = schedule.stream;
   plan.position.assign(n, -1);
@@ -24,8 +43,15 @@ IssuePlan make_issue_plan(const Dag& dag, const PhysicalSchedule& schedule) {
       plan.streams[s].push_back(IssueStep{op, {}, -1});
     }
   }
+  std::vector<int> rank(n);
+  for (int i = 0; i < n; ++i) rank[plan.order[i]] = i;
   std::vector<int> event_of(n, -1);
   for (const auto& [from, to] : schedule.syncs) {
+    if (from < 0 || to < 0 || from >= n || to >= n || rank[from] >= rank[to]) {
+      throw std::invalid_argument("op " + std::to_string(to) + " waits for op " +
+                                  std::to_string(from) +
+                                  ", which is not issued before it (or not in the DAG)");
+    }
     IssueStep& source = plan.streams[plan.stream[from]][plan.position[from]];
     if (event_of[from] < 0) {
       event_of[from] = plan.num_events++;

@@ -22,12 +22,16 @@ struct IssueStep {
 
 struct IssuePlan {
   int num_events = 0;
+  // The schedule's issue order: one host thread issues the ops in it (each stream then gets
+  // its ops in its own order, and every event is recorded before an op waits for it).
+  std::vector<int> order;
   std::vector<std::vector<IssueStep>> streams;  // per physical stream, in issue order
   std::vector<int> stream;                      // per op
   std::vector<int> position;                    // per op, its index in its stream
 };
 
-// Throws std::invalid_argument when the schedule does not cover `dag`'s nodes.
+// Throws std::invalid_argument when the schedule does not cover `dag`'s nodes, or its
+// order is not a topological one that each stream's ops follow.
 IssuePlan make_issue_plan(const Dag& dag, const PhysicalSchedule& schedule);
 
 // Which ops the plan orders before which: `a` before `b` when they run on one stream in

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "csrc/scheduling/issue_order.h"
 #include "csrc/scheduling/stream_assignment.h"
 
 namespace nimble::scheduling {
@@ -40,27 +41,33 @@ PhysicalSchedule fold_streams(const Dag& dag, const StreamAssignment& a, int max
     load[p] += size[l];
   }
 
+  if (s.num_streams > 1) {
+    s.order = critical_path_first_order(dag);
+  } else {
+    s.order.resize(n);
+    std::iota(s.order.begin(), s.order.end(), 0);
+  }
+  std::vector<int> rank(n);
+  for (int i = 0; i < n; ++i) rank[s.order[i]] = i;
   s.stream.resize(n);
   s.ops.assign(s.num_streams, {});
-  for (int v = 0; v < n; ++v) {
-    s.stream[v] = n > 0 ? physical_of[a.logical_stream[v]] : 0;
-    s.ops[s.stream[v]].push_back(v);
-  }
+  for (int v = 0; v < n; ++v) s.stream[v] = physical_of[a.logical_stream[v]];
+  for (int v : s.order) s.ops[s.stream[v]].push_back(v);
 
   // MEG edges carry all of the DAG's reachability, so honouring them honours every edge.
-  // A wait is redundant when the stream already waited for a later op of the same source
-  // stream (streams run in order).
+  // A wait is redundant when the stream already waited for a later op (in the issue order)
+  // of the same source stream (streams run in that order).
   std::vector<std::vector<int>> preds(n);
   for (const auto& [u, v] : a.meg_edges) preds[v].push_back(u);
   for (int p = 0; p < s.num_streams; ++p) {
-    std::vector<int> waited(s.num_streams, -1);
+    std::vector<int> waited(s.num_streams, -1);  // the latest rank waited for, per stream
     for (int v : s.ops[p]) {
       auto& in = preds[v];
-      std::sort(in.begin(), in.end(), std::greater<>());
+      std::sort(in.begin(), in.end(), [&](int x, int y) { return rank[x] > rank[y]; });
       for (int u : in) {
         const int q = s.stream[u];
-        if (q == p || u <= waited[q]) continue;
-        waited[q] = u;
+        if (q == p || rank[u] <= waited[q]) continue;
+        waited[q] = rank[u];
         s.syncs.emplace_back(u, v);
       }
     }

@@ -61,22 +61,22 @@ CpuGraphExecutor::CpuGraphExecutor(const Program& program, ProgramState& state, 
 }
 
 void CpuGraphExecutor::run_once(std::vector<RecordedCall>* recording) {
-  for (size_t i = 0; i < program_.ops.size(); ++i) {
+  if (recording) recording->resize(program_.ops.size());
+  for (const int i : plan_.issue.order) {
     const OpNode& op = program_.ops[i];
     const OpState& op_state = state_.ops[i];
     push_args(op, op_state, state_.values, stack_);
     if (recording) {
-      RecordedCall call;
+      RecordedCall& call = (*recording)[i];
       call.arguments = stack_;
       for (const c10::IValue& value : stack_) add_addresses(value, call.addresses);
-      recording->push_back(std::move(call));
     }
     invoke(op, op_state, stack_);
     keep_results(op, state_.values, stack_, plan_.release[i]);
     stack_.clear();
     if (recording) {
       for (const OpNode::Output& out : op.outputs)
-        recording->back().results.push_back(state_.values[out.slot].toTensor());
+        (*recording)[i].results.push_back(state_.values[out.slot].toTensor());
     }
   }
   for (int slot : plan_.end_release) state_.values[slot] = c10::IValue();
@@ -130,18 +130,17 @@ void CpuGraphExecutor::replay_op(size_t i) {
 }
 
 void CpuGraphExecutor::run() {
-  for (size_t i = 0; i < program_.ops.size(); ++i) replay_op(i);
+  for (const int i : plan_.issue.order) replay_op(i);
 }
 
 std::vector<OpTiming> CpuGraphExecutor::run_timed() {
   std::vector<OpTiming> timings;
   timings.reserve(program_.ops.size());
   const int64_t origin = steady_ns();
-  for (size_t i = 0; i < program_.ops.size(); ++i) {
+  for (const int i : plan_.issue.order) {
     const int64_t start = steady_ns();
     replay_op(i);
-    timings.push_back(
-        {static_cast<int>(i), plan_.issue.stream[i], start - origin, steady_ns() - origin, 0});
+    timings.push_back({i, plan_.issue.stream[i], start - origin, steady_ns() - origin, 0});
   }
   return timings;
 }

@@ -8,8 +8,9 @@
 // each op's results into the tensors recorded for them: outputs and scratch values live
 // at fixed addresses that the next replay overwrites, as in a graph's private pool. A
 // tensor argument whose memory moved since the recording (a graph would read the old
-// address) is an error. Ops run in op order on the calling thread: the stream plan is the
-// graph's, for the schedule it reports, but the twin checks semantics, not concurrency.
+// address) is an error. Ops run on the calling thread in the plan's issue order, the order
+// the CUDA graph is captured in: the twin checks semantics (and that the issue order keeps
+// every dependency), not concurrency.
 #include <vector>
 
 #include "csrc/runtime/executor.h"

@@ -167,9 +167,10 @@ void CudaGraphExecutor::issue(cudaStream_t origin, std::vector<OpEvents>* timing
   for (int s = 0; s < num_streams; ++s) {
     if (streams_[s].stream() != origin) fork_.block(streams_[s].stream());
   }
-  // One host thread issues the ops in op order: each stream gets its ops in its plan
-  // order, and every event is recorded before a stream waits for it (syncs point back).
-  for (size_t i = 0; i < program_.ops.size(); ++i) {
+  // One host thread issues the ops in the plan's issue order (critical path first where
+  // branches are independent): each stream gets its ops in its plan order, and every event
+  // is recorded before a stream waits for it (syncs point back in that order).
+  for (const int i : plan_.issue.order) {
     const int s = plan_.issue.stream[i];
     const scheduling::IssueStep& step = plan_.issue.streams[s][plan_.issue.position[i]];
     const c10::cuda::CUDAStream& stream = streams_[s];

@@ -8,8 +8,9 @@
 #include <algorithm>
 #include <random>
 
-#include "random_dags.h"
+#include "csrc/scheduling/issue_order.h"
 #include "csrc/scheduling/stream_assignment.h"
+#include "random_dags.h"
 
 namespace nimble::scheduling {
 namespace {
@@ -43,10 +44,10 @@ std::vector<std::vector<bool>> plan_order(const IssuePlan& plan) {
       for (int e : steps[i].waits) preds[steps[i].op].push_back(recorder[e]);
     }
   }
-  // Every predecessor has a smaller index (checked by the caller), so one pass in index
-  // order closes the relation.
+  // Every predecessor comes earlier in the issue order (checked by the caller), so one pass
+  // in that order closes the relation.
   std::vector<std::vector<bool>> before(n, std::vector<bool>(n, false));
-  for (int v = 0; v < n; ++v) {
+  for (int v : plan.order) {
     for (int u : preds[v]) {
       before[u][v] = true;
       for (int w = 0; w < n; ++w) {
@@ -74,8 +75,11 @@ std::vector<std::vector<bool>> reachability(const Dag& dag) {
 void check_plan(const Dag& dag, const IssuePlan& plan, std::mt19937& rng) {
   const int n = dag.num_nodes;
   // Each op is issued exactly once; each event is recorded by exactly one op, and by an
-  // op issued earlier in op order than every op waiting for it (a CUDA stream waiting
-  // for an event not yet recorded would not wait at all).
+  // op issued earlier in the issue order than every op waiting for it (a CUDA stream
+  // waiting for an event not yet recorded would not wait at all).
+  ASSERT_NO_THROW(validate_order(dag, plan.order));
+  std::vector<int> rank(n);
+  for (int i = 0; i < n; ++i) rank[plan.order[i]] = i;
   std::vector<int> issued(n, 0);
   std::vector<int> recorder(plan.num_events, -1);
   for (size_t s = 0; s < plan.streams.size(); ++s) {
@@ -84,7 +88,7 @@ void check_plan(const Dag& dag, const IssuePlan& plan, std::mt19937& rng) {
       ++issued[step.op];
       ASSERT_EQ(plan.stream[step.op], static_cast<int>(s));
       ASSERT_EQ(plan.position[step.op], static_cast<int>(i));
-      if (i > 0) ASSERT_LT(plan.streams[s][i - 1].op, step.op);
+      if (i > 0) ASSERT_LT(rank[plan.streams[s][i - 1].op], rank[step.op]);
       if (step.signal >= 0) {
         ASSERT_EQ(recorder[step.signal], -1) << "event " << step.signal << " recorded twice";
         recorder[step.signal] = step.op;
@@ -96,7 +100,7 @@ void check_plan(const Dag& dag, const IssuePlan& plan, std::mt19937& rng) {
     for (const IssueStep& step : steps) {
       for (int e : step.waits) {
         ASSERT_GE(recorder[e], 0) << "event " << e << " is never recorded";
-        ASSERT_LT(recorder[e], step.op);
+        ASSERT_LT(rank[recorder[e]], rank[step.op]);
         ASSERT_NE(plan.stream[recorder[e]], plan.stream[step.op]) << "a wait on its own stream";
       }
     }
@@ -180,6 +184,29 @@ TEST(IssuePlan, MismatchedScheduleIsRefused) {
   PhysicalSchedule schedule = fold_streams(dag, assign_streams(dag), 2);
   schedule.stream.pop_back();
   EXPECT_THROW(make_issue_plan(dag, schedule), std::invalid_argument);
+}
+
+TEST(IssuePlan, ScheduleOutOfItsIssueOrderIsRefused) {
+  // 0 -> {1, 2, 3} -> 4; on two streams the issue order is not the nodes' own order.
+  const Dag dag{5, {{0, 1}, {0, 2}, {2, 3}, {1, 4}, {3, 4}}};
+  const PhysicalSchedule good = fold_streams(dag, assign_streams(dag), 2);
+  ASSERT_NO_THROW(make_issue_plan(dag, good));
+
+  PhysicalSchedule backwards = good;  // an order that breaks an edge
+  std::swap(backwards.order.front(), backwards.order.back());
+  EXPECT_THROW(make_issue_plan(dag, backwards), std::invalid_argument);
+
+  PhysicalSchedule unsorted = good;  // a stream's ops against the issue order
+  const auto longest =
+      std::max_element(unsorted.ops.begin(), unsorted.ops.end(),
+                       [](const auto& a, const auto& b) { return a.size() < b.size(); });
+  std::reverse(longest->begin(), longest->end());
+  EXPECT_THROW(make_issue_plan(dag, unsorted), std::invalid_argument);
+
+  PhysicalSchedule late_wait = good;  // a wait for an op issued after the waiting one
+  ASSERT_FALSE(late_wait.syncs.empty());
+  std::swap(late_wait.syncs.front().first, late_wait.syncs.front().second);
+  EXPECT_THROW(make_issue_plan(dag, late_wait), std::invalid_argument);
 }
 
 TEST(IssuePlan, WidestLevelBoundsConcurrency) {

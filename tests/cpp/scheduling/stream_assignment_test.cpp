@@ -10,6 +10,7 @@
 #include <set>
 
 #include "csrc/scheduling/bipartite_matching.h"
+#include "csrc/scheduling/issue_order.h"
 #include "csrc/scheduling/transitive_reduction.h"
 #include "random_dags.h"
 
@@ -101,9 +102,13 @@ void check_physical(const Dag& dag, const PhysicalSchedule& s, int max_streams, 
   const int n = dag.num_nodes;
   ASSERT_LE(s.num_streams, max_streams);
   ASSERT_EQ(static_cast<int>(s.stream.size()), n);
+  ASSERT_NO_THROW(validate_order(dag, s.order));
+  std::vector<int> rank(n);
+  for (int i = 0; i < n; ++i) rank[s.order[i]] = i;
   std::vector<int> seen(n, 0);
   for (int p = 0; p < s.num_streams; ++p) {
-    ASSERT_TRUE(std::is_sorted(s.ops[p].begin(), s.ops[p].end()));
+    ASSERT_TRUE(std::is_sorted(s.ops[p].begin(), s.ops[p].end(),
+                               [&](int x, int y) { return rank[x] < rank[y]; }));
     for (int v : s.ops[p]) {
       ASSERT_EQ(s.stream[v], p);
       ++seen[v];
