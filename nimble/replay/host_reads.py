@@ -1,0 +1,81 @@
+"""Refusing the host reads a dispatch mode cannot see (`Tensor.tolist`, `.numpy`,
+`__array__` read the data directly) while a capture records.
+
+Not a `TorchFunctionMode`: while one is active, `torch.overrides.has_torch_function` is
+true for every tensor, and torch's modules that check it run another path than eager does.
+`nn.TransformerEncoderLayer` then skips its fused fast path: the trace ran the layer's
+inner modules, with any global forward hook on them, which eager's fused op never calls
+(a replay off by the hook's change, issue 43). The methods are wrapped on `torch.Tensor`
+instead, only while some thread captures, and refuse only on a thread that does.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import torch
+
+_METHODS = ("tolist", "numpy", "__array__")
+
+
+class HostReadGuard:
+    """A context manager: the host reads above, on this thread, raise through `refuse`
+    (called with the method's name) until it exits. Reentrant and thread-safe."""
+
+    _lock = threading.Lock()
+    _capturing_threads = 0  # threads inside a guard; the methods are wrapped while > 0
+    _saved: dict[str, object] = {}  # what torch.Tensor's own dictionary held
+    _this_thread = threading.local()
+
+    def __init__(self, refuse: Callable[[str], None]) -> None:
+        self._refuse = refuse
+
+    def __enter__(self) -> "HostReadGuard":
+        state = HostReadGuard._this_thread
+        refusers = getattr(state, "refusers", None)
+        if refusers is None:
+            refusers = state.refusers = []
+        if not refusers:
+            with HostReadGuard._lock:
+                if HostReadGuard._capturing_threads == 0:
+                    _wrap_methods()
+                HostReadGuard._capturing_threads += 1
+        refusers.append(self._refuse)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        refusers = HostReadGuard._this_thread.refusers
+        refusers.pop()
+        if not refusers:
+            with HostReadGuard._lock:
+                HostReadGuard._capturing_threads -= 1
+                if HostReadGuard._capturing_threads == 0:
+                    _restore_methods()
+
+
+def _refusing(name: str, original):
+    def method(self, *args, **kwargs):
+        refusers = getattr(HostReadGuard._this_thread, "refusers", None)
+        if refusers:
+            refusers[-1](name)
+        return original(self, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def _wrap_methods() -> None:
+    saved = HostReadGuard._saved
+    for name in _METHODS:
+        saved[name] = vars(torch.Tensor).get(name)
+        setattr(torch.Tensor, name, _refusing(name, getattr(torch.Tensor, name)))
+
+
+def _restore_methods() -> None:
+    for name in _METHODS:
+        own = HostReadGuard._saved.pop(name)
+        if own is None:  # inherited from torch._C.TensorBase
+            delattr(torch.Tensor, name)
+        else:
+            setattr(torch.Tensor, name, own)
