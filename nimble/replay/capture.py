@@ -19,7 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..errors import NotStaticError, UnsupportedOpError
-from .host_reads import HostReadGuard
+from .host_reads import HostReadGuard, UnfusedPaths, eager_takes_the_unfused_paths_alike
 from .model_snapshot import ModelSnapshot, module_state
 from .model_watch import PythonSideEffects
 
@@ -378,9 +378,11 @@ def capture(
             snapshot.restore()
             snapshot.adopt_created_state()
         previous = None
+        unfused = eager_takes_the_unfused_paths_alike()  # host_reads.py says why
         for _ in range(MAX_RECORDED_RUNS):
             recorder = Recorder(persistent, snapshot)
-            with HostReadGuard(_refuse_host_read), recorder:
+            paths = UnfusedPaths() if unfused else contextlib.nullcontext()
+            with HostReadGuard(_refuse_host_read), paths, recorder:
                 result = record(recorder)
             snapshot.restore()
             if previous is not None:

@@ -1,12 +1,17 @@
-"""Refusing the host reads a dispatch mode cannot see (`Tensor.tolist`, `.numpy`,
-`__array__` read the data directly) while a capture records.
+"""How a capture runs the model: which of torch's paths it takes, and the host reads it
+refuses that a dispatch mode cannot see (`Tensor.tolist`, `.numpy`, `__array__` read the
+data directly).
 
-Not a `TorchFunctionMode`: while one is active, `torch.overrides.has_torch_function` is
-true for every tensor, and torch's modules that check it run another path than eager does.
-`nn.TransformerEncoderLayer` then skips its fused fast path: the trace ran the layer's
-inner modules, with any global forward hook on them, which eager's fused op never calls
-(a replay off by the hook's change, issue 43). The methods are wrapped on `torch.Tensor`
-instead, only while some thread captures, and refuse only on a thread that does.
+While a `TorchFunctionMode` is active, `torch.overrides.has_torch_function` is true for every
+tensor, and torch's modules that check it take their unfused paths: `nn.TransformerEncoderLayer`
+and `nn.MultiheadAttention` run their linear layers one by one (which the CPU lowering packs)
+instead of one fused op. The two compute the same, up to rounding, except under a global
+forward hook: the fused op never calls the layer's inner modules, so eager skips the hook on
+them and the unfused trace applies it (a replay off by the hook's change, issue 43). So the
+capture runs under `UnfusedPaths` only while no global module hook is registered (one added
+later is a change the model watch sees: the replay prepares again), and the host reads are
+refused by wrapping the methods on `torch.Tensor`, only while some thread captures and only
+on a thread that does.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import threading
 from typing import Callable
 
 import torch
+from torch.nn.modules import module as _module_globals
+from torch.overrides import TorchFunctionMode
 
 _METHODS = ("tolist", "numpy", "__array__")
 
@@ -79,3 +86,16 @@ def _restore_methods() -> None:
             delattr(torch.Tensor, name)
         else:
             setattr(torch.Tensor, name, own)
+
+
+class UnfusedPaths(TorchFunctionMode):
+    """Changes nothing an op does; while active, torch's modules take their unfused paths."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def eager_takes_the_unfused_paths_alike() -> bool:
+    """Whether a fused path and its unfused one compute the same for this process's hooks."""
+    return not (_module_globals._global_forward_hooks
+                or _module_globals._global_forward_pre_hooks)

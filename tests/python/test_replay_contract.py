@@ -279,9 +279,10 @@ def test_prepare_pauses_pythons_cycle_collector_and_leaves_it_as_it_found_it(ena
 
 def test_capture_runs_the_path_eager_runs():
     """nn.TransformerEncoderLayer runs one fused op in eval under no_grad, unless a torch
-    function mode is active. A capture that ran under one recorded the unfused layer, which
+    function mode is active. The capture, always under one, recorded the unfused layer, which
     calls the layer's inner modules, so a global forward hook on one of them (that eager's
-    fused op never calls) was in the trace: the replay was off by the hook's change."""
+    fused op never calls) was in the trace: the replay was off by the hook's change. With a
+    global hook registered the capture now runs the fused op as eager does."""
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
     model = torch.nn.Sequential(layer, torch.nn.Linear(16, 4)).eval()
