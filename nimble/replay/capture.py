@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..errors import NotStaticError, UnsupportedOpError
+from .host_reads import HostReadGuard, UnfusedPaths, eager_takes_the_unfused_paths_alike
 from .model_snapshot import ModelSnapshot, module_state
 from .model_watch import PythonSideEffects
 
@@ -165,17 +165,8 @@ def _refuse_value_dependent(op: str):
     )
 
 
-# Tensor methods that read values on the host without passing through the dispatcher.
-_HOST_READS = {torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__}
-
-
-class HostReadGuard(TorchFunctionMode):
-    """Refuses the host reads a dispatch mode cannot see."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in _HOST_READS:
-            _refuse_value_dependent(f"Tensor.{func.__name__}()")
-        return func(*args, **(kwargs or {}))
+def _refuse_host_read(method: str):
+    _refuse_value_dependent(f"Tensor.{method}()")
 
 
 class Recorder(TorchDispatchMode):
@@ -387,9 +378,11 @@ def capture(
             snapshot.restore()
             snapshot.adopt_created_state()
         previous = None
+        unfused = eager_takes_the_unfused_paths_alike()  # host_reads.py says why
         for _ in range(MAX_RECORDED_RUNS):
             recorder = Recorder(persistent, snapshot)
-            with HostReadGuard(), recorder:
+            paths = UnfusedPaths() if unfused else contextlib.nullcontext()
+            with HostReadGuard(_refuse_host_read), paths, recorder:
                 result = record(recorder)
             snapshot.restore()
             if previous is not None:

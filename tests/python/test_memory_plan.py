@@ -73,9 +73,9 @@ def _peaks(model, fast, x):
     The fused path's peak is another model's: the unfused attention's scratch space grows
     with the thread count (docs/numbers.md, "Peak memory")."""
     from nimble.bench.cpu import peak_allocated_bytes
-    from nimble.replay.capture import HostReadGuard
+    from nimble.replay.host_reads import UnfusedPaths
 
-    with torch.no_grad(), HostReadGuard():
+    with torch.no_grad(), UnfusedPaths():
         eager = peak_allocated_bytes(lambda: model(x))
     replay = fast.memory["resident_bytes"] + peak_allocated_bytes(lambda: fast(x))
     return eager, replay

@@ -1,9 +1,14 @@
 """The user contract: output structures, state and input mutation, output ownership."""
 
+import threading
+
+import numpy as np
 import pytest
 import torch
 
 import nimble
+from nimble.replay.host_reads import HostReadGuard
+from nimble.testing import assert_matches_eager
 
 
 class Structured(torch.nn.Module):
@@ -270,3 +275,42 @@ def test_prepare_pauses_pythons_cycle_collector_and_leaves_it_as_it_found_it(ena
         assert gc.isenabled() == enabled
     finally:
         gc.enable()
+
+
+def test_capture_runs_the_path_eager_runs():
+    """nn.TransformerEncoderLayer runs one fused op in eval under no_grad, unless a torch
+    function mode is active. The capture, always under one, recorded the unfused layer, which
+    calls the layer's inner modules, so a global forward hook on one of them (that eager's
+    fused op never calls) was in the trace: the replay was off by the hook's change. With a
+    global hook registered the capture now runs the fused op as eager does."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    model = torch.nn.Sequential(layer, torch.nn.Linear(16, 4)).eval()
+    x = torch.randn(2, 5, 16)
+    inner = layer.linear1
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda module, args, out: out * 1.5 if module is inner else out)
+    try:
+        with torch.no_grad():
+            expected = model(x)
+        fast = nimble.Nimble(model).prepare(x)
+        assert_matches_eager(fast(x), expected)
+        assert "aten::_transformer_encoder_layer_fwd" in [op["name"] for op in fast.replay.ops()]
+    finally:
+        handle.remove()
+
+
+def test_host_reads_are_refused_on_the_capturing_thread_only():
+    """The capture wraps Tensor.tolist/numpy/__array__ while it runs and puts them back.
+    (np.asarray calls __array__, which calls numpy: both are seen.)"""
+    refused = []
+    inherited = "tolist" not in vars(torch.Tensor)
+    t = torch.arange(3.0)
+    with HostReadGuard(refused.append), HostReadGuard(refused.append):
+        t.tolist(), np.asarray(t)
+        other = threading.Thread(target=lambda: t.numpy())
+        other.start(), other.join()
+    assert refused == ["tolist", "__array__", "numpy"]
+    assert ("tolist" not in vars(torch.Tensor)) == inherited
+    t.tolist()
+    assert len(refused) == 3
