@@ -20,9 +20,9 @@
 #                                         limits and commands (and the build script found)
 #                                         in OUTDIR/parts.tsv and on stdout, running none
 #
-# The build script: $NIMBLE_GPU_BUILD, else gpu-kit/build.sh inside the checkout (copy
-# /work/shared/gpu/ there: the folder is git-ignored, and a GPU machine may get only the
-# checkout), else ../shared/gpu/build.sh or shared/gpu/build.sh. A build that fails is
+# The build script: $NIMBLE_GPU_BUILD, else gpu-kit/build.sh inside the checkout (made by
+# tests/gpu/make_kit.sh: the workplace's kit plus the .debs it lacks; git-ignored, and a GPU
+# machine may get only the checkout). A build that fails is
 # tried once more with -U_FORTIFY_SOURCE (Ubuntu's g++ defines it; the report says so).
 # Each bench prints one JSON line per model as it goes (OUTDIR/*.jsonl). What comes back:
 # OUTDIR/report.md (tests/gpu/report.py: parts, tests, failure messages, benches, targets)
@@ -128,8 +128,7 @@ part() {
 
 build_sh() {
   local candidate
-  for candidate in "${NIMBLE_GPU_BUILD:-}" "$ROOT/gpu-kit/build.sh" \
-    "$ROOT/../shared/gpu/build.sh" "$ROOT/shared/gpu/build.sh"; do
+  for candidate in "${NIMBLE_GPU_BUILD:-}" "$ROOT/gpu-kit/build.sh"; do
     [ -n "$candidate" ] && [ -f "$candidate" ] && { echo "$candidate"; return 0; }
   done
   return 1
@@ -161,7 +160,7 @@ BUILD=$(build_sh) || BUILD=""
 if [ "$DRY" -eq 1 ] || [ ! -d /opt/deps/usr/include ] || module_is_stale; then
   if [ -z "$BUILD" ]; then
     echo "tests/gpu/run.sh: nimble._C must be built and no build.sh was found (set" \
-      "NIMBLE_GPU_BUILD, or copy shared/gpu/ into gpu-kit/ of the checkout)" >&2
+      "NIMBLE_GPU_BUILD, or run tests/gpu/make_kit.sh where a registry is reachable and carry gpu-kit/)" >&2
     [ "$DRY" -eq 1 ] || exit 1
   fi
   if ! part build 150 "" bash "$BUILD" "$ROOT" && [ "$DRY" -eq 0 ]; then

@@ -113,7 +113,28 @@ def test_dry_run_prefers_the_named_build_script_then_the_kit_in_the_checkout(tmp
     bare = _checkout_copy(tmp_path / "bare", with_kit=False)
     done = run_sh("--dry-run", str(tmp_path / "b"), script=str(bare / "tests" / "gpu" / "run.sh"))
     assert "build script: none found" in done.stdout
-    assert "copy shared/gpu/ into gpu-kit/" in done.stderr
+    assert "tests/gpu/make_kit.sh" in done.stderr
+
+
+def test_make_kit_copies_the_workplace_kit_writable_with_the_packages_it_lacks(tmp_path):
+    """make_kit.sh on a read-only kit that already holds every package nimble adds (so nothing
+    is downloaded): gpu-kit/ gets the build script and every .deb, and can be made again."""
+    root = _checkout_copy(tmp_path, with_kit=False)
+    shutil.copy(os.path.join(os.path.dirname(RUN), "make_kit.sh"), root / "tests" / "gpu" / "make_kit.sh")
+    kit = tmp_path / "kit"
+    (kit / "debs").mkdir(parents=True)
+    (kit / "build.sh").write_text("exit 0\n")
+    for deb in ("libboost1.74-dev_1_amd64.deb", "nlohmann-json3-dev_3.11.2-2_all.deb"):
+        (kit / "debs" / deb).write_bytes(b"")
+    for path in (kit / "debs", kit):
+        path.chmod(0o555)
+    for _ in range(2):
+        done = subprocess.run(["bash", str(root / "tests" / "gpu" / "make_kit.sh"), str(kit)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert sorted(p.name for p in (root / "gpu-kit" / "debs").iterdir()) == [
+            "libboost1.74-dev_1_amd64.deb", "nlohmann-json3-dev_3.11.2-2_all.deb"]
+        assert (root / "gpu-kit" / "build.sh").is_file()
 
 
 def test_the_kit_folder_is_ignored_by_git():

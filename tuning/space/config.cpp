@@ -1,31 +1,21 @@
 #include "tuning/space/config.h"
 
-#include <sstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 namespace nimble::tuning {
 
-std::string config_to_json(const Config& config) {
-  std::ostringstream out;
-  out << '[';
-  for (size_t i = 0; i < config.size(); ++i) out << (i ? "," : "") << config[i];
-  out << ']';
-  return out.str();
-}
+std::string config_to_json(const Config& config) { return nlohmann::json(config).dump(); }
 
 Config config_from_json(const std::string& text) {
+  const nlohmann::json array = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!array.is_array()) throw std::invalid_argument("config is not a JSON array: " + text);
   Config config;
-  size_t i = text.find('[');
-  if (i == std::string::npos) throw std::invalid_argument("config is not a JSON array: " + text);
-  ++i;
-  while (i < text.size()) {
-    while (i < text.size() && (text[i] == ' ' || text[i] == ',')) ++i;
-    if (i < text.size() && text[i] == ']') return config;
-    size_t used = 0;
-    config.push_back(std::stoi(text.substr(i), &used));
-    i += used;
+  for (const nlohmann::json& v : array) {
+    if (!v.is_number_integer()) throw std::invalid_argument("config holds a non-integer: " + text);
+    config.push_back(v.get<int>());
   }
-  throw std::invalid_argument("unterminated config array: " + text);
+  return config;
 }
 
 }  // namespace nimble::tuning

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -67,6 +68,34 @@ TEST(JsonLines, RoundTripsEveryField) {
   EXPECT_DOUBLE_EQ(back.recorded_at, r.recorded_at);
   EXPECT_THROW(from_json_line("{\"run\":\"x\"}"), std::invalid_argument);
   EXPECT_THROW(from_json_line("not json"), std::invalid_argument);
+}
+
+// Lines as the hand-written writer before nlohmann-json wrote them: a non-finite time as null,
+// cut_short as 0/1, and (older still) no cost, cut_short or recorded_at at all.
+TEST(JsonLines, ReadsLinesTheOldWriterWrote) {
+  const DatabaseRecord r = from_json_line(
+      "{\"run\":\"r1\",\"signature\":\"conv \\\"a\\\"\",\"device\":\"cpu\",\"config\":[1,0,12],"
+      "\"seconds\":[0.00012500000000000001,null],\"error\":\"none\",\"message\":\"tab\\there\","
+      "\"cost_seconds\":0.5,\"cut_short\":1,\"recorded_at\":1700000000.25}");
+  EXPECT_EQ(r.run, "r1");
+  EXPECT_EQ(r.signature, "conv \"a\"");
+  EXPECT_EQ(r.config, (Config{1, 0, 12}));
+  ASSERT_EQ(r.result.seconds.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.result.seconds[0], 1.25e-4);
+  EXPECT_TRUE(std::isnan(r.result.seconds[1]));
+  EXPECT_EQ(r.result.message, "tab\there");
+  EXPECT_TRUE(r.result.cut_short);
+  EXPECT_DOUBLE_EQ(r.recorded_at, 1700000000.25);
+  const DatabaseRecord oldest = from_json_line(
+      "{\"run\":\"r\",\"signature\":\"s\",\"device\":\"cpu\",\"config\":[],\"seconds\":[],"
+      "\"error\":\"compile\",\"message\":\"\"}");
+  EXPECT_EQ(oldest.result.error, MeasureError::kCompile);
+  EXPECT_FALSE(oldest.result.cut_short);
+  EXPECT_EQ(oldest.recorded_at, 0);
+  EXPECT_THROW(
+      from_json_line("{\"run\":\"r\",\"signature\":\"s\",\"device\":\"cpu\",\"config\":[0.5],"
+                     "\"seconds\":[],\"error\":\"none\",\"message\":\"\"}"),
+      std::invalid_argument);
 }
 
 TEST(TuningDatabase, ExportsAndImportsJsonLines) {
