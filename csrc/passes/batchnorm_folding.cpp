@@ -53,7 +53,8 @@ void replace_tensors(std::vector<RecordedOp>& ops,
 std::vector<FoldedBatchNorm> fold_batchnorm(
     std::vector<RecordedOp>& ops,
     const std::function<void(const at::Tensor&, const at::Tensor&)>& redirect,
-    const std::function<bool(const at::Tensor&)>& is_output) {
+    const std::function<bool(const at::Tensor&)>& is_output,
+    const std::function<bool(const RecordedOp&)>& keeps) {
   // How many times each storage is read: a fold needs the conv output read by the BN only.
   std::unordered_map<const void*, int> reads;
   auto count = [&](const at::Tensor& t) {
@@ -81,14 +82,14 @@ std::vector<FoldedBatchNorm> fold_batchnorm(
   std::unordered_map<const c10::TensorImpl*, at::Tensor> replaced;  // batch norm output: conv's
   for (size_t i = 0; i < ops.size(); ++i) {
     RecordedOp& bn = ops[i];
-    if (!is_eval_batchnorm(bn) || !bn.args[0].isTensor()) continue;
+    if (!is_eval_batchnorm(bn) || !bn.args[0].isTensor() || keeps(bn)) continue;
     const at::Tensor& y = bn.args[0].toTensor();
     auto it = producer.find(y.unsafeGetTensorImpl());
     if (it == producer.end() || drop[it->second]) continue;
     RecordedOp& conv = ops[it->second];
     // The user reads a program output too: folding would hand them the batch norm's values.
     if (!is_plain_convolution(conv) || reads[y.storage().unsafeGetStorageImpl()] != 1 ||
-        is_output(y)) {
+        is_output(y) || keeps(conv)) {
       continue;
     }
     // The BN's statistics outputs (if any) must be unused: only its first output is kept.

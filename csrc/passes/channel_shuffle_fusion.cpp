@@ -66,6 +66,8 @@ class ShuffleFinder {
     if (!l || !named(ops_[*l], "aten::view") || !same_values(ops_[*l].args[0].toTensor(), copied))
       return std::nullopt;
     s.unview = *l;
+    for (size_t part : {s.view, s.transpose, s.clone, s.unview})
+      if (callbacks_.keeps_aten(ops_[part])) return std::nullopt;
     const at::Tensor shuffled = first_return(ops_[s.unview]);
     if (!shuffled.defined() || shuffled.sizes() != input.sizes()) return std::nullopt;
     // Nothing else uses what lies between them (the result, and views of it, may be read).
@@ -76,7 +78,8 @@ class ShuffleFinder {
     const auto cat = access_.producer.find(input.unsafeGetTensorImpl());
     if (cat != access_.producer.end() && is_channel_cat(ops_[cat->second]) &&
         !callbacks_.is_output(input) && used_only_by(input, s.view) &&
-        access_.readers.at(storage_of(input)).back() == s.clone)
+        access_.readers.at(storage_of(input)).back() == s.clone &&
+        !callbacks_.keeps_aten(ops_[cat->second]))
       s.cat = cat->second;
     return s;
   }
@@ -127,7 +130,8 @@ int fuse_channel_shuffles(std::vector<RecordedOp>& ops, const CpuLoweringCallbac
     drop[s.view] = drop[s.transpose] = drop[s.clone] = true;
     ops[s.unview] = RecordedOp{kernels::channel_shuffle_op(),
                                {c10::IValue(inputs), c10::IValue(s.groups)},
-                               {ops[s.unview].returns[0]}};
+                               {ops[s.unview].returns[0]},
+                               ops[s.unview].trace_position};
   }
   std::vector<RecordedOp> kept;
   for (size_t i = 0; i < ops.size(); ++i)

@@ -29,7 +29,7 @@ class ChannelsLastLowering {
   int run() {
     int replaced = 0;
     for (size_t i = 0; i < ops_.size(); ++i) {
-      if (drop_[i]) continue;
+      if (drop_[i] || callbacks_.keeps_aten(ops_[i])) continue;
       std::optional<RecordedOp> lowered = lower(i);
       if (!lowered) continue;
       ops_[i] = std::move(*lowered);
@@ -81,7 +81,7 @@ class ChannelsLastLowering {
   // else reading it after, its own result channels_last.
   bool fuses_activation(const RecordedOp& op, const at::Tensor& result, size_t index) const {
     if (op.args.empty() || !op.args[0].isTensor() || !same_values(op.args[0].toTensor(), result) ||
-        op.returns.size() != 1 || !op.returns[0].isTensor())
+        op.returns.size() != 1 || !op.returns[0].isTensor() || callbacks_.keeps_aten(op))
       return false;
     const std::optional<kernels::FusedEpilogue> fused = activation_of(op);
     if (!fused || fused->algorithm || !kernels::nhwc_epilogue(*fused)) return false;

@@ -116,6 +116,7 @@ class LayoutPlanner {
   // Whether op `r` reads `value` itself (not a view of it) and can take it channels_last.
   bool layout_free_reader(size_t r, const at::Tensor& value) const {
     if (reader_of_.count(r)) return true;
+    if (callbacks_.keeps_aten(ops_[r])) return false;
     if (routable_split(r, value)) return true;
     if (!is_layout_free(ops_[r]) || !reads_itself_or_pieces(r, value)) return false;
     // ATen gives a channels_last result for channels_last inputs: each such new result must
@@ -133,7 +134,9 @@ class LayoutPlanner {
   bool routable_split(size_t r, const at::Tensor& value) const {
     if (routed_splits_.count(r)) return true;  // its recorded value and pieces are replaced
     const RecordedOp& split = ops_[r];
-    if (!is_channel_split(split) || !same_values(split.args[0].toTensor(), value)) return false;
+    if (!is_channel_split(split) || callbacks_.keeps_aten(split) ||
+        !same_values(split.args[0].toTensor(), value))
+      return false;
     for (const at::Tensor& piece : split.returns[0].toTensorList()) {
       for (size_t reader : readers_after(value, r)) {
         bool reads_piece = false, as_is = false;
@@ -225,8 +228,9 @@ class LayoutPlanner {
     bool written = false, all_free = !callbacks_.is_output(value);
     for (size_t r : readers_after(value, position)) {
       written = written || writes(r, value);
-      all_free = all_free &&
-                 (reader_of_.count(r) || (is_layout_free(ops_[r]) && reads_only_itself(r, value)));
+      all_free = all_free && (reader_of_.count(r) ||
+                              (is_layout_free(ops_[r]) && !callbacks_.keeps_aten(ops_[r]) &&
+                               reads_only_itself(r, value)));
     }
     return !written || all_free;
   }
@@ -237,7 +241,7 @@ class LayoutPlanner {
   // its result would need converting back instead of its input.
   bool reader_gains(size_t r, const at::Tensor& value, int depth = 0) const {
     if (reader_of_.count(r)) return true;
-    if (is_channel_split(ops_[r])) return false;
+    if (is_channel_split(ops_[r]) || callbacks_.keeps_aten(ops_[r])) return false;
     if (!layout_free_reader(r, value) || writes_first_argument(ops_[r])) return false;
     if (has_channels_last_kernel(ops_[r])) return true;
     if (depth >= kMaxElementwiseChain) return false;

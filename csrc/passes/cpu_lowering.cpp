@@ -163,7 +163,9 @@ int lower_for_cpu_inference(std::vector<RecordedOp>& ops, const std::vector<Fold
   const TraceAccess access(ops);
   std::vector<FusedConvolution> convs;
   std::vector<FusedLinear> linears;
+  // An op kept as ATen's counts as taken: neither lowered nor fused into another.
   std::vector<bool> taken(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i) taken[i] = callbacks.keeps_aten(ops[i]);
   for (size_t i = 0; i < ops.size(); ++i) {
     if (taken[i]) continue;
     if (std::optional<FusedConvolution> conv = lowerable(ops, i, access, folds, callbacks)) {

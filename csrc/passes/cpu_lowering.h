@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,13 @@ struct CpuLoweringCallbacks {
   std::function<void(const at::Tensor& from, const at::Tensor& to)> redirect;
   // Kernels chosen by tuning, by shape; a convolution without one gets the rule's.
   const TunedConvolutions* tuned = nullptr;
+  // Trace positions of ops to leave as ATen's: not lowered, fused, planned channels_last or
+  // given a channels-last kernel (BuildOptions::keep_aten_ops).
+  const std::set<int>* keep_aten = nullptr;
+
+  bool keeps_aten(const RecordedOp& op) const {
+    return keep_aten && keep_aten->count(op.trace_position) > 0;
+  }
 };
 
 // Rewrites `ops` in place; returns how many ops were lowered (convolutions, linear layers,

@@ -131,7 +131,7 @@ void ProgramBuilder::add_op(const std::string& qualified_name, const std::string
       }
     });
   }
-  raw_ops_.push_back(RecordedOp{handle, std::move(args), std::move(returns)});
+  raw_ops_.push_back(RecordedOp{handle, std::move(args), std::move(returns), index});
 }
 
 void ProgramBuilder::set_outputs(const std::vector<at::Tensor>& outputs) {
@@ -247,8 +247,8 @@ void plan_memory(Program& program, std::vector<c10::IValue>& values, bool share)
 BuiltProgram ProgramBuilder::finish(const BuildOptions& options) {
   std::vector<FoldedBatchNorm> folds;
   const bool lower_cpu = options.lower_for_cpu && on_cpu();
-  if (options.fold_batchnorm || lower_cpu) folds = fold_batchnorms();
-  if (lower_cpu) lower_for_cpu(folds, options.tuned_convolutions);
+  if (options.fold_batchnorm || lower_cpu) folds = fold_batchnorms(options.keep_aten_ops);
+  if (lower_cpu) lower_for_cpu(folds, options);
   BuiltProgram built = start_program();
   built.state.folds = std::move(folds);
   Program& program = built.program;

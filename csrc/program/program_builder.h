@@ -42,6 +42,10 @@ struct BuildOptions {
   bool drop_noop_ops = true;
   // With lower_for_cpu: kernels a tuning database chose, by convolution shape.
   TunedConvolutions tuned_convolutions;
+  // Trace positions (RecordedOp::trace_position) of ops the CPU lowering and batch-norm
+  // folding leave as ATen's: the parts prepare found the lowering breaks
+  // (nimble/replay/lowering_fallback.py).
+  std::set<int> keep_aten_ops;
 };
 
 // The dispatcher's handle for an op overload; UnsupportedOp (errors.h) naming it if none.
@@ -68,9 +72,9 @@ class ProgramBuilder {
   // trace_rewrites.cpp, the lowering of recorded ops in op_lowering.cpp).
   // Eval-mode batch norms after convolutions are gone from the recorded ops; readers of
   // their outputs read the convolutions' outputs; producers match the remaining ops.
-  std::vector<FoldedBatchNorm> fold_batchnorms();
+  std::vector<FoldedBatchNorm> fold_batchnorms(const std::set<int>& keep_aten);
   // Convolutions of a CPU program are prepacked oneDNN calls (passes/cpu_lowering.h).
-  void lower_for_cpu(const std::vector<FoldedBatchNorm>& folds, const TunedConvolutions& tuned);
+  void lower_for_cpu(const std::vector<FoldedBatchNorm>& folds, const BuildOptions& options);
   // After a pass rewrote the recorded ops: tensors they introduced have slots (results as
   // transients), and transient slots name the op that now produces them.
   void renumber_rewritten_ops();

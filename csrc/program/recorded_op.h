@@ -13,6 +13,9 @@ struct RecordedOp {
   c10::OperatorHandle handle;
   std::vector<c10::IValue> args;     // the full boxed stack, in schema order
   std::vector<c10::IValue> returns;  // the values it returned at capture
+  // Its position in the captured trace (ProgramBuilder::add_op's order), by which
+  // BuildOptions::keep_aten_ops names it; -1 for an op a pass made.
+  int trace_position = -1;
 };
 
 }  // namespace nimble

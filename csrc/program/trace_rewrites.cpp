@@ -15,20 +15,21 @@
 
 namespace nimble {
 
-std::vector<FoldedBatchNorm> ProgramBuilder::fold_batchnorms() {
+std::vector<FoldedBatchNorm> ProgramBuilder::fold_batchnorms(const std::set<int>& keep_aten) {
   const std::set<const void*> outputs = output_storages();
   std::vector<FoldedBatchNorm> folds = fold_batchnorm(
       raw_ops_, [&](const at::Tensor& from, const at::Tensor& to) { redirect_reads(from, to); },
       [&](const at::Tensor& t) {
         return t.has_storage() && outputs.count(t.storage().unsafeGetStorageImpl()) > 0;
-      });
+      },
+      [&](const RecordedOp& op) { return keep_aten.count(op.trace_position) > 0; });
   // Folded weights are new constants; op indices moved, so producers are found anew.
   renumber_rewritten_ops();
   return folds;
 }
 
 void ProgramBuilder::lower_for_cpu(const std::vector<FoldedBatchNorm>& folds,
-                                   const TunedConvolutions& tuned) {
+                                   const BuildOptions& options) {
   const std::set<const void*> outputs = output_storages();
   CpuLoweringCallbacks callbacks;
   callbacks.is_output = [&](const at::Tensor& t) {
@@ -42,7 +43,8 @@ void ProgramBuilder::lower_for_cpu(const std::vector<FoldedBatchNorm>& folds,
   callbacks.redirect = [&](const at::Tensor& from, const at::Tensor& to) {
     redirect_reads(from, to);
   };
-  callbacks.tuned = &tuned;
+  callbacks.tuned = &options.tuned_convolutions;
+  callbacks.keep_aten = &options.keep_aten_ops;
   if (lower_for_cpu_inference(raw_ops_, folds, callbacks) > 0) renumber_rewritten_ops();
 }
 

@@ -109,7 +109,7 @@ void bind_runtime(py::module_& m) {
           [](ProgramBuilder& b, bool use_out_variants, bool precompute_views, bool fold_batchnorm,
              bool plan_memory, int streams, int cores, int64_t out_variant_max_bytes,
              bool drop_noop_ops, bool lower_for_cpu, bool graph_twin,
-             const TunedConvolutions& tuned_convolutions) {
+             const TunedConvolutions& tuned_convolutions, const std::set<int>& keep_aten_ops) {
             BuildOptions options;
             options.drop_noop_ops = drop_noop_ops;
             options.out_variant_max_bytes = out_variant_max_bytes;
@@ -119,6 +119,7 @@ void bind_runtime(py::module_& m) {
             options.fold_batchnorm = fold_batchnorm;
             options.lower_for_cpu = lower_for_cpu;
             options.tuned_convolutions = tuned_convolutions;
+            options.keep_aten_ops = keep_aten_ops;
             ExecutorOptions executor{streams, cores, plan_memory};
             executor.graph_twin = graph_twin;
             return std::make_shared<Replay>(b.finish(options), executor);
@@ -127,7 +128,8 @@ void bind_runtime(py::module_& m) {
           py::arg("fold_batchnorm") = false, py::arg("plan_memory") = true, py::arg("streams") = 1,
           py::arg("cores") = 0, py::arg("out_variant_max_bytes") = 0,
           py::arg("drop_noop_ops") = true, py::arg("lower_for_cpu") = false,
-          py::arg("graph_twin") = false, py::arg("tuned_convolutions") = TunedConvolutions{});
+          py::arg("graph_twin") = false, py::arg("tuned_convolutions") = TunedConvolutions{},
+          py::arg("keep_aten_ops") = std::set<int>{});
 
   py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
       .def(

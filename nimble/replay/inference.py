@@ -42,7 +42,10 @@ class InferenceReplay:
                 lowering_fallback.expect_outputs(replay, self.example_inputs, references,
                                                  lambda: _lowered_op_names(replay))
 
-        self.replays = [lowering_fallback.build_checked(build, options, check)]
+        trace_ops = [str(op.func._schema.name) + (f".{op.func._schema.overload_name}"
+                                                   if op.func._schema.overload_name else "")
+                     for op in captured.recorder.trace.ops]
+        self.replays = [lowering_fallback.build_checked(build, options, check, trace_ops)]
 
     def snapshot(self) -> ModelSnapshot:
         """What a run on `example_inputs` changes: the model, and the inputs it writes."""

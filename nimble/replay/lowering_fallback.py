@@ -1,5 +1,6 @@
 """The CPU lowering's safety net: a lowered program is kept only if it builds, runs and
-matches eager on the example; otherwise `prepare` replays the model unlowered and warns once,
+matches eager on the example; otherwise `prepare` finds the ops whose lowering breaks it and
+keeps those as ATen's ops (or, failing that, replays the model unlowered), and warns once,
 naming what failed. An optimisation must never turn a working model into an error."""
 
 from __future__ import annotations
@@ -61,27 +62,80 @@ def _culprit(error: BaseException) -> str:
     return f"{found.group(0)}: {first_line}" if found else first_line
 
 
-def build_checked(build: Callable[[dict], object], options: dict, check: Callable[[object], None]):
+# Rounds of the search for the ops the lowering breaks, each about log2(ops in the trace)
+# builds and runs of the example; a model broken in more places is replayed unlowered.
+MAX_CULPRITS = 2
+
+
+def build_checked(build: Callable[[dict], object], options: dict, check: Callable[[object], None],
+                  trace_ops: list[str] | None = None):
     """`build(options)` with the CPU lowering, kept if `check(replay)` passes (it raises
-    `LoweringMismatch` or any error of the run); else `build` without the lowering, after a
-    one-line warning. Only the lowering is retried: an error of the unlowered build is the
-    model's own and propagates."""
+    `LoweringMismatch` or any error of the run).
+
+    Otherwise, given `trace_ops` (the captured trace's op names, by position), the ops whose
+    lowering breaks the model are searched for: the lowering is bisected over the trace
+    (ops from a position on kept as ATen's, `keep_aten_ops`) to the first op whose lowering
+    makes it fail; that op keeps ATen's op, the rest stays lowered, and one line warns naming
+    it. Up to MAX_CULPRITS such ops; past that, or without `trace_ops`, `build` without the
+    lowering, after a one-line warning. Only the lowering is retried: an error of the
+    unlowered build is the model's own and propagates."""
     if not options.get("lower_for_cpu"):
         return build(options)
-    try:
-        replay = build(options)
-        check(replay)
+    replay, reason = _attempt(build, options, check)
+    if replay is not None:
         return replay
-    except LoweringMismatch as error:
-        reason = str(error)
-    except (RuntimeError, ValueError, TypeError, IndexError) as error:
-        reason = _culprit(error)
+    kept: list[int] = []
+    for _ in range(MAX_CULPRITS if trace_ops else 0):
+        culprit = _first_breaking(build, options, check, len(trace_ops), kept)
+        if culprit in kept:  # the runs disagree with the last round's: nothing to blame
+            break
+        kept.append(culprit)
+        replay, _ = _attempt(build, _keeping(options, kept), check)
+        if replay is not None:
+            named = ", ".join(f"{trace_ops[i]} (op {i} of the trace)" for i in kept)
+            warnings.warn(
+                f"nimble: the CPU lowering failed on this model ({reason}); {named} "
+                f"{'keeps' if len(kept) == 1 else 'keep'} ATen's op, the rest stays lowered",
+                stacklevel=4)
+            return replay
     warnings.warn(
         f"nimble: the CPU lowering failed on this model ({reason}); replaying it unlowered "
         f"(prepare(..., lower_for_cpu=False) does so without trying)",
         stacklevel=4,
     )
     return build({**options, "lower_for_cpu": False, "tuned_convolutions": {}})
+
+
+def _keeping(options: dict, positions) -> dict:
+    return {**options, "keep_aten_ops": set(options.get("keep_aten_ops", ())) | set(positions)}
+
+
+def _attempt(build, options: dict, check) -> tuple[object, str]:
+    """(the replay, "") if `options` build a replay that passes `check`; else (None, why)."""
+    try:
+        replay = build(options)
+        check(replay)
+        return replay, ""
+    except LoweringMismatch as error:
+        return None, str(error)
+    except (RuntimeError, ValueError, TypeError, IndexError) as error:
+        return None, _culprit(error)
+
+
+def _first_breaking(build, options: dict, check, count: int, kept: list[int]) -> int:
+    """The trace position p such that lowering the ops before p (less `kept`) passes and
+    lowering those before p + 1 fails: lowering op p breaks the model. Bisection, assuming
+    that lowering nothing passes and lowering everything (less `kept`) fails; the programs
+    are deterministic, so the two builds differ and op p is one the lowering changes."""
+    passes, fails = 0, count
+    while fails - passes > 1:
+        middle = (passes + fails) // 2
+        replay, _ = _attempt(build, _keeping(options, [*kept, *range(middle, count)]), check)
+        if replay is None:
+            fails = middle
+        else:
+            passes = middle
+    return fails - 1
 
 
 class LoweringMismatch(Exception):

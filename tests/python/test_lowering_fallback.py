@@ -64,7 +64,7 @@ def _small_net() -> nn.Module:
     )).eval()
 
 
-class _Broken:
+class BrokenReplay:
     """A lowered replay that misbehaves on its first runs (as a lowering bug would)."""
 
     def __init__(self, replay, how: str) -> None:
@@ -86,7 +86,7 @@ def _inject(monkeypatch, how: str) -> None:
         if options.get("lower_for_cpu") and how == "build":
             raise RuntimeError("nimble::convolution_prepacked: cannot pack (injected)")
         replay = real(*args, **options)
-        return _Broken(replay, how) if options.get("lower_for_cpu") else replay
+        return BrokenReplay(replay, how) if options.get("lower_for_cpu") else replay
 
     monkeypatch.setattr(inference, "build_replay", build_replay)
 
