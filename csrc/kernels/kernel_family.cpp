@@ -1,6 +1,6 @@
 #include "csrc/kernels/kernel_family.h"
 
-#include "csrc/kernels/cpu/cpu_families.h"
+#include "csrc/kernels/cpu/tuning_families/cpu_families.h"
 #ifdef NIMBLE_WITH_CUDA
 #include "csrc/kernels/cuda/cuda_families.h"
 #endif

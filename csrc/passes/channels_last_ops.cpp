@@ -4,8 +4,8 @@
 
 #include <optional>
 
-#include "csrc/kernels/cpu/nhwc_convolution.h"
-#include "csrc/kernels/cpu/nhwc_tensor_ops.h"
+#include "csrc/kernels/cpu/torch_ops/nhwc_convolution.h"
+#include "csrc/kernels/cpu/torch_ops/nhwc_tensor_ops.h"
 #include "csrc/passes/epilogue_fusion.h"
 #include "csrc/passes/op_patterns.h"
 #include "csrc/passes/trace_access.h"

@@ -7,7 +7,7 @@
 #include <optional>
 #include <unordered_map>
 
-#include "csrc/kernels/cpu/prepacked_convolution.h"
+#include "csrc/kernels/cpu/torch_ops/prepacked_convolution.h"
 #include "csrc/passes/channel_shuffle_fusion.h"
 #include "csrc/passes/channels_last_ops.h"
 #include "csrc/passes/cpu_layout_plan.h"

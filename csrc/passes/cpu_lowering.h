@@ -1,6 +1,6 @@
 #pragma once
 // Inference pass for the CPU: each 2-d convolution (batch norms already folded into it)
-// becomes one `nimble::convolution_prepacked` call (kernels/cpu/prepacked_convolution.h),
+// becomes one `nimble::convolution_prepacked` call (kernels/cpu/torch_ops/prepacked_convolution.h),
 // and each linear layer with a constant weight one `nimble::linear_prepacked` call
 // (linear_lowering.h): weights packed once, with the ops that followed fused as post-ops
 // where nothing else reads what they replace (epilogue_fusion.h): a residual add, then one

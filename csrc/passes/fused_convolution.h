@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "csrc/kernels/cpu/prepacked_convolution.h"
+#include "csrc/kernels/cpu/torch_ops/prepacked_convolution.h"
 #include "csrc/passes/fused_product.h"
 
 namespace nimble {

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "csrc/kernels/cpu/fused_epilogue.h"
+#include "csrc/kernels/cpu/torch_ops/fused_epilogue.h"
 
 namespace nimble {
 

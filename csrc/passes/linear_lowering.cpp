@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include "csrc/kernels/cpu/prepacked_linear.h"
+#include "csrc/kernels/cpu/torch_ops/prepacked_linear.h"
 #include "csrc/passes/epilogue_fusion.h"
 
 namespace nimble {

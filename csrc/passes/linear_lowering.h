@@ -1,7 +1,7 @@
 #pragma once
 // The linear layers of a CPU inference trace that the CPU lowering (cpu_lowering.h) makes
-// prepacked GEMM calls (kernels/cpu/prepacked_linear.h): `addmm(bias, x, W.t())` (beta and
-// alpha 1) and `mm(x, W.t())`, which `nn.Linear` and `F.linear` record, and `x @ W` with W
+// prepacked GEMM calls (kernels/cpu/torch_ops/prepacked_linear.h): `addmm(bias, x, W.t())` (beta
+// and alpha 1) and `mm(x, W.t())`, which `nn.Linear` and `F.linear` record, and `x @ W` with W
 // itself; W must be a 2-d float tensor the trace neither computes nor writes (a parameter,
 // a buffer, a constant), the bias a 1-d one, and the shape one where a prepacked kernel is
 // faster than ATen's (PrepackedLinear::choose). The add and activation after the product
@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "csrc/kernels/cpu/prepacked_linear.h"
+#include "csrc/kernels/cpu/torch_ops/prepacked_linear.h"
 #include "csrc/passes/cpu_lowering.h"
 #include "csrc/passes/fused_product.h"
 #include "csrc/passes/trace_access.h"

@@ -11,8 +11,8 @@
 #include <unordered_set>
 
 #include "csrc/errors.h"
-#include "csrc/passes/memory_plan.h"
 #include "csrc/program/dependencies.h"
+#include "csrc/program/memory_plan.h"
 #include "csrc/program/recorded_values.h"
 
 namespace nimble {
@@ -235,7 +235,7 @@ void classify_inputs_and_outputs(Program& program) {
 }
 
 // `.out` buffers whose lifetimes cannot overlap in any schedule the dependencies allow
-// share storage (passes/memory_plan.h); with `share` false, only measured.
+// share storage (program/memory_plan.h); with `share` false, only measured.
 void plan_memory(Program& program, std::vector<c10::IValue>& values, bool share) {
   const MemoryPlan plan = plan_buffer_memory(program, values, share);
   program.buffer_bytes_unplanned = plan.buffer_bytes_before;

@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "csrc/kernels/cpu/prepacked_convolution.h"
-#include "csrc/kernels/cpu/prepacked_linear.h"
-#include "csrc/kernels/cpu/prepacked_weights.h"
+#include "csrc/kernels/cpu/torch_ops/prepacked_convolution.h"
+#include "csrc/kernels/cpu/torch_ops/prepacked_linear.h"
+#include "csrc/kernels/cpu/torch_ops/prepacked_weights.h"
 #include "csrc/program/program_builder.h"
 #include "csrc/program/undeclared_writes.h"
 #include "csrc/python/bindings.h"

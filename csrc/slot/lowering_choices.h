@@ -1,7 +1,7 @@
 #pragma once
 // Tuned kernels for the CPU lowering: which of the lowering's own kernels (the "prepacked"
-// family, kernels/cpu/prepacked_family.cpp) a tuning database found fastest for each
-// convolution shape. Tuning measures ATen's convolutions as the unlowered program has them
+// family, kernels/cpu/tuning_families/prepacked_family.cpp) a tuning database found fastest for
+// each convolution shape. Tuning measures ATen's convolutions as the unlowered program has them
 // (batch norm apart, no fused epilogue); the lowered program has the same convolutions with
 // batch norms folded and epilogues fused, so records are matched by shape alone (sizes,
 // stride, padding, dilation, groups), never by the full signature.

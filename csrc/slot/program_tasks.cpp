@@ -8,8 +8,8 @@
 #include <map>
 #include <sstream>
 
+#include "csrc/kernels/cpu/channels_last/epilogue.h"
 #include "csrc/kernels/cpu/cpu_features.h"
-#include "csrc/kernels/cpu/nhwc/epilogue.h"
 
 namespace nimble::slot {
 namespace {

@@ -1,6 +1,6 @@
 """The ops between lowered convolutions (csrc/passes/channels_last_ops.h, cpu_layout_plan.h):
 poolings, concatenations and inference batch norms reading channels_last values run
-nimble's kernels (kernels/cpu/nhwc_tensor_ops.h), elementwise ops pass the layout on, and
+nimble's kernels (kernels/cpu/torch_ops/nhwc_tensor_ops.h), elementwise ops pass the layout on, and
 results stay eager's: random pooling geometries, a batch norm with each activation fused,
 statistics changed after prepare, indices someone reads, values written in place."""
 

@@ -22,7 +22,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PATH_RE = re.compile(
     r"^[\w.*/-]+\.(?:py|h|cpp|cu|cuh|inc|md|sh|txt|toml|json)$|^[\w.-]+(?:/[\w.-]+)*/$")
-# A file name in a comment: `// see nhwc/epilogue.h`, `# capture.py records ...`.
+# A file name in a comment: `// see channels_last/epilogue.h`, `# capture.py records ...`.
 COMMENT_FILE_RE = re.compile(r"(?<![\w/.<\"'*])((?:[\w*-]+/)*[\w*-]+\.(?:py|h|cpp|cu|cuh|inc))\b")
 # Other projects' files, named in comments to say where an idea comes from.
 EXTERNAL_PREFIXES = ("torch/", "c10/", "ATen/", "aten/", "jit/", "xgboost/", "cuda")

@@ -1,6 +1,6 @@
 """Linear layers in the CPU lowering (csrc/passes/linear_lowering.h): `addmm`/`mm` with a
 constant weight become `nimble::linear_prepacked` calls, nimble's product or oneDNN on a
-weight packed once (kernels/cpu/prepacked_linear.h), with the residual add and the
+weight packed once (kernels/cpu/torch_ops/prepacked_linear.h), with the residual add and the
 activation after them fused; results stay eager's (relative 1e-4), weights changed after
 prepare are seen, and linear layers the pass cannot lower keep ATen's op.
 

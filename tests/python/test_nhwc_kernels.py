@@ -1,4 +1,4 @@
-"""nimble's own channels-last convolution kernels (csrc/kernels/cpu/nhwc/), called through
+"""nimble's own channels-last convolution kernels (csrc/kernels/cpu/channels_last/), called through
 the lowered convolution with the kernel forced (PrepackedConvolution.make): random
 geometries and every fused epilogue against eager's conv2d, on one thread and on two (the
 work split over threads must not change a result), inputs in either layout, NaN kept.
@@ -103,7 +103,7 @@ def on_one_and_two_threads(x, skip, packed):
 
 
 # Below this many multiply-adds a convolution runs on the calling thread alone
-# (kernels/cpu/nhwc_convolution.cpp): the random cases above are mostly smaller.
+# (kernels/cpu/torch_ops/nhwc_convolution.cpp): the random cases above are mostly smaller.
 PARALLEL_FROM = 200_000
 
 

@@ -1,4 +1,4 @@
-"""Tuning the CPU lowering's kernels (kernels/cpu/prepacked_family.cpp, slot/lowering_choices.h):
+"""Tuning the CPU lowering's kernels (kernels/cpu/tuning_families/prepacked_family.cpp, slot/lowering_choices.h):
 `nimble.tune` on a lowered replay measures the convolutions as ATen runs them, with the
 lowering's own kernels among the candidates; `use_tuned` / `prepare(tuned=...)` then build the
 lowered program again with each convolution on the fastest of those kernels for its shape where

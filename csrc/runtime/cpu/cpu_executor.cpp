@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "csrc/kernels/cpu/nhwc/work_sharing.h"
 #include "csrc/runtime/cpu/intra_op_threads.h"
 #include "csrc/runtime/cpu/steady_ns.h"
+#include "csrc/runtime/cpu/work_sharing.h"
 #include "csrc/runtime/op_call.h"
 
 namespace nimble {
@@ -167,7 +167,7 @@ void CpuExecutor::replay(bool timed, std::vector<OpTiming>* timings) {
     if (arena_) pool.emplace(*arena_);
     KeepIntraOpThreads keep;
     if (!workers_.empty()) keep.set(threads_per_stream());
-    std::optional<kernels::nhwc::SharedWorkScope> shared;
+    std::optional<SharedWorkScope> shared;
     if (shared_work_ && (last_end_ns_ == 0 || origin_ns_ - last_end_ns_ > kIdleSpellNs)) {
       shared.emplace();
       ++replays_after_idle_;

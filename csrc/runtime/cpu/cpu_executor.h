@@ -57,7 +57,7 @@ class CpuExecutor final : public Executor {
   int threads_per_stream() const { return std::max(1, cores_ / plan_.num_streams()); }
   int cores_ = 1;
   // Whether a replay that comes after an idle spell splits nimble's kernels through their own
-  // helper threads (kernels/cpu/nhwc/work_sharing.h) rather than OpenMP: one stream, and no
+  // helper threads (runtime/cpu/work_sharing.h) rather than OpenMP: one stream, and no
   // ATen op but views between nimble's kernels (see uses_only_nimble_kernels in the .cpp).
   bool shared_work_ = false;
   int64_t last_end_ns_ = 0;  // when the last replay ended (steady_ns), 0 before the first

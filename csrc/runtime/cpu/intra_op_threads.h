@@ -1,9 +1,16 @@
 #pragma once
-// The intra-op thread count of the calling thread's kernels. OpenMP's team size (ATen,
-// oneDNN) is per thread; MKL (torch's matrix products) keeps a count of its own, which
-// torch.set_num_threads sets process-wide. CPU streams size each stream's teams, and a tuned
-// kernel its own, so both are set here for the calling thread only.
+// The calling thread's intra-op threads: how many its kernels use, and how nimble's
+// channels-last kernels split their work over them (torch_ops/nhwc_convolution.h,
+// torch_ops/nhwc_tensor_ops.h). OpenMP's team size (ATen, oneDNN) is per thread; MKL (torch's
+// matrix products) keeps a count of its own, which torch.set_num_threads sets process-wide.
+// CPU streams size each stream's teams, and a tuned kernel its own, so both are set here for
+// the calling thread only.
+#include <ATen/Parallel.h>
 #include <omp.h>
+
+#include <cstdint>
+
+#include "csrc/runtime/cpu/work_sharing.h"
 
 // Weak: torch builds without MKL lack it. (The lower-case names are the Fortran interface,
 // taking pointers.)
@@ -39,5 +46,26 @@ class KeepIntraOpThreads {
   int saved_mkl_ = 0;
   bool changed_ = false;
 };
+
+// body(begin, end) over [0, units): on the calling thread alone unless `worth_forking` (the
+// caller's measure of whether waking and joining a second thread pays for the work) and the
+// calling thread has intra-op threads to share it with (at::get_num_threads(): a CPU stream
+// of a multi-stream replay has its share). Inside a SharedWorkScope through work_sharing.h,
+// where a helper thread slow to come never holds the caller up; elsewhere through an OpenMP
+// region, whose end waits for every thread of its team. One thread is asked for by not
+// forking, never by resizing OpenMP's team (rebuilt when resized).
+template <typename F>
+void split_work(int64_t units, bool worth_forking, const F& body) {
+  const int threads = at::get_num_threads();
+  if (!worth_forking || units < 2 || threads < 2 || at::in_parallel_region() || in_shared_work()) {
+    body(0, units);
+    return;
+  }
+  if (shared_work_in_scope()) {
+    share_work(units, threads, body);
+  } else {
+    at::parallel_for(0, units, 1, body);
+  }
+}
 
 }  // namespace nimble

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "csrc/passes/memory_plan.h"
+#include "csrc/program/memory_plan.h"
 
 namespace nimble {
 

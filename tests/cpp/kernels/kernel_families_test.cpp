@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "csrc/kernels/cpu/cpu_kernel_support.h"
+#include "csrc/kernels/cpu/tuning_families/cpu_kernel_support.h"
 #include "csrc/kernels/kernel_measurer.h"
 #include "csrc/kernels/kernel_space.h"
 #include "tests/cpp/kernels/random_convs.h"

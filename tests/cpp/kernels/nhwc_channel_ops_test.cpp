@@ -1,5 +1,5 @@
 // nimble's channels-last kernels for the ops between convolutions: max and average pooling
-// (csrc/kernels/cpu/nhwc/pooling.h) against a direct reference over random geometries
+// (csrc/kernels/cpu/channels_last/pooling.h) against a direct reference over random geometries
 // (padding, dilation, ceil_mode's partial windows, ATen's divisors), NaN winning a max
 // window; concatenation along channels (channel_ops.h); and the inference batch norm with its
 // activation (epilogue.h's scale_shift); the mean over pixels.
@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "csrc/kernels/cpu/nhwc/channel_ops.h"
-#include "csrc/kernels/cpu/nhwc/epilogue.h"
-#include "csrc/kernels/cpu/nhwc/pooling.h"
+#include "csrc/kernels/cpu/channels_last/channel_ops.h"
+#include "csrc/kernels/cpu/channels_last/epilogue.h"
+#include "csrc/kernels/cpu/channels_last/pooling.h"
 #include "tests/cpp/kernels/nhwc_reference.h"
 
 namespace nimble::kernels::nhwc {

@@ -1,5 +1,5 @@
-// nimble's NHWC depthwise convolution (csrc/kernels/cpu/nhwc/depthwise_convolution.h) gives
-// a naive loop's results on random geometries, every epilogue and every Isa this CPU runs
+// nimble's NHWC depthwise convolution (csrc/kernels/cpu/channels_last/depthwise_convolution.h)
+// gives a naive loop's results on random geometries, every epilogue and every Isa this CPU runs
 // (channel counts off the vector width, border pixels, strides, dilation, padding wider
 // than the image); rows computed in any split, on any threads, agree with one call.
 // Torch-free: the reference is written here.
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "csrc/kernels/cpu/nhwc/depthwise_convolution.h"
+#include "csrc/kernels/cpu/channels_last/depthwise_convolution.h"
 #include "tests/cpp/kernels/nhwc_reference.h"
 
 namespace nimble::kernels::nhwc {

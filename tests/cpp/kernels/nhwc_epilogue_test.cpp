@@ -1,4 +1,4 @@
-// The epilogue of nimble's channels-last kernels (csrc/kernels/cpu/nhwc/epilogue.h), the
+// The epilogue of nimble's channels-last kernels (csrc/kernels/cpu/channels_last/epilogue.h), the
 // code of every Isa this CPU runs: every activation against the C library's functions within
 // float32 rounding, the residual added first, NaN kept; and the ISA queries against the CPU.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "csrc/kernels/cpu/nhwc/epilogue.h"
+#include "csrc/kernels/cpu/channels_last/epilogue.h"
 #include "tests/cpp/kernels/nhwc_reference.h"
 
 namespace nimble::kernels::nhwc {

@@ -1,5 +1,5 @@
-// GemmConvolution (csrc/kernels/cpu/nhwc/gemm_convolution.h) against a naive convolution in
-// double: random geometries (groups, kernel sizes, strides, padding, dilation, residual, every
+// GemmConvolution (csrc/kernels/cpu/channels_last/gemm_convolution.h) against a naive convolution
+// in double: random geometries (groups, kernel sizes, strides, padding, dilation, residual, every
 // activation) on every Isa this CPU runs, linear-layer shapes, the tiling contract (tiles in
 // any order or on two threads give the one-call result), NaN propagation and bytes().
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "csrc/kernels/cpu/nhwc/gemm_convolution.h"
+#include "csrc/kernels/cpu/channels_last/gemm_convolution.h"
 #include "tests/cpp/kernels/nhwc_reference.h"
 
 namespace nimble::kernels::nhwc {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "csrc/kernels/cpu/nhwc/epilogue.h"
+#include "csrc/kernels/cpu/channels_last/epilogue.h"
 
 namespace nimble::kernels::nhwc {
 

@@ -1,0 +1,99 @@
+#pragma once
+// A dense or grouped 2-d convolution over channels-last (NHWC) activations as an indirect
+// matrix product: output pixels are rows, output channels are columns, and the reduction runs
+// over (tap, input channel). Each output pixel reads, per tap, the input pixel that tap lands
+// on, or zeros in the padding (offsets computed once per geometry, not per call, so the input
+// may move between calls). A 1x1 convolution of stride 1 and no padding is the plain product
+// [pixels, C] x [C, K] (the same kernel reading rows in place); so is a linear layer, called
+// with a 1x1 geometry of height 1 and width = rows. The weight is packed once into column
+// panels as wide as the CPU's vector registers allow; the epilogue (epilogue.h) is applied
+// to each tile as it is stored. AVX-512 or AVX2+FMA microkernels by the Isa the object was
+// made for (epilogue.h; by default the best this CPU has), a portable path otherwise.
+// Torch-free.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "csrc/kernels/cpu/channels_last/convolution_geometry.h"
+#include "csrc/kernels/cpu/channels_last/epilogue.h"
+#include "csrc/kernels/cpu/channels_last/packed_allocator.h"
+
+namespace nimble::kernels::nhwc {
+
+class GemmConvolution {
+ public:
+  // `weight`: PyTorch's [K, C / groups, KH, KW], contiguous; `bias`: [K] or null (zeros).
+  // The geometry is fixed for the object's life (the offsets and packing depend on it).
+  GemmConvolution(const float* weight, const float* bias, const ConvolutionGeometry& geometry,
+                  Isa isa = best_isa());
+  Isa isa() const { return isa_; }
+
+  const ConvolutionGeometry& geometry() const { return geometry_; }
+  // Work is split into tiles: row blocks (of output pixels, over all images) times column
+  // blocks (panels of output channels, over all groups). Any set of distinct tiles may run
+  // on different threads at once.
+  int64_t row_blocks() const;
+  int64_t column_blocks() const;
+  // Computes tiles [row_block_begin, row_block_end) x [column_block_begin, column_block_end).
+  // `input`: NHWC contiguous [images][height][width][in_channels]; `output` and `residual`
+  // (null: none): NHWC contiguous [images][out_height][out_width][out_channels].
+  // out = epilogue(conv + bias (+ residual)). Where reads_rows_in_place(), the input's pixels
+  // may be `input_pixel_stride` floats apart (0: in_channels), as in a slice of the channels
+  // of a wider tensor.
+  void run(const float* input, float* output, const float* residual, const Epilogue& epilogue,
+           int64_t row_block_begin, int64_t row_block_end, int64_t column_block_begin,
+           int64_t column_block_end, int64_t input_pixel_stride = 0) const;
+  // 1x1, stride 1, no padding: each output pixel's row is its input pixel's channels.
+  bool reads_rows_in_place() const { return direct_; }
+  // Bytes held by the packed weight, bias and offsets.
+  int64_t bytes() const;
+
+ private:
+  // One block of rows by panels [panel_begin, panel_end) of one group.
+  void run_block(const float* input, float* output, const float* residual, const Epilogue& epilogue,
+                 int64_t row_begin, int64_t row_end, int64_t group, int64_t panel_begin,
+                 int64_t panel_end, int64_t input_pixel_stride) const;
+
+  ConvolutionGeometry geometry_;
+  Isa isa_;
+  // The code that runs: isa_, except that AVX-512 runs groups of at most 8 output channels
+  // (grouped convolutions of width 8, depthwise) with the AVX2 kernels, as a 16-lane vector
+  // would be half padding and two groups cannot share one (they read different inputs).
+  Isa kernel_isa_;
+  // The groups as the kernel runs them: the geometry's, or fewer and wider where tiny groups
+  // are merged (.cpp, kMergedGroupWidth). The reduction is taps_ x group_in_.
+  int64_t groups_ = 1, taps_ = 1, group_in_ = 0, group_out_ = 0;
+  // Output channels of a group are packed into panels_ column panels of panel_width_ floats
+  // (two vectors of kernel_isa_), [tap][channel][width] each, panel_floats_ apart; the last panel
+  // is one vector wide when that covers the group's remaining channels (narrow_last_), else it is
+  // zero-padded. group_columns_: a group's padded width (bias_ holds that many a group).
+  int64_t panel_width_ = 0, panels_ = 0, panel_floats_ = 0, group_columns_ = 0;
+  int64_t group_floats_ = 0;  // packed floats a group
+  bool narrow_last_ = false;
+  // 1x1, stride 1, no padding: row r reads input + r * in_channels in place, no offsets_.
+  bool direct_ = false;
+  // Tiling, fixed at construction from the geometry. A tile should be worth a thread: about
+  // kTileMacs (.cpp: 256 Ki multiply-adds, ~5 us on one Zen 4 core) each, and at least two
+  // tiles once the whole product is worth splitting (128 Ki multiply-adds, ~2.5 us, a few
+  // times what waking a second thread costs). Groups are column blocks of their own; rows
+  // are split next, into blocks of at least 8 rows (one full register tile) and at most what
+  // keeps a block's input (rows x taps x group channels) within 256 KiB of L2, as a block's
+  // panels are swept over the same rows; rows per block are rounded to whole register tiles
+  // when blocks are large. A group's panels are split only when rows cannot be: few-row
+  // products (linear layers, late small feature maps) split their panels. E.g. (rows, C, K):
+  // (4, 576, 160) is 1 x 2 tiles, (1, 1280, 1000) 1 x 4, (3136, 24, 144) 40 x 1.
+  int64_t rows_per_block_ = 1, panels_per_block_ = 1, blocks_per_group_ = 1;
+  // run()'s order over its tiles: row blocks outside when the whole packed weight is small
+  // (at most 256 KiB, it stays in L2 while each row block's input is reused by every column
+  // block; ~5% on a 3x3 convolution of 16 groups of 8), column blocks outside otherwise (a
+  // block's panels stay in cache while the rows go by).
+  bool rows_outside_ = false;
+  std::vector<float, PackedAllocator<float>> packed_;  // [group][panel][tap][channel][width]
+  std::vector<float, PackedAllocator<float>> bias_;    // [group][group_columns_], zero-padded
+  // [out pixel of one image][tap]: floats from the image's start to the input pixel's first
+  // channel, -1 in the padding. Empty when direct_.
+  std::vector<int32_t> offsets_;
+  std::vector<float> zeros_;  // a group's worth of zero channels, read for padding taps
+};
+
+}  // namespace nimble::kernels::nhwc

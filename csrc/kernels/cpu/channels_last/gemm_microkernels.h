@@ -1,0 +1,58 @@
+#pragma once
+// The register-tile microkernels behind gemm_convolution.h (private to it): each computes a
+// few output rows times one chunk of packed weight panels, reading its input rows through
+// per-tap offsets (an indirect matrix product), adds the bias, the residual and the
+// activation, and stores. One family per Isa; the driver picks the tile shape.
+#include <cstdint>
+
+#include "csrc/kernels/cpu/channels_last/epilogue.h"
+
+namespace nimble::kernels::nhwc::gemm {
+
+// Everything one microkernel call reads and writes. Rows are output pixels; row i reads, for
+// tap t, the `channels` floats at rows[i] + offsets[i][t], or `zero` where that offset is
+// negative (padding). Without offsets (a product in place) there is one tap and row i reads
+// rows[0] + i * row_stride.
+struct TileArgs {
+  const float* const* rows = nullptr;       // [rows]: input base of each row (its image, its group)
+  const int32_t* const* offsets = nullptr;  // [rows]: each row's [taps] offsets from its base
+  int64_t row_stride = 0;
+  const float* zero = nullptr;  // `channels` zeros
+  int64_t taps = 0, channels = 0;
+  // The chunk's first panel, [tap][channel][width]; the chunk's other panels follow it at
+  // `panel_stride` floats each. Width: 2 vectors, or 1 for a narrow (last) panel.
+  const float* weight = nullptr;
+  int64_t panel_stride = 0;
+  const float* bias = nullptr;  // the chunk's padded bias, contiguous over its panels
+  float* out = nullptr;         // row i's results at out + i * ldc (likewise residual, null: none)
+  const float* residual = nullptr;
+  int64_t ldc = 0;
+  int64_t columns = 0;  // valid columns of the chunk; the rest is padding, not stored
+  const Epilogue* epilogue = nullptr;
+  // The ISA the kernel object was made for: the epilogue's finish() runs its code (the tile's
+  // own may be narrower, gemm_convolution.h's kernel_isa_).
+  Isa isa = Isa::kPortable;
+};
+
+// A tile shape: `vectors` accumulator vectors a row (2 per full panel; 1 is a narrow panel of
+// one vector), up to `rows` rows.
+struct TileShape {
+  int vectors, rows;
+};
+
+// Floats in one vector register of `isa` (the portable code uses 8 too). A full panel is two
+// vectors wide.
+inline int lanes(Isa isa) { return isa == Isa::kAvx512 ? 16 : 8; }
+
+// Which shape to tile a block of `block_rows` rows with. On Zen 4: 8 rows by 2 zmm for tall
+// blocks (12 rows measured no faster); wider, shorter tiles for a few rows so that each weight
+// vector loaded feeds more independent accumulators and a row's chains stay long enough to cover
+// FMA latency. Shapes only shrink from there: every narrower chunk kernel takes at least as many
+// rows. `narrow_only`: the block is one narrow panel, which gets more rows instead.
+TileShape tile_shape(Isa isa, int64_t block_rows, bool narrow_only);
+
+// Computes `rows` (1..tile_shape's rows) rows of `vectors` (1, 2, 4 or 8; at most the
+// tile_shape's vectors, or 1) accumulator vectors with `isa`'s code.
+void run_tile(Isa isa, int rows, int vectors, const TileArgs& args);
+
+}  // namespace nimble::kernels::nhwc::gemm

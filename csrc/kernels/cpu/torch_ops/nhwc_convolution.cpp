@@ -1,0 +1,165 @@
+#include "csrc/kernels/cpu/torch_ops/nhwc_convolution.h"
+
+#include <ATen/ATen.h>
+
+#include "csrc/kernels/cpu/channels_last/channel_ops.h"
+#include "csrc/runtime/cpu/intra_op_threads.h"
+
+namespace nimble::kernels {
+namespace {
+
+// Below this many multiply-adds a convolution runs on the calling thread alone: waking the
+// second thread of an OpenMP team and joining it costs more than it saves (measured on the
+// project's 2-core AMD EPYC; see docs/cpu.md).
+constexpr int64_t kParallelFrom = 200'000;
+// A layout copy streams memory at a few ns a pixel: below this many floats, one thread.
+constexpr int64_t kParallelCopyFrom = int64_t{1} << 16;
+
+// `threads` 1 keeps the work on the calling thread (a tuned choice).
+bool worth_forking(int64_t multiply_adds, int64_t threads) {
+  return threads != 1 && multiply_adds >= kParallelFrom;
+}
+
+// Dense channels_last: as it is; dense NCHW float (a program's input) through nimble's
+// transpose, 2-4x ATen's copy for few channels (3 channels at 64x64: 7 us in ATen); any
+// other layout through ATen.
+at::Tensor channels_last(const at::Tensor& t) {
+  if (t.is_contiguous(at::MemoryFormat::ChannelsLast)) return t;
+  if (!t.is_contiguous() || t.scalar_type() != at::kFloat || t.dim() != 4)
+    return t.contiguous(at::MemoryFormat::ChannelsLast);
+  at::Tensor y = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::ChannelsLast));
+  const int64_t channels = t.size(1), pixels = t.size(2) * t.size(3);
+  const float* x_data = t.const_data_ptr<float>();
+  float* y_data = y.mutable_data_ptr<float>();
+  split_work(t.size(0) * pixels, t.numel() >= kParallelCopyFrom, [&](int64_t begin, int64_t end) {
+    nhwc::to_channels_last(x_data, y_data, channels, pixels, begin, end);
+  });
+  return y;
+}
+
+}  // namespace
+
+bool channel_rows(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 4 &&
+         t.layout() == at::kStrided && t.stride(1) == 1 && t.stride(3) >= t.size(1) &&
+         t.stride(2) == t.size(3) * t.stride(3) && t.stride(0) == t.size(2) * t.stride(2);
+}
+
+std::optional<nhwc::Epilogue> nhwc_epilogue(const FusedEpilogue& epilogue) {
+  using nhwc::Activation;
+  nhwc::Epilogue out;
+  const std::string& a = epilogue.activation;
+  const auto scalar = [&](size_t i) {
+    return static_cast<float>(epilogue.scalars.at(i).value().toDouble());
+  };
+  if (a == "none") {
+    out.activation = Activation::kNone;
+  } else if (a == "relu") {
+    out.activation = Activation::kRelu;
+  } else if (a == "hardtanh") {
+    out.activation = Activation::kClamp;
+    out.lo = scalar(0);
+    out.hi = scalar(1);
+  } else if (a == "leaky_relu") {
+    out.activation = Activation::kLeakyRelu;
+    out.lo = scalar(0);
+  } else if (a == "hardswish") {
+    out.activation = Activation::kHardswish;
+  } else if (a == "hardsigmoid") {
+    out.activation = Activation::kHardsigmoid;
+  } else if (a == "swish") {
+    out.activation = Activation::kSilu;
+  } else if (a == "sigmoid") {
+    out.activation = Activation::kSigmoid;
+  } else if (a == "tanh") {
+    out.activation = Activation::kTanh;
+  } else if (a == "gelu") {
+    out.activation = epilogue.algorithm.value_or("none") == "tanh" ? Activation::kGeluTanh
+                                                                   : Activation::kGeluErf;
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+NhwcConvolution::NhwcConvolution(const at::Tensor& weight, const at::Tensor& bias,
+                                 const nhwc::ConvolutionGeometry& geometry, bool depthwise,
+                                 nhwc::Isa isa)
+    : geometry_(geometry) {
+  const at::Tensor w = weight.contiguous();
+  const at::Tensor b = bias.defined() ? bias.contiguous() : at::Tensor();
+  const float* bias_data = b.defined() ? b.data_ptr<float>() : nullptr;
+  if (depthwise) {
+    depthwise_ = std::make_unique<const nhwc::DepthwiseWeights>(w.data_ptr<float>(), bias_data,
+                                                                geometry_, isa);
+  } else {
+    gemm_ = std::make_unique<const nhwc::GemmConvolution>(w.data_ptr<float>(), bias_data, geometry_,
+                                                          isa);
+  }
+}
+
+at::Tensor NhwcConvolution::run(const at::Tensor& input, const std::optional<at::Tensor>& residual,
+                                const nhwc::Epilogue& epilogue, int64_t threads) const {
+  const nhwc::ConvolutionGeometry& g = geometry_;
+  TORCH_CHECK(input.dim() == 4 && input.size(0) == g.images && input.size(1) == g.in_channels &&
+                  input.size(2) == g.height && input.size(3) == g.width &&
+                  input.scalar_type() == at::kFloat,
+              "nimble::convolution_prepacked: expected a float input of sizes [", g.images, ", ",
+              g.in_channels, ", ", g.height, ", ", g.width, "] (as at prepare), got ",
+              input.sizes(), " ", input.scalar_type());
+  // A slice of a wider tensor's channels (a split's piece) is read where it lies by a 1x1
+  // product; any other layout is copied to dense channels_last first.
+  const bool strided_rows = gemm_ && gemm_->reads_rows_in_place() && channel_rows(input) &&
+                            input.stride(3) != g.in_channels;
+  const at::Tensor x = strided_rows ? input : channels_last(input);
+  at::Tensor y = at::empty({g.images, g.out_channels, g.out_height(), g.out_width()},
+                           input.options().memory_format(at::MemoryFormat::ChannelsLast));
+  at::Tensor r;
+  if (residual.has_value()) {
+    TORCH_CHECK(residual->sizes() == y.sizes() && residual->scalar_type() == at::kFloat,
+                "nimble::convolution_prepacked: expected a float residual of sizes ", y.sizes(),
+                ", got ", residual->sizes(), " ", residual->scalar_type());
+    r = channels_last(*residual);
+  }
+  run(x.data_ptr<float>(), y.data_ptr<float>(), r.defined() ? r.data_ptr<float>() : nullptr,
+      epilogue, threads, strided_rows ? x.stride(3) : 0);
+  return y;
+}
+
+void NhwcConvolution::run(const float* in, float* out, const float* res,
+                          const nhwc::Epilogue& epilogue, int64_t threads,
+                          int64_t input_pixel_stride) const {
+  const nhwc::ConvolutionGeometry& g = geometry_;
+  const int64_t multiply_adds =
+      g.out_pixels() * g.out_channels * g.kernel_h * g.kernel_w * (g.in_channels / g.groups);
+  if (depthwise_) {
+    split_work(g.images * g.out_height(), worth_forking(multiply_adds, threads),
+               [&](int64_t begin, int64_t end) {
+                 nhwc::depthwise_rows(g, *depthwise_, in, out, res, epilogue, begin, end);
+               });
+    return;
+  }
+  const int64_t columns = gemm_->column_blocks();
+  split_work(gemm_->row_blocks() * columns, worth_forking(multiply_adds, threads),
+             [&](int64_t begin, int64_t end) {
+               // Tiles in row-major order: whole or partial runs of one row block's column blocks.
+               for (int64_t tile = begin; tile < end;) {
+                 const int64_t row = tile / columns, column = tile % columns;
+                 const int64_t last = std::min(end - row * columns, columns);
+                 gemm_->run(in, out, res, epilogue, row, row + 1, column, last, input_pixel_stride);
+                 tile = row * columns + last;
+               }
+             });
+}
+
+int64_t NhwcConvolution::packed_bytes() const {
+  return depthwise_ ? depthwise_->bytes() : gemm_->bytes();
+}
+
+std::string NhwcConvolution::describe() const {
+  const nhwc::Isa isa = depthwise_ ? depthwise_->isa() : gemm_->isa();
+  return std::string(depthwise_ ? "nimble_depthwise" : "nimble_gemm") + "(" + nhwc::isa_name(isa) +
+         ")";
+}
+
+}  // namespace nimble::kernels

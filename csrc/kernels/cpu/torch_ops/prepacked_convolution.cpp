@@ -1,0 +1,289 @@
+#include "csrc/kernels/cpu/torch_ops/prepacked_convolution.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <future>
+#include <sstream>
+
+#include "csrc/runtime/cpu/intra_op_threads.h"
+
+namespace nimble::kernels {
+
+namespace {
+
+c10::OperatorHandle mkldnn_op(const char* name, const char* overload) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+}
+
+std::string join(const std::vector<int64_t>& values, const char* separator = ",") {
+  std::ostringstream out;
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? separator : "") << values[i];
+  return out.str();
+}
+
+int64_t output_pixels(c10::IntArrayRef input, c10::IntArrayRef weight,
+                      const ConvolutionGeometry& g) {
+  int64_t pixels = 1;
+  for (size_t d = 0; d < 2; ++d) {
+    pixels *=
+        (input[2 + d] + 2 * g.padding[d] - g.dilation[d] * (weight[2 + d] - 1) - 1) / g.stride[d] +
+        1;
+  }
+  return pixels;
+}
+
+}  // namespace
+
+PrepackedConvolution::Kernel PrepackedConvolution::choose(c10::IntArrayRef weight_sizes,
+                                                          const ConvolutionGeometry& geometry,
+                                                          c10::IntArrayRef input_sizes) {
+  // Measured per layer against oneDNN on a prepacked weight (and MKL's product for pointwise
+  // layers), one thread, batch 1, shapes of mobilenet_v2, resnet18/50, googlenet,
+  // inception_v3 and regnet (docs/cpu.md): nimble's kernels were 1.04x-11x faster on every
+  // dense and depthwise layer with AVX-512 and with AVX2 code alike (oneDNN's fixed cost per
+  // call is 10-40 us), slower only on CPUs without AVX2, where only their portable code runs,
+  // and where a group has few output channels (4 or 8) and the layer much work: resnext50's
+  // 3x3 layers of 4 and 8 channels a group, 14 M multiply-adds, 0.81x-0.83x with two threads.
+  // With little work, oneDNN's fixed cost wins again: regnet_y_400mf's layers of 8 channels a
+  // group at 64x64 pixels (0.1-1.5 M) take 52-60 us a call through oneDNN, 18-30 us here
+  // (AVX2 code alike), and the threshold between holds for both: at 2.9 M, 1.3x-1.5x with
+  // AVX-512, 0.91x-1.17x with AVX2.
+  if (nhwc::best_isa() == nhwc::Isa::kPortable || weight_sizes.size() != 4 ||
+      input_sizes.size() != 4)
+    return Kernel::kOneDnn;
+  const int64_t groups = geometry.groups;
+  const bool depthwise = groups > 1 && weight_sizes[1] == 1 && groups == input_sizes[1] &&
+                         weight_sizes[0] == input_sizes[1];
+  if (depthwise) return Kernel::kNimbleDepthwise;
+  if (groups == 1 || weight_sizes[0] / groups > 8) return Kernel::kNimbleGemm;
+  if (geometry.padding.size() != 2 || geometry.stride.size() != 2 || geometry.dilation.size() != 2)
+    return Kernel::kOneDnn;
+  constexpr int64_t kNarrowGroupsOneDnnFromMacs = 3'000'000;
+  const int64_t macs = input_sizes[0] * output_pixels(input_sizes, weight_sizes, geometry) *
+                       weight_sizes[0] * weight_sizes[1] * weight_sizes[2] * weight_sizes[3];
+  return macs < kNarrowGroupsOneDnnFromMacs ? Kernel::kNimbleGemm : Kernel::kOneDnn;
+}
+
+const char* PrepackedConvolution::kernel_name(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::kOneDnn:
+      return "onednn_prepacked";
+    case Kernel::kNimbleDepthwise:
+      return "nimble_depthwise";
+    case Kernel::kNimbleGemm:
+      return "nimble_gemm";
+  }
+  return "?";
+}
+
+PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
+                                           std::vector<at::Tensor> sources,
+                                           ConvolutionGeometry geometry, FusedEpilogue epilogue,
+                                           const at::Tensor& input,
+                                           std::vector<int64_t> out_strides,
+                                           std::shared_ptr<NonFiniteWeights> non_finite,
+                                           std::optional<Kernel> kernel, int64_t threads)
+    : weight_(std::move(weight)),
+      bias_(std::move(bias)),
+      sources_(std::move(sources)),
+      geometry_(std::move(geometry)),
+      epilogue_(std::move(epilogue)),
+      kernel_(kernel.value_or(choose(weight_.sizes(), geometry_, input.sizes()))),
+      threads_(threads),
+      input_sizes_(input.sizes().vec()),
+      ambiguous_layout_(output_pixels(input.sizes(), weight_.sizes(), geometry_) == 1 ||
+                        weight_.size(0) == 1),
+      finite_weights_(std::move(non_finite)),
+      out_strides_(std::move(out_strides)),
+      unary_(mkldnn_op("mkldnn::_convolution_pointwise", "")),
+      binary_(mkldnn_op("mkldnn::_convolution_pointwise", "binary")),
+      reorder_(mkldnn_op("mkldnn::_reorder_convolution_weight", "")) {
+  if (nimble_kernel()) {
+    const std::optional<nhwc::Epilogue> epilogue = nhwc_epilogue(epilogue_);
+    TORCH_CHECK(epilogue.has_value(), "nimble::convolution_prepacked: the activation ",
+                epilogue_.activation, " has no form in nimble's kernels");
+    nhwc_epilogue_ = *epilogue;
+  }
+  pack();
+}
+
+PrepackedConvolution::Kernel PrepackedConvolution::kernel_of_name(const std::string& name) {
+  for (Kernel k : {Kernel::kOneDnn, Kernel::kNimbleDepthwise, Kernel::kNimbleGemm})
+    if (name == kernel_name(k)) return k;
+  TORCH_CHECK(false,
+              "nimble::PrepackedConvolution: expected the kernel 'onednn_prepacked', "
+              "'nimble_depthwise' or 'nimble_gemm', got '",
+              name, "'");
+}
+
+std::string PrepackedConvolution::shape_key(c10::IntArrayRef input_sizes,
+                                            c10::IntArrayRef weight_sizes,
+                                            const ConvolutionGeometry& g) {
+  std::ostringstream out;
+  out << "in=" << join(input_sizes.vec(), "x") << " weight=" << join(weight_sizes.vec(), "x")
+      << " stride=" << join(g.stride) << " pad=" << join(g.padding) << " dil=" << join(g.dilation)
+      << " groups=" << g.groups;
+  return out.str();
+}
+
+c10::intrusive_ptr<PrepackedConvolution> PrepackedConvolution::make(
+    at::Tensor weight, std::optional<at::Tensor> bias, std::vector<int64_t> stride,
+    std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups,
+    std::string activation, bool add_residual, const at::Tensor& input, std::string kernel) {
+  const Kernel chosen = kernel_of_name(kernel);
+  FusedEpilogue epilogue;
+  epilogue.add_residual = add_residual;
+  epilogue.activation = std::move(activation);
+  if (epilogue.activation == "gelu") epilogue.algorithm = "none";
+  if (epilogue.activation == "hardtanh") epilogue.scalars = {at::Scalar(0.0), at::Scalar(6.0)};
+  if (epilogue.activation == "leaky_relu") epilogue.scalars = {at::Scalar(0.01)};
+  ConvolutionGeometry geometry{std::move(padding), std::move(stride), std::move(dilation), groups};
+  return c10::make_intrusive<PrepackedConvolution>(
+      std::move(weight), bias.value_or(at::Tensor()), std::vector<at::Tensor>{},
+      std::move(geometry), std::move(epilogue), input, std::vector<int64_t>{},
+      std::make_shared<NonFiniteWeights>(), chosen);
+}
+
+nhwc::ConvolutionGeometry PrepackedConvolution::nhwc_geometry() const {
+  nhwc::ConvolutionGeometry g;
+  g.images = input_sizes_[0];
+  g.in_channels = input_sizes_[1];
+  g.height = input_sizes_[2];
+  g.width = input_sizes_[3];
+  g.out_channels = weight_.size(0);
+  g.kernel_h = weight_.size(2);
+  g.kernel_w = weight_.size(3);
+  g.stride_h = geometry_.stride[0];
+  g.stride_w = geometry_.stride[1];
+  g.pad_h = geometry_.padding[0];
+  g.pad_w = geometry_.padding[1];
+  g.dilation_h = geometry_.dilation[0];
+  g.dilation_w = geometry_.dilation[1];
+  g.groups = geometry_.groups;
+  return g;
+}
+
+void PrepackedConvolution::pack() {
+  at::NoGradGuard no_grad;
+  versions_ = versions_of(sources_);
+  finite_weights_.update(weight_, bias_);
+  if (nimble_kernel()) {
+    nhwc_ = std::make_unique<const NhwcConvolution>(weight_, bias_, nhwc_geometry(),
+                                                    kernel_ == Kernel::kNimbleDepthwise);
+    return;
+  }
+  std::vector<c10::IValue> stack = {weight_,          geometry_.padding,
+                                    geometry_.stride, geometry_.dilation,
+                                    geometry_.groups, c10::IValue(input_sizes_)};
+  reorder_.callBoxed(stack);
+  packed_ = stack[0].toTensor();
+}
+
+at::Tensor PrepackedConvolution::run(const at::Tensor& input,
+                                     const std::optional<at::Tensor>& other) {
+  if (versions_of(sources_) != versions_) {
+    // The packed weight outlives this replay: packed on a thread of its own, it is not
+    // allocated from the replay's private pool (runtime/cpu/replay_arena.h), whose plan
+    // would hand its bytes to a later replay's intermediates.
+    std::async(std::launch::async, [this] { pack(); }).get();
+  }
+  TORCH_CHECK(!epilogue_.add_residual || other.has_value(),
+              "nimble::convolution_prepacked: the residual is missing");
+  // A tuned thread count, never more than the calling thread has (a CPU stream of a
+  // multi-stream replay owns a share of the cores).
+  std::optional<KeepIntraOpThreads> keep;
+  if (threads_ > 0 && !nimble_kernel()) {
+    keep.emplace();
+    if (threads_ < keep->saved()) keep->set(static_cast<int>(threads_));
+  }
+  at::Tensor y = nimble_kernel() ? nhwc_->run(input, other, nhwc_epilogue_, threads_)
+                                 : run_onednn(input, other);
+  if (out_strides_.empty() || y.strides() == c10::IntArrayRef(out_strides_)) return y;
+  return at::empty_strided(y.sizes(), out_strides_, y.options()).copy_(y);
+}
+
+at::Tensor PrepackedConvolution::run_onednn(const at::Tensor& input,
+                                            const std::optional<at::Tensor>& other) {
+  // oneDNN (torch 2.11) cannot make the residual's memory for a binary post-op when the
+  // result has one pixel or one channel, and takes no activation but relu after a binary post-op:
+  // what it cannot fuse runs after it, in ATen; so does the activation while a product of the
+  // program has non-finite weights (NonFiniteWeights, fused_epilogue.h).
+  const bool fuse_add = epilogue_.add_residual && !ambiguous_layout_;
+  const bool fuse_activation =
+      finite_weights_.may_fuse_activation() &&
+      (!epilogue_.add_residual ||
+       (fuse_add && (epilogue_.activation == "relu" || epilogue_.activation == "none")));
+  const c10::List<std::optional<at::Scalar>> scalars =
+      fuse_activation ? epilogue_.scalar_list() : c10::List<std::optional<at::Scalar>>();
+  const std::string activation = fuse_activation ? epilogue_.activation : "none";
+  const std::optional<std::string> algorithm = fuse_activation ? epilogue_.algorithm : std::nullopt;
+  // Both overloads: (input, [other,] weight, bias, padding, stride, dilation, groups, ...).
+  std::vector<c10::IValue> stack = {input};
+  if (fuse_add) stack.push_back(*other);
+  stack.insert(stack.end(),
+               {packed_, bias_.defined() ? c10::IValue(bias_) : c10::IValue(), geometry_.padding,
+                geometry_.stride, geometry_.dilation, geometry_.groups});
+  if (fuse_add) {
+    const std::optional<std::string> unary =
+        activation == "none" ? std::nullopt : std::optional(activation);
+    stack.insert(stack.end(), {std::string("add"), c10::IValue(), unary, scalars, algorithm});
+    binary_.callBoxed(stack);
+  } else {
+    stack.insert(stack.end(), {activation, scalars, algorithm});
+    unary_.callBoxed(stack);
+  }
+  at::Tensor y = stack[0].toTensor();
+  if (epilogue_.add_residual && !fuse_add) y.add_(*other);
+  if (!fuse_activation) epilogue_.activate_in_place(y);
+  return y;
+}
+
+int64_t PrepackedConvolution::packed_bytes() const {
+  if (nhwc_) return nhwc_->packed_bytes();
+  return packed_.numel() * static_cast<int64_t>(packed_.element_size());
+}
+
+std::string PrepackedConvolution::key() const {
+  return shape_key(input_sizes_, weight_.sizes(), geometry_);
+}
+
+std::string PrepackedConvolution::describe() const {
+  std::ostringstream out;
+  out << (nhwc_ ? nhwc_->describe() : kernel_name(kernel_))
+      << " weight=" << join(weight_.sizes().vec()) << " stride=" << join(geometry_.stride)
+      << " groups=" << geometry_.groups << " epilogue=" << epilogue_.describe();
+  if (threads_ > 0) out << " threads=" << threads_;
+  return out.str();
+}
+
+namespace {
+
+at::Tensor convolution_prepacked(const at::Tensor& input, const std::optional<at::Tensor>& other,
+                                 const c10::intrusive_ptr<PrepackedConvolution>& packed) {
+  return packed->run(input, other);
+}
+
+}  // namespace
+
+c10::OperatorHandle convolution_prepacked_op() {
+  return c10::Dispatcher::singleton().findSchemaOrThrow("nimble::convolution_prepacked", "");
+}
+
+TORCH_LIBRARY(nimble, m) {
+  m.class_<PrepackedConvolution>("PrepackedConvolution")
+      .def_static("make", &PrepackedConvolution::make)
+      .def("describe", &PrepackedConvolution::describe)
+      .def("packed_bytes", &PrepackedConvolution::packed_bytes);
+  m.def(
+      "convolution_prepacked(Tensor input, Tensor? other, "
+      "__torch__.torch.classes.nimble.PrepackedConvolution packed) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(nimble, CPU, m) {
+  m.impl("convolution_prepacked", TORCH_FN(convolution_prepacked));
+}
+
+}  // namespace nimble::kernels

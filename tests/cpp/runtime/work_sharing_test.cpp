@@ -1,0 +1,131 @@
+// runtime/cpu/work_sharing.h: every unit runs exactly once whatever the split, with helpers or
+// without, from several callers at once, nested, and with a failing piece.
+#include "csrc/runtime/cpu/work_sharing.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace nimble {
+namespace {
+
+// Counts how often each unit ran; checks ranges are well formed.
+struct Tally {
+  explicit Tally(int64_t units) : counts(static_cast<size_t>(units)) {}
+  std::vector<std::atomic<int>> counts;
+  std::atomic<bool> bad_range{false};
+  void operator()(int64_t begin, int64_t end) {
+    if (begin < 0 || end > static_cast<int64_t>(counts.size()) || begin >= end) bad_range = true;
+    for (int64_t i = begin; i < end; ++i) counts[static_cast<size_t>(i)].fetch_add(1);
+  }
+  bool each_once() const {
+    for (const auto& c : counts)
+      if (c.load() != 1) return false;
+    return !bad_range.load();
+  }
+};
+
+// Property: random unit counts and thread counts, with pieces of random cost.
+TEST(WorkSharing, EveryUnitRunsOnceForRandomSplits) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t units = static_cast<int64_t>(rng() % 200);
+    const int threads = 1 + static_cast<int>(rng() % 4);
+    const bool slow = trial % 10 == 0;
+    Tally tally(units);
+    share_work(units, threads, [&](int64_t b, int64_t e) {
+      if (slow) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      tally(b, e);
+    });
+    ASSERT_TRUE(tally.each_once()) << "trial " << trial << " units " << units;
+  }
+}
+
+TEST(WorkSharing, TheCallerFinishesAloneWhenTheHelpersAreLate) {
+  // After a long pause the helpers sleep; the call still returns with every unit done.
+  share_work(8, 2, [](int64_t, int64_t) {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  Tally tally(64);
+  share_work(64, 2, [&](int64_t b, int64_t e) { tally(b, e); });
+  EXPECT_TRUE(tally.each_once());
+}
+
+TEST(WorkSharing, HelpersShareTheWorkWhenTheyAreThere) {
+  // Pieces that take a while: with the helper polling (a call just before), both threads
+  // run some; the caller alone would need every piece's time.
+  share_work(8, 2, [](int64_t, int64_t) {});
+  std::mutex mutex;
+  std::set<std::thread::id> ran_on;
+  share_work(8, 2, [&](int64_t, int64_t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const std::lock_guard<std::mutex> lock(mutex);
+    ran_on.insert(std::this_thread::get_id());
+  });
+  EXPECT_EQ(ran_on.size(), 2u);
+}
+
+TEST(WorkSharing, CallersOnSeveralThreadsAtOnceEachGetTheirWorkDone) {
+  std::vector<std::thread> callers;
+  std::atomic<int> failures{0};
+  for (int c = 0; c < 4; ++c) {
+    callers.emplace_back([&failures, c] {
+      for (int round = 0; round < 50; ++round) {
+        Tally tally(17 + c);
+        share_work(17 + c, 3, [&](int64_t b, int64_t e) { tally(b, e); });
+        if (!tally.each_once()) failures.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(WorkSharing, NestedWorkRunsOnTheThreadThatAsks) {
+  // Outer pieces that take a while, with the helper polling (a call just before), so that
+  // the helper runs some of them (as in HelpersShareTheWorkWhenTheyAreThere) and asks for
+  // nested work from there.
+  share_work(8, 2, [](int64_t, int64_t) {});
+  Tally outer(6);
+  std::atomic<int> nested_in_helper{0}, inner_elsewhere{0};
+  share_work(6, 2, [&](int64_t b, int64_t e) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const bool helper = in_shared_work();
+    if (helper) nested_in_helper.fetch_add(1);
+    const std::thread::id asking = std::this_thread::get_id();
+    Tally inner(5);
+    share_work(5, 2, [&](int64_t ib, int64_t ie) {
+      if (helper && std::this_thread::get_id() != asking) inner_elsewhere.fetch_add(1);
+      inner(ib, ie);
+    });
+    EXPECT_TRUE(inner.each_once());
+    outer(b, e);
+  });
+  EXPECT_TRUE(outer.each_once());
+  EXPECT_GE(nested_in_helper.load(), 1) << "no outer piece ran on a helper";
+  EXPECT_EQ(inner_elsewhere.load(), 0) << "a helper's nested work left its thread";
+  EXPECT_FALSE(in_shared_work());
+}
+
+TEST(WorkSharing, AFailingPieceIsRethrownToTheCaller) {
+  std::atomic<int> ran{0};
+  EXPECT_THROW(share_work(40, 2,
+                          [&](int64_t b, int64_t) {
+                            ran.fetch_add(1);
+                            if (b == 0) throw std::runtime_error("piece 0 failed");
+                          }),
+               std::runtime_error);
+  EXPECT_GE(ran.load(), 1);
+  // The helpers serve the next call as before.
+  Tally tally(30);
+  share_work(30, 2, [&](int64_t b, int64_t e) { tally(b, e); });
+  EXPECT_TRUE(tally.each_once());
+}
+
+}  // namespace
+}  // namespace nimble
