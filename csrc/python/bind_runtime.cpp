@@ -17,6 +17,7 @@
 #include "csrc/python/bindings.h"
 #include "csrc/python/model_watch.h"
 #include "csrc/runtime/cpu/cpu_executor.h"
+#include "csrc/runtime/cpu/work_sharing.h"
 #include "csrc/runtime/replay.h"
 
 namespace py = pybind11;
@@ -92,6 +93,9 @@ void bind_runtime(py::module_& m) {
   m.def(
       "undeclared_writes", [] { return undeclared_writes(); },
       "Operator name -> positions of the arguments it writes without declaring it in its schema");
+  m.def("_stall_kernel_helpers", &stall_helpers_for_test, py::arg("stalled"),
+        "Tests: while True, the helper threads of nimble's CPU kernels take no work, as when "
+        "their cores are held elsewhere; returns the previous setting");
   py::class_<ProgramBuilder>(m, "ProgramBuilder")
       .def(py::init<>())
       .def("add_input", &ProgramBuilder::add_input)
@@ -216,8 +220,7 @@ void bind_runtime(py::module_& m) {
              d["physical_streams"] = s.physical_streams;
              d["physical_syncs"] = s.physical_syncs;
              d["physical_stream"] = s.physical_stream;
-             d["shares_work_after_idle"] = r.executor().shares_work_after_idle();
-             d["replays_after_idle"] = r.executor().replays_after_idle();
+             d["shares_work"] = r.executor().shares_work();
              return d;
            })
       .def("memory",

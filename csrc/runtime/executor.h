@@ -63,10 +63,9 @@ class Executor {
   // Whether scalar arguments are fixed when the executor is built (a graph bakes them into
   // its kernels' parameters), so that new values need the executor built again.
   virtual bool bakes_scalars() const { return false; }
-  // CPU: whether a replay that follows an idle spell splits nimble's kernels through their
-  // helper threads instead of OpenMP (cpu_executor.cpp), and how many replays did.
-  virtual bool shares_work_after_idle() const { return false; }
-  virtual int64_t replays_after_idle() const { return 0; }
+  // CPU: whether replays split nimble's kernels through their helper threads, the caller
+  // claiming pieces with them, and run ATen's ops on the caller (cpu_executor.h).
+  virtual bool shares_work() const { return false; }
   // The replay's private memory pool, if the backend keeps one.
   virtual std::optional<PoolStats> pool_stats() const { return std::nullopt; }
   // Whether `ptr` points into that pool (its bytes are then counted once, as the pool).

@@ -10,6 +10,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -224,51 +225,73 @@ def test_groups_of_few_channels_go_to_onednn_only_with_much_work(size, kernel):
         assert_matches_eager(fast(x), model(x))
 
 
-def _replays_after_idle(spec, **options):
-    """A replay called back to back, then after idle spells, on two inputs in turn (a stale
-    result shows): {input: [results]} for each, eager's results, and the schedule's account of
-    the kernels' split."""
+def _replays(fast, inputs, pause_s=0.0):
+    """Each input's result, the inputs called in turn (a stale result shows), after a pause."""
+    got = []
+    for x in inputs:
+        time.sleep(pause_s)
+        got.append(fast(x))
+    return got
+
+
+def _with_helpers_stalled(call):
+    """call()'s result, run while the kernels' helper threads take no work. On a thread of its
+    own, so that a replay that waits for the helpers fails here rather than hanging (it would
+    wait until the stall ends)."""
+    result = []
+    previous = nimble._C._stall_kernel_helpers(True)
+    try:
+        caller = threading.Thread(target=lambda: result.append(call()))
+        caller.start()
+        caller.join(timeout=60)
+        finished = not caller.is_alive()
+    finally:
+        nimble._C._stall_kernel_helpers(previous)
+    caller.join()
+    assert finished, "a replay waited for stalled helper threads"
+    assert result, "the replay raised (see the thread's traceback above)"
+    return result[0]
+
+
+@pytest.mark.parametrize("spec", ["torchvision:mobilenet_v2", "torchvision:googlenet",
+                                  "torchvision:efficientnet_b0"])
+def test_replays_split_with_helpers_and_give_the_same_numbers_however_called(spec):
+    # Every replay of a lowered program splits nimble's kernels through the helper threads,
+    # ATen's ops between them (efficientnet's squeeze-excitation `mul`) on the caller: back to
+    # back, after idle spells (the helpers asleep) and with the helpers stalled (the caller
+    # runs every piece), the pieces are the same, so are the numbers, bit for bit.
     model, example = build(spec, image_size=32)
-    fast = nimble.Nimble(model).prepare(example, **options)
+    fast = nimble.Nimble(model).prepare(example)
+    assert fast.schedule["shares_work"]
     inputs = [torch.randn_like(example), torch.randn_like(example)]
-    back_to_back = {i: [] for i in range(2)}
-    for call in range(4):
-        back_to_back[call % 2].append(fast(inputs[call % 2]))
-    after_idle = {i: [] for i in range(2)}
-    for call in range(2):
-        time.sleep(0.06)  # past the executor's 50 ms idle spell
-        after_idle[(call + 1) % 2].append(fast(inputs[(call + 1) % 2]))
+    want = _replays(fast, inputs)
+    runs = {"back to back": _replays(fast, inputs + inputs)[2:],
+            "after idle": _replays(fast, inputs, pause_s=0.06)}
+    runs["helpers stalled"] = _with_helpers_stalled(lambda: _replays(fast, inputs))
     with torch.no_grad():
-        want = [model(x) for x in inputs]
-    return back_to_back, after_idle, want, fast.schedule
-
-
-@pytest.mark.parametrize("spec", ["torchvision:mobilenet_v2", "torchvision:googlenet"])
-def test_calls_after_an_idle_spell_split_with_helpers_and_give_the_same_numbers(spec):
-    # Only nimble's kernels (and views) between the first and last kernel: after an idle spell
-    # they split through nimble's helper threads, back to back through OpenMP; each output
-    # element is computed in one piece either way, so the numbers are the same bit for bit.
-    back_to_back, after_idle, want, schedule = _replays_after_idle(spec)
-    assert schedule["shares_work_after_idle"]
-    assert schedule["replays_after_idle"] >= 2  # the sleeps (and the prepare's first run)
+        eager = [model(x) for x in inputs]
     for i in range(2):
-        for got in back_to_back[i][1:] + after_idle[i]:
-            assert torch.equal(got, back_to_back[i][0]), f"input {i}"
-        assert_matches_eager(back_to_back[i][0], want[i], what=f"input {i}")
+        for how, got in runs.items():
+            assert torch.equal(got[i], want[i]), f"input {i}, {how}"
+        assert_matches_eager(want[i], eager[i], what=f"input {i}")
+        assert not torch.equal(want[0], want[1])
 
 
-def test_a_program_with_aten_ops_between_kernels_keeps_openmp_and_so_do_several_streams():
-    # vit: layer norms and attention run on OpenMP's threads between nimble's products.
-    *_, schedule = _replays_after_idle("torchvision:vit_b_16")
-    assert not schedule["shares_work_after_idle"] and schedule["replays_after_idle"] == 0
-    *_, schedule = _replays_after_idle("torchvision:googlenet", streams=2)
-    assert not schedule["shares_work_after_idle"]
+def test_unlowered_programs_keep_openmp_and_several_streams_share_work():
+    # Unlowered: no kernel of nimble's to share, ATen's ops keep their OpenMP threads.
+    model, example = build("torchvision:googlenet", image_size=32)
+    assert not nimble.Nimble(model).prepare(example, lower_for_cpu=False).schedule["shares_work"]
+    fast = nimble.Nimble(model).prepare(example, streams=2)
+    assert fast.schedule["shares_work"] and fast.schedule["physical_streams"] == 2
+    got = _with_helpers_stalled(lambda: fast(example))
+    with torch.no_grad():
+        assert_matches_eager(got, model(example))
 
 
 def test_kernel_helpers_off_by_environment():
     code = ("import torch, nimble; from nimble.zoo import build\n"
             "model, x = build('torchvision:googlenet', image_size=32)\n"
-            "print(nimble.Nimble(model).prepare(x).schedule['shares_work_after_idle'])")
+            "print(nimble.Nimble(model).prepare(x).schedule['shares_work'])")
     env = {**os.environ, "NIMBLE_KERNEL_HELPERS": "0"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=300)
@@ -286,8 +309,7 @@ other = torch.randn_like(x)
 want_other = fast(other)
 with torch.no_grad():
     eager_other = model(other)  # here: eager's OpenMP would not run in the child
-time.sleep(0.06)
-want = fast(x)  # after an idle spell: the helper threads exist now
+want = fast(x)  # the helper threads exist now
 pid = os.fork()
 if pid == 0:
     time.sleep(0.06)

@@ -19,40 +19,15 @@ namespace nimble {
 
 namespace {
 
-// Whether every op up to the program's last nimble kernel is a nimble kernel or a view (its
-// results alias its arguments: no work, no thread). Then nothing of ATen's opens an OpenMP
-// region between nimble's kernels, and their split may go to nimble's helper threads: an
-// OpenMP region waits at its end for a second thread that an idle vCPU or another program
-// holds up for milliseconds (mobilenet_v2 at 64x64 after 0.2 s idle: 11.8 against 0.46 ms),
-// where a helper that comes late finds its piece done. Where ATen's ops (layer norms,
-// attention) run between them, OpenMP's threads spin after each of those and the helpers
-// would take turns with them on the cores (vit_b_16 37 against 19 ms): OpenMP stays.
-bool uses_only_nimble_kernels(const Program& program) {
-  size_t last = 0;
-  for (size_t i = 0; i < program.ops.size(); ++i)
-    if (program.ops[i].name.rfind("nimble::", 0) == 0) last = i + 1;
-  for (size_t i = 0; i < last; ++i) {
-    const OpNode& op = program.ops[i];
-    if (op.name.rfind("nimble::", 0) == 0 || op.name == "aten::_unsafe_view") continue;
-    const auto& returns = op.handle.schema().returns();
-    const bool view =
-        !returns.empty() && std::all_of(returns.begin(), returns.end(), [](const auto& r) {
-          return r.alias_info() != nullptr && !r.alias_info()->isWrite();
-        });
-    if (!view) return false;
-  }
-  return last > 0;
+// Whether the program runs any of nimble's kernels (its ops named nimble::).
+bool runs_nimble_kernels(const Program& program) {
+  return std::any_of(program.ops.begin(), program.ops.end(),
+                     [](const OpNode& op) { return op.name.rfind("nimble::", 0) == 0; });
 }
 
-// A replay this long after the last one finds OpenMP's second thread asleep, its vCPU halted
-// on a VM: two forked ops after 0.2 s idle took 7.4 and 4.1 ms where they take 0.1 back to
-// back, while after 2-50 ms it costs 0.03-0.25 ms (tests measure nothing of this; docs/cpu.md).
-// Closer together, OpenMP's threads may still spin from the last call, and helpers would only
-// take turns with them: those replays keep OpenMP.
-constexpr int64_t kIdleSpellNs = 50'000'000;
-
 // NIMBLE_KERNEL_HELPERS=0 keeps OpenMP for every replay (to compare, or where the helpers
-// misbehave); anything else, or unset, lets a replay use them where its program allows.
+// misbehave); anything else, or unset, lets a replay use them where its program has kernels
+// of nimble's.
 bool helpers_allowed() {
   const char* setting = std::getenv("NIMBLE_KERNEL_HELPERS");
   return setting == nullptr || std::string(setting) != "0";
@@ -69,7 +44,7 @@ CpuExecutor::CpuExecutor(const Program& program, ProgramState& state, StreamPlan
       cores_(std::max(1, cores)) {
   check_plan_covers(plan_, program);
   const int streams = plan_.num_streams();
-  shared_work_ = streams == 1 && helpers_allowed() && uses_only_nimble_kernels(program);
+  shared_work_ = helpers_allowed() && runs_nimble_kernels(program);
   streams_.resize(streams);
   events_.resize(plan_.issue.num_events);
   // Several streams allocate concurrently, in an order that changes between replays:
@@ -139,7 +114,9 @@ void CpuExecutor::worker(int stream) {
   // count: have that happen now (get_num_threads runs torch's own lazy initialisation),
   // or it would undo the stream's share below.
   at::get_num_threads();
-  set_intra_op_threads(threads_per_stream());
+  set_intra_op_threads(shared_work_ ? 1 : threads_per_stream());
+  std::optional<SharedWorkScope> shared;
+  if (shared_work_) shared.emplace(threads_per_stream());
   // Every replay (and the shutdown) advances the epoch by one, and this worker takes
   // part in each, so the next epoch is always seen + 1.
   for (uint64_t seen = 0;;) {
@@ -165,17 +142,20 @@ void CpuExecutor::replay(bool timed, std::vector<OpTiming>* timings) {
   {
     std::optional<ReplayArena::Scope> pool;
     if (arena_) pool.emplace(*arena_);
+    // Runs torch's lazy initialisation of the thread count first (see worker).
+    const int threads = workers_.empty() ? at::get_num_threads() : threads_per_stream();
     KeepIntraOpThreads keep;
-    if (!workers_.empty()) keep.set(threads_per_stream());
     std::optional<SharedWorkScope> shared;
-    if (shared_work_ && (last_end_ns_ == 0 || origin_ns_ - last_end_ns_ > kIdleSpellNs)) {
-      shared.emplace();
-      ++replays_after_idle_;
+    if (shared_work_) {
+      // ATen's ops on the calling thread alone: see shared_work_ in the header.
+      keep.set(1);
+      shared.emplace(threads);
+    } else if (!workers_.empty()) {
+      keep.set(threads);
     }
     run_stream(0, epoch);
   }
   for (size_t s = 1; s < streams_.size(); ++s) stream_done_[s].wait(epoch, queue_);
-  last_end_ns_ = steady_ns();
   for (int slot : plan_.end_release) state_.values[slot] = c10::IValue();
   for (const std::exception_ptr& error : errors_) {
     if (!error) continue;

@@ -33,8 +33,7 @@ class CpuExecutor final : public Executor {
   int num_streams() const override { return plan_.num_streams(); }
   const ScheduleInfo& schedule() const override { return plan_.info; }
   std::optional<PoolStats> pool_stats() const override;
-  bool shares_work_after_idle() const override { return shared_work_; }
-  int64_t replays_after_idle() const override { return replays_after_idle_; }
+  bool shares_work() const override { return shared_work_; }
   bool pool_owns(const void* ptr) const override { return arena_ && arena_->owns(ptr); }
 
  private:
@@ -56,12 +55,12 @@ class CpuExecutor final : public Executor {
   // stream thread that opens OpenMP regions gets its own spinning team.
   int threads_per_stream() const { return std::max(1, cores_ / plan_.num_streams()); }
   int cores_ = 1;
-  // Whether a replay that comes after an idle spell splits nimble's kernels through their own
-  // helper threads (runtime/cpu/work_sharing.h) rather than OpenMP: one stream, and no
-  // ATen op but views between nimble's kernels (see uses_only_nimble_kernels in the .cpp).
+  // Whether replays split nimble's kernels through their helper threads
+  // (runtime/cpu/work_sharing.h), the stream's thread claiming pieces with them, and run
+  // ATen's ops on the stream's thread alone: where the program has kernels of nimble's.
+  // Then no op waits at an OpenMP barrier for a thread that an idle or busy core holds up,
+  // and OpenMP's threads never spin beside the helpers (docs/cpu.md, "Threads").
   bool shared_work_ = false;
-  int64_t last_end_ns_ = 0;  // when the last replay ended (steady_ns), 0 before the first
-  int64_t replays_after_idle_ = 0;
   std::vector<Stream> streams_;
   std::unique_ptr<ReplayArena> arena_;
   std::deque<StreamEvent> events_;

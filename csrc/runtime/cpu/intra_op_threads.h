@@ -49,19 +49,21 @@ class KeepIntraOpThreads {
 
 // body(begin, end) over [0, units): on the calling thread alone unless `worth_forking` (the
 // caller's measure of whether waking and joining a second thread pays for the work) and the
-// calling thread has intra-op threads to share it with (at::get_num_threads(): a CPU stream
-// of a multi-stream replay has its share). Inside a SharedWorkScope through work_sharing.h,
-// where a helper thread slow to come never holds the caller up; elsewhere through an OpenMP
-// region, whose end waits for every thread of its team. One thread is asked for by not
-// forking, never by resizing OpenMP's team (rebuilt when resized).
+// calling thread has intra-op threads to share it with. Inside a SharedWorkScope (a replay)
+// through work_sharing.h over the scope's threads, where a helper thread slow to come never
+// holds the caller up; elsewhere (a kernel called from eager code, the tuner) through an
+// OpenMP region over at::get_num_threads(), whose end waits for every thread of its team.
+// One thread is asked for by not forking, never by resizing OpenMP's team (rebuilt when
+// resized).
 template <typename F>
 void split_work(int64_t units, bool worth_forking, const F& body) {
-  const int threads = at::get_num_threads();
+  const int shared = shared_work_threads();
+  const int threads = shared > 0 ? shared : at::get_num_threads();
   if (!worth_forking || units < 2 || threads < 2 || at::in_parallel_region() || in_shared_work()) {
     body(0, units);
     return;
   }
-  if (shared_work_in_scope()) {
+  if (shared > 0) {
     share_work(units, threads, body);
   } else {
     at::parallel_for(0, units, 1, body);

@@ -26,7 +26,7 @@ constexpr int64_t kPiecesPerThread = 1;
 constexpr std::chrono::microseconds kPoll{200};
 
 thread_local bool t_helper = false;
-thread_local bool t_shared_scope = false;
+thread_local int t_shared_threads = 0;
 
 using Body = std::function<void(int64_t, int64_t)>;
 
@@ -99,17 +99,25 @@ class Helpers {
     return true;
   }
 
- private:
   Helpers() {
     // A child process forked from this one (a data loader's worker, say) runs its kernels on
     // the calling thread: its copy of the helpers has no threads behind it.
     pthread_atfork(nullptr, nullptr, [] { instance().forked_.store(true); });
   }
 
+  bool stall(bool stalled) {
+    const std::lock_guard<std::mutex> lock(stall_mutex_);
+    const bool previous = stalled_.exchange(stalled);
+    if (!stalled) unstalled_.notify_all();
+    return previous;
+  }
+
+ private:
   void serve(int index, uint64_t seen) {
     t_helper = true;
     for (;;) {
       await_work(seen);
+      await_unstalled();
       seen = generation_.load();
       const std::shared_ptr<Job> job = std::atomic_load(&job_);
       if (!job || index >= job->helpers) continue;
@@ -117,6 +125,13 @@ class Helpers {
       job->work();
       job->in_flight.fetch_sub(1);
     }
+  }
+
+  // A stalled helper stops before it joins a job: the caller never waits for it.
+  void await_unstalled() {
+    if (!stalled_.load()) return;
+    std::unique_lock<std::mutex> lock(stall_mutex_);
+    unstalled_.wait(lock, [&] { return !stalled_; });
   }
 
   // Polls, then sleeps, until the generation moves past `seen`.
@@ -140,6 +155,9 @@ class Helpers {
   std::atomic<int> sleeping_{0};
   std::mutex sleep_mutex_;
   std::condition_variable wake_;
+  std::mutex stall_mutex_;
+  std::atomic<bool> stalled_{false};  // written under stall_mutex_
+  std::condition_variable unstalled_;
 };
 
 }  // namespace
@@ -152,10 +170,14 @@ void share_work(int64_t units, int threads, const Body& body) {
 
 bool in_shared_work() { return t_helper; }
 
-SharedWorkScope::SharedWorkScope() : previous_(t_shared_scope) { t_shared_scope = true; }
+SharedWorkScope::SharedWorkScope(int threads) : previous_(t_shared_threads) {
+  t_shared_threads = std::max(1, threads);
+}
 
-SharedWorkScope::~SharedWorkScope() { t_shared_scope = previous_; }
+SharedWorkScope::~SharedWorkScope() { t_shared_threads = previous_; }
 
-bool shared_work_in_scope() { return t_shared_scope; }
+int shared_work_threads() { return t_shared_threads; }
+
+bool stall_helpers_for_test(bool stalled) { return Helpers::instance().stall(stalled); }
 
 }  // namespace nimble

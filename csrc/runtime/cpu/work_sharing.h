@@ -5,8 +5,9 @@
 // another program's threads, or idle and halted (a VM's idle vCPU takes milliseconds to wake),
 // each forked op waited that long (googlenet at 64x64: 13 ms a call after a 0.2 s pause
 // against 1.8 ms back to back; 6.9 ms alternating with ONNX Runtime and OpenVINO). Here the
-// caller claims pieces too and waits only for pieces a helper has begun: a helper that is
-// late finds the work done. Torch-free.
+// pieces are claimed from one counter: the caller claims them until none is left, a helper
+// when it wakes, and the caller waits only for pieces a helper claimed and is running, so a
+// helper that is late finds the work done. Torch-free.
 #include <cstdint>
 #include <functional>
 
@@ -22,23 +23,28 @@ void share_work(int64_t units, int threads, const std::function<void(int64_t, in
 // Whether the calling thread is one of the helpers.
 bool in_shared_work();
 
-// While one lives, the calling thread's kernels split their work through share_work; by
-// default (and on every other thread) through an OpenMP region. The helpers and OpenMP's
-// threads both wait for work by spinning: a replay turns this on only where its program runs
-// no ATen op of its own between nimble's kernels, so that the two pools never take turns on
-// the cores (runtime/cpu/cpu_executor.cpp).
+// While one lives, the calling thread's kernels split their work through share_work over
+// `threads` threads (the caller among them); elsewhere through an OpenMP region. A replay opens
+// one on each of its stream threads and runs ATen's ops there on one OpenMP thread, so that no
+// op of the replay waits at an OpenMP barrier for a thread that is not there
+// (runtime/cpu/cpu_executor.cpp; docs/cpu.md).
 class SharedWorkScope {
  public:
-  SharedWorkScope();
+  explicit SharedWorkScope(int threads);
   ~SharedWorkScope();
   SharedWorkScope(const SharedWorkScope&) = delete;
   SharedWorkScope& operator=(const SharedWorkScope&) = delete;
 
  private:
-  bool previous_;
+  int previous_;
 };
 
-// Whether a SharedWorkScope lives on the calling thread.
-bool shared_work_in_scope();
+// The threads of the SharedWorkScope living on the calling thread; 0 outside one.
+int shared_work_threads();
+
+// Tests: while stalled, the helpers take no piece (as when their cores are held by another
+// program or halted), so that the callers run every piece themselves. Returns the previous
+// setting.
+bool stall_helpers_for_test(bool stalled);
 
 }  // namespace nimble

@@ -1,11 +1,13 @@
 // runtime/cpu/work_sharing.h: every unit runs exactly once whatever the split, with helpers or
-// without, from several callers at once, nested, and with a failing piece.
+// without, from several callers at once, nested, and with a failing piece; the caller never
+// waits for helpers that do not come.
 #include "csrc/runtime/cpu/work_sharing.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -54,6 +56,75 @@ TEST(WorkSharing, TheCallerFinishesAloneWhenTheHelpersAreLate) {
   Tally tally(64);
   share_work(64, 2, [&](int64_t b, int64_t e) { tally(b, e); });
   EXPECT_TRUE(tally.each_once());
+}
+
+// While it lives the helpers take no piece, as when their cores are halted or held by another
+// program.
+class StalledHelpers {
+ public:
+  StalledHelpers() : previous_(stall_helpers_for_test(true)) {}
+  ~StalledHelpers() { stall_helpers_for_test(previous_); }
+  StalledHelpers(const StalledHelpers&) = delete;
+  StalledHelpers& operator=(const StalledHelpers&) = delete;
+
+ private:
+  bool previous_;
+};
+
+TEST(WorkSharing, TheCallerFinishesInOneThreadsTimeWhenTheHelpersAreStalled) {
+  // Helpers awake (a call just before), then held: the caller claims every piece itself and
+  // never waits for them. A caller that waited for its helpers would hang here until the
+  // stall ends; the call runs on another thread so that the test can tell.
+  share_work(8, 2, [](int64_t, int64_t) {});
+  const StalledHelpers stalled;
+  for (const int threads : {2, 4}) {
+    constexpr int64_t kUnits = 8;
+    constexpr auto kUnitTime = std::chrono::milliseconds(2);
+    Tally tally(kUnits);
+    std::atomic<int> on_helpers{0};
+    auto call = std::async(std::launch::async, [&] {
+      const auto start = std::chrono::steady_clock::now();
+      share_work(kUnits, threads, [&](int64_t b, int64_t e) {
+        if (in_shared_work()) on_helpers.fetch_add(1);
+        for (int64_t i = b; i < e; ++i) std::this_thread::sleep_for(kUnitTime);
+        tally(b, e);
+      });
+      return std::chrono::steady_clock::now() - start;
+    });
+    if (call.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      stall_helpers_for_test(false);  // lets the call end, so that the test fails, not hangs
+      call.wait();
+      FAIL() << "the caller waited for stalled helpers (" << threads << " threads)";
+    }
+    const auto took = call.get();
+    EXPECT_TRUE(tally.each_once());
+    EXPECT_EQ(on_helpers.load(), 0);
+    // One thread's time (8 x 2 ms), with room for a loaded machine's late wake-ups.
+    EXPECT_GE(took, kUnits * kUnitTime);
+    EXPECT_LT(took, std::chrono::milliseconds(500)) << threads << " threads";
+  }
+}
+
+TEST(WorkSharing, StalledHelpersJoinTheNextCallsWhenReleased) {
+  {
+    const StalledHelpers stalled;
+    Tally tally(16);
+    share_work(16, 2, [&](int64_t b, int64_t e) { tally(b, e); });
+    EXPECT_TRUE(tally.each_once());
+  }
+  // Released, the helpers serve calls again: with pieces that take a while, one of them runs
+  // some. Several tries, since a helper asleep after the stall may come after the caller
+  // has claimed both pieces.
+  bool helped = false;
+  for (int attempt = 0; attempt < 20 && !helped; ++attempt) {
+    std::atomic<int> on_helpers{0};
+    share_work(4, 2, [&](int64_t, int64_t) {
+      if (in_shared_work()) on_helpers.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    });
+    helped = on_helpers.load() > 0;
+  }
+  EXPECT_TRUE(helped);
 }
 
 TEST(WorkSharing, HelpersShareTheWorkWhenTheyAreThere) {
