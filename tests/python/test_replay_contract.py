@@ -300,6 +300,20 @@ def test_capture_runs_the_path_eager_runs():
         handle.remove()
 
 
+def test_a_hook_on_a_fused_layers_inner_module_is_skipped_as_eager_skips_it():
+    """The same with a hook of the inner module's own: eager's fused op never calls it either,
+    so the capture must not take the unfused path that would."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    model = torch.nn.Sequential(layer, torch.nn.Linear(16, 4)).eval()
+    x = torch.randn(2, 5, 16)
+    layer.linear1.register_forward_hook(lambda module, args, out: out * 1.5)
+    with torch.no_grad():
+        expected = model(x)
+    fast = nimble.Nimble(model).prepare(x)
+    assert_matches_eager(fast(x), expected)
+
+
 def test_host_reads_are_refused_on_the_capturing_thread_only():
     """The capture wraps Tensor.tolist/numpy/__array__ while it runs and puts them back.
     (np.asarray calls __array__, which calls numpy: both are seen.)"""
