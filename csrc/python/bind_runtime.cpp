@@ -96,6 +96,8 @@ void bind_runtime(py::module_& m) {
   m.def("_stall_kernel_helpers", &stall_helpers_for_test, py::arg("stalled"),
         "Tests: while True, the helper threads of nimble's CPU kernels take no work, as when "
         "their cores are held elsewhere; returns the previous setting");
+  m.def("_kernel_helper_pieces", &helper_pieces_for_test,
+        "Tests: pieces of nimble's CPU kernels the helper threads have run in this process");
   py::class_<ProgramBuilder>(m, "ProgramBuilder")
       .def(py::init<>())
       .def("add_input", &ProgramBuilder::add_input)

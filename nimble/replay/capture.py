@@ -378,7 +378,7 @@ def capture(
             snapshot.restore()
             snapshot.adopt_created_state()
         previous = None
-        unfused = eager_takes_the_unfused_paths_alike()  # host_reads.py says why
+        unfused = eager_takes_the_unfused_paths_alike(module)  # host_reads.py says why
         for _ in range(MAX_RECORDED_RUNS):
             recorder = Recorder(persistent, snapshot)
             paths = UnfusedPaths() if unfused else contextlib.nullcontext()

@@ -1,7 +1,15 @@
 """Random sequences of changes to a prepared model, each followed by a call: the replay equals
 eager, or both fail, or (with on_change="error") the replay raises StaleModelError or
 BadInputError; never a silent difference. 2,000 sequences in all in CI (most on small models,
-where preparing again is cheap); NIMBLE_FUZZ_SCALE multiplies every case's count."""
+where preparing again is cheap); NIMBLE_FUZZ_SCALE multiplies every case's count.
+
+Every change moves values by 10% to 50% (a change of 0.1% would hide a stale replay inside
+the tolerance): hooks, global hooks and forward wrappers scale an output; the kinds that
+change no value by themselves (a memory format, a dtype, a parametrization or pruning made
+permanent, train/eval) also scale a weight. The test counts the calls where eager's output
+moved by at least 10x the tolerance since the call before: most must have. (Some cannot: a
+change to a layer whose output is unused, a hook on an inner module of a transformer layer
+that eager runs as one fused op.)"""
 
 import copy
 import os
@@ -17,6 +25,8 @@ import torch.nn.utils.prune as prune
 import torchvision
 
 import nimble
+from nimble.testing import assert_matches_eager
+from nimble.zoo import realistic_weights
 
 SCALE = float(os.environ.get("NIMBLE_FUZZ_SCALE", "1"))
 
@@ -63,10 +73,21 @@ class SmallNet(torch.nn.Module):
         return self.fc(self.drop(y.mean((2, 3))))
 
 
-def _perturbed(t: torch.Tensor, rng: random.Random) -> torch.Tensor:
-    if not t.is_floating_point():
-        return t.clone()
-    return t.detach() * (1 + 0.05 * rng.uniform(-1, 1)) + 0.01 * rng.uniform(-1, 1)
+# Relative to the output's scale (nimble.testing), by model (None: the others). A stale replay
+# is off by a change of 10% or more of some tensor; lowered kernels sum in other orders
+# (blocked GEMMs, folded batch norms, fewer threads per stream), about 1e-6 of the scale on
+# the unchanged models. resnet18 is worse conditioned: at batch 2 and 32x32 its layer4 maps
+# are 1x1, so a batch norm switched to train mode normalises 2 values per channel, and dozens
+# of changes of up to 50% leave running variances at 1/15 of their start. At sequence 72
+# (a load_state_dict, followed in place), against the model run in float64 eager's float32
+# output is off by 5.0e-4 of the scale and the lowered replay by 1.4e-3 (1.9e-3 from eager);
+# scaling any one tensor by 1.5 there moves the replay from eager by 2e-4 at most (none is
+# stale), and a fresh prepare keeps the lowering off, its own 1e-3 check failing alike.
+TOLERANCE = {None: 1e-3, "resnet18": 5e-3}
+
+
+def _rms(t: torch.Tensor) -> float:
+    return float(t.detach().double().pow(2).mean().sqrt()) if t.numel() else 0.0
 
 
 def _parent(model, path):
@@ -87,6 +108,22 @@ class Changes:
         self.hooks = []
         self.global_hooks = []
         self.double = False
+        # Each tensor's size at the start: changes shrink what has grown and grow what has
+        # shrunk, so that hundreds of changes of up to 50% keep the model's outputs O(1).
+        self.rms = {k: _rms(v) for k, v in model.state_dict().items() if v.is_floating_point()}
+
+    def _factor(self, name: str | None = None, t: torch.Tensor | None = None) -> float:
+        """1 ± U(0.1, 0.5): towards the tensor's starting size where it is known."""
+        m = self.rng.uniform(0.1, 0.5)
+        start = self.rms.get(name)
+        if start is None or t is None:
+            return 1 + m if self.rng.random() < 0.5 else 1 - m
+        return 1 + m if _rms(t) < start else 1 - m
+
+    def _perturbed(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        if not t.is_floating_point():
+            return t.clone()
+        return t.detach() * self._factor(name, t)
 
     def _param(self):
         return self.rng.choice(list(self.model.named_parameters()))
@@ -105,49 +142,56 @@ class Changes:
 
     # Each returns a short name for the tally.
     def inplace(self):
-        _, p = self._param()
+        name, p = self._param()
         with torch.no_grad():
-            p.mul_(1 + 0.05 * self.rng.uniform(-1, 1))
+            p.mul_(self._factor(name, p))
         return "in-place"
 
     def load_state_dict(self):
-        sd = {k: _perturbed(v, self.rng) for k, v in self.model.state_dict().items()}
+        sd = {k: self._perturbed(k, v) for k, v in self.model.state_dict().items()}
         assign = self.rng.random() < 0.5
         self.model.load_state_dict(sd, assign=assign)
         return "load_state_dict assign" if assign else "load_state_dict"
 
     def data(self):
-        _, p = self._param()
-        p.data = _perturbed(p, self.rng)
+        name, p = self._param()
+        p.data = self._perturbed(name, p)
         return ".data ="
 
     def set_(self):
-        _, p = self._param()
+        name, p = self._param()
         with torch.no_grad():
-            p.set_(_perturbed(p, self.rng))
+            p.set_(self._perturbed(name, p))
         return "set_"
 
+    # A change that moves no value by itself (a memory format, a dtype, a parametrization or
+    # pruning made permanent, train/eval of a module that does not read it) comes with a
+    # weight scaled after it, in the tensors it made: a replay that missed it shows.
     def memory_format(self):
         fmt = self.rng.choice([torch.channels_last, torch.contiguous_format])
         self.model.to(memory_format=fmt)
+        self.inplace()
         return "memory format"
 
     def dtype(self):
         if self.double:
             self.model.float()
             self.double = False
+            self.inplace()
             return "float()"
         if self.rng.random() < 0.7:
             self.model.double().float()
+            self.inplace()
             return "double().float()"
         self.model.double()
         self.double = True
+        self.inplace()
         return "double()"
 
     def parameter(self):
         path, p = self._param()
         module, name = _parent(self.model, path)
-        setattr(module, name, torch.nn.Parameter(_perturbed(p, self.rng), p.requires_grad))
+        setattr(module, name, torch.nn.Parameter(self._perturbed(path, p), p.requires_grad))
         return "new Parameter"
 
     def buffer(self):
@@ -156,7 +200,7 @@ class Changes:
             return self.parameter()
         path, b = self.rng.choice(buffers)
         module, name = _parent(self.model, path)
-        setattr(module, name, _perturbed(b, self.rng))
+        setattr(module, name, self._perturbed(path, b))
         return "new buffer"
 
     def submodule(self):
@@ -171,8 +215,8 @@ class Changes:
         path, m = self.rng.choice(leaves)
         clone = copy.deepcopy(m)
         with torch.no_grad():
-            for p in clone.parameters():
-                p.copy_(_perturbed(p, self.rng))
+            for name, p in clone.named_parameters():
+                p.copy_(self._perturbed(f"{path}.{name}", p))
         parent, name = _parent(self.model, path)
         setattr(parent, name, clone)
         return "new submodule"
@@ -181,17 +225,25 @@ class Changes:
         m = self._weighted(plain_weight=False)
         if m is not None and self.rng.random() < 0.5:
             parametrize.remove_parametrizations(m, "weight", leave_parametrized=True)
+            self.inplace()
             return "parametrization removed"
         m = self._weighted(plain_weight=True)
         if m is None:
             return self.inplace()
-        parametrize.register_parametrization(m, "weight", Scale(1 + 0.1 * self.rng.random()))
+        parametrize.register_parametrization(m, "weight", Scale(self._factor()))
         return "parametrization"
 
     def pruning(self):
-        pruned = [m for m in self.model.modules() if prune.is_pruned(m) and hasattr(m, "weight_mask")]
+        pruned = [(n, m) for n, m in self.model.named_modules()
+                  if prune.is_pruned(m) and hasattr(m, "weight_mask")]
         if pruned and self.rng.random() < 0.5:
-            prune.remove(self.rng.choice(pruned), "weight")
+            path, m = self.rng.choice(pruned)
+            prune.remove(m, "weight")
+            # The pruned weights grow back: pruned again and again, a layer would end all
+            # zeros, and no later change (they scale) could move what it feeds.
+            with torch.no_grad():
+                zero = m.weight == 0
+                m.weight[zero] = torch.randn(int(zero.sum())) * self.rms[f"{path}.weight"]
             return "pruning removed"
         m = self._weighted(plain_weight=True)
         if m is None:
@@ -204,7 +256,7 @@ class Changes:
             self.hooks.pop(self.rng.randrange(len(self.hooks))).remove()
             return "hook removed"
         _, m = self.rng.choice(list(self.model.named_modules()))
-        factor = 1 + 0.1 * self.rng.random()
+        factor = self._factor()
         if self.rng.random() < 0.5:
             handle = m.register_forward_hook(
                 lambda mod, i, o: o * factor if isinstance(o, torch.Tensor) else o
@@ -220,14 +272,17 @@ class Changes:
         if self.global_hooks:
             self.global_hooks.pop().remove()
             return "global hook removed"
-        self.global_hooks.append(
-            torch.nn.modules.module.register_module_forward_hook(lambda mod, i, o: o)
-        )
+        # One layer's output scaled, through a hook every module runs.
+        _, target = self.rng.choice(list(self.model.named_modules()))
+        factor = self._factor()
+        self.global_hooks.append(torch.nn.modules.module.register_module_forward_hook(
+            lambda mod, i, o: o * factor if mod is target and isinstance(o, torch.Tensor) else o))
         return "global hook added"
 
     def mode(self):
         _, m = self.rng.choice(list(self.model.named_modules()))
         m.train(not m.training)
+        self.inplace()
         return "train/eval"
 
     def forward_method(self):
@@ -235,8 +290,13 @@ class Changes:
         if "forward" in vars(m):
             del m.forward
             return "forward restored"
-        original = type(m).forward
-        m.forward = types.MethodType(lambda self, *a, **kw: original(self, *a, **kw), m)
+        original, factor = type(m).forward, self._factor()
+
+        def scaled(self, *a, **kw):
+            out = original(self, *a, **kw)
+            return out * factor if isinstance(out, torch.Tensor) else out
+
+        m.forward = types.MethodType(scaled, m)
         return "forward assigned"
 
     KINDS = [
@@ -257,16 +317,20 @@ class Changes:
 def _model(name):
     torch.manual_seed(0)
     if name == "encoder":
-        return Encoder().eval(), torch.randn(2, 6, 12)
-    if name == "small":
-        return SmallNet().eval(), torch.randn(2, 3, 8, 8)
-    model = getattr(torchvision.models, name)(num_classes=10).eval()
-    return model, torch.randn(2, 3, 32, 32)
+        model, x = Encoder().eval(), torch.randn(2, 6, 12)
+    elif name == "small":
+        model, x = SmallNet().eval(), torch.randn(2, 3, 8, 8)
+    else:
+        model, x = getattr(torchvision.models, name)(num_classes=10).eval(), torch.randn(2, 3, 32, 32)
+    # Outputs of order one (torchvision's mobilenet_v3_small gives 1e-9 as initialised).
+    return realistic_weights(model, lambda: model(torch.randn_like(x))), x
 
 
-def _call(fast, model, x, sequence, applied, on_change, outcomes) -> str:
+def _call(fast, model, x, sequence, applied, on_change, outcomes, tolerance) -> str:
     """One call after a sequence of changes, eager and replayed from the same random state
-    (dropout in train mode draws alike): 'equal' or 'both failed'; anything else fails."""
+    (dropout in train mode draws alike): 'equal' or 'both failed'; anything else fails.
+    Counts in outcomes["moved"] the calls where eager's output moved by at least 10x the
+    tolerance since the last call that ran."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.manual_seed(sequence)
@@ -291,14 +355,15 @@ def _call(fast, model, x, sequence, applied, on_change, outcomes) -> str:
             assert eager_error is not None, (sequence, applied, repr(e))
             return "both failed"
     assert eager_error is None, (sequence, applied, "the replay ran where eager failed", eager_error)
-    # Several streams give each op fewer threads, so sums are blocked differently: rounding,
-    # which the perturbed weights can grow to 1e-4 relative. A stale replay is off by the
-    # size of a change (a few percent at least).
-    scale = max(1.0, float(want.nan_to_num().abs().max()))
-    torch.testing.assert_close(
-        got, want, rtol=1e-3, atol=1e-3 * scale, equal_nan=True,
-        msg=lambda m: f"sequence {sequence} {applied}: {m}",
-    )
+    assert_matches_eager(got, want, tolerance=tolerance, equal_nan=True,
+                         what=f"sequence {sequence} {applied}")
+    scale = float(want.nan_to_num().abs().max())
+    outcomes["worst"] = max(outcomes["worst"], float((got - want).nan_to_num().abs().max()) / scale)
+    last = outcomes.pop("last", None)
+    if last is not None and last.shape == want.shape:
+        moved = float((want - last).nan_to_num().abs().max()) >= 10 * tolerance * scale
+        outcomes["moved"] += int(moved)
+    outcomes["last"] = want
     return "equal"
 
 
@@ -329,9 +394,14 @@ def test_no_silent_difference_after_random_changes(name, streams, on_change, cou
         for sequence in range(sequences):
             applied = [changes.random() for _ in range(rng.randint(1, 3))]
             tally.update(applied)
-            outcomes[_call(fast, model, x, sequence, applied, on_change, outcomes)] += 1
+            outcomes[_call(fast, model, x, sequence, applied, on_change, outcomes,
+                           TOLERANCE.get(name, TOLERANCE[None]))] += 1
     finally:
         changes.undo_global()
+    outcomes.pop("last", None)
+    outcomes["worst"] = float(f"{outcomes['worst']:.1e}")
     print(f"\n{name} streams={streams} on_change={on_change}: {dict(outcomes)}; changes {dict(tally)}")
     assert outcomes["equal"] + outcomes["both failed"] == sequences
     assert outcomes["equal"] >= sequences // 2  # the model stayed usable for most sequences
+    # A stale replay would have shown on most calls: eager's output moved by 10x the tolerance.
+    assert outcomes["moved"] >= 0.8 * outcomes["equal"], dict(outcomes)

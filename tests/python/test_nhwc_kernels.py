@@ -241,16 +241,31 @@ def _with_helpers_stalled(call):
     result = []
     previous = nimble._C._stall_kernel_helpers(True)
     try:
+        pieces = nimble._C._kernel_helper_pieces()
         caller = threading.Thread(target=lambda: result.append(call()))
         caller.start()
         caller.join(timeout=60)
         finished = not caller.is_alive()
+        assert nimble._C._kernel_helper_pieces() == pieces, "a stalled helper ran a piece"
     finally:
         nimble._C._stall_kernel_helpers(previous)
     caller.join()
     assert finished, "a replay waited for stalled helper threads"
     assert result, "the replay raised (see the thread's traceback above)"
     return result[0]
+
+
+def _helpers_took_pieces(fast, x, pause_s=0.0, calls=50) -> bool:
+    """Whether the helper threads ran some piece of the replays of x (at most `calls` of them,
+    each after a pause: a helper wakes when the caller publishes work, and on a loaded machine
+    it may find every piece taken on one call, rarely on fifty)."""
+    pieces = nimble._C._kernel_helper_pieces()
+    for _ in range(calls):
+        time.sleep(pause_s)
+        fast(x)
+        if nimble._C._kernel_helper_pieces() > pieces:
+            return True
+    return False
 
 
 @pytest.mark.parametrize("spec", ["torchvision:mobilenet_v2", "torchvision:googlenet",
@@ -268,6 +283,9 @@ def test_replays_split_with_helpers_and_give_the_same_numbers_however_called(spe
     runs = {"back to back": _replays(fast, inputs + inputs)[2:],
             "after idle": _replays(fast, inputs, pause_s=0.06)}
     runs["helpers stalled"] = _with_helpers_stalled(lambda: _replays(fast, inputs))
+    assert _helpers_took_pieces(fast, inputs[0]), "no helper ran a piece back to back"
+    assert _helpers_took_pieces(fast, inputs[0], pause_s=0.06, calls=10), \
+        "no helper ran a piece after idle spells"
     with torch.no_grad():
         eager = [model(x) for x in inputs]
     for i in range(2):

@@ -314,6 +314,37 @@ def test_a_hook_on_a_fused_layers_inner_module_is_skipped_as_eager_skips_it():
     assert_matches_eager(fast(x), expected)
 
 
+class ScaledLinear(torch.nn.Linear):
+    """A subclass with a forward of its own, as a user's adapter layer might be."""
+
+    def forward(self, x):
+        return super().forward(x) * 1.5
+
+
+@pytest.mark.parametrize("how", ["assigned to the instance", "a subclass's"])
+def test_an_inner_module_with_its_own_forward_is_skipped_as_eager_skips_it(how):
+    """eager's fused op reads the inner modules' weights and never calls their forward, so
+    the capture must not take the unfused path, which calls it (the model-change fuzz's
+    encoder at sequence 210: forwards assigned to a layer's attention and linear layers, the
+    replay off by 0.26 of the scale, on a fresh prepare too)."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    model = torch.nn.Sequential(layer, torch.nn.Linear(16, 4)).eval()
+    x = torch.randn(2, 5, 16)
+    if how == "a subclass's":
+        scaled = ScaledLinear(16, 32)
+        scaled.load_state_dict(layer.linear1.state_dict())
+        layer.linear1 = scaled
+    else:
+        original = layer.self_attn.out_proj.forward
+        layer.self_attn.out_proj.forward = lambda x: original(x) * 1.5
+    with torch.no_grad():
+        expected = model(x)
+    fast = nimble.Nimble(model).prepare(x)
+    assert_matches_eager(fast(x), expected)
+    assert "aten::_transformer_encoder_layer_fwd" in [op["name"] for op in fast.replay.ops()]
+
+
 def test_host_reads_are_refused_on_the_capturing_thread_only():
     """The capture wraps Tensor.tolist/numpy/__array__ while it runs and puts them back.
     (np.asarray calls __array__, which calls numpy: both are seen.)"""

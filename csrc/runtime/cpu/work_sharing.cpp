@@ -42,9 +42,10 @@ struct Job {
   std::mutex error_mutex;
   std::exception_ptr error;
 
-  // Claims and runs pieces until none is left (or one failed).
-  void work() {
-    for (int64_t p; (p = next.fetch_add(1)) < pieces;) {
+  // Claims and runs pieces until none is left (or one failed); returns how many it claimed.
+  int64_t work() {
+    int64_t claimed = 0;
+    for (int64_t p; (p = next.fetch_add(1)) < pieces; ++claimed) {
       try {
         (*body)(units * p / pieces, units * (p + 1) / pieces);
       } catch (...) {
@@ -53,6 +54,7 @@ struct Job {
         next.store(pieces);  // the rest is not run
       }
     }
+    return claimed;
   }
 };
 
@@ -105,6 +107,8 @@ class Helpers {
     pthread_atfork(nullptr, nullptr, [] { instance().forked_.store(true); });
   }
 
+  int64_t helper_pieces() const { return helper_pieces_.load(); }
+
   bool stall(bool stalled) {
     const std::lock_guard<std::mutex> lock(stall_mutex_);
     const bool previous = stalled_.exchange(stalled);
@@ -122,7 +126,7 @@ class Helpers {
       const std::shared_ptr<Job> job = std::atomic_load(&job_);
       if (!job || index >= job->helpers) continue;
       job->in_flight.fetch_add(1);
-      job->work();
+      helper_pieces_.fetch_add(job->work());
       job->in_flight.fetch_sub(1);
     }
   }
@@ -155,6 +159,7 @@ class Helpers {
   std::atomic<int> sleeping_{0};
   std::mutex sleep_mutex_;
   std::condition_variable wake_;
+  std::atomic<int64_t> helper_pieces_{0};  // pieces the helpers claimed, for tests
   std::mutex stall_mutex_;
   std::atomic<bool> stalled_{false};  // written under stall_mutex_
   std::condition_variable unstalled_;
@@ -179,5 +184,7 @@ SharedWorkScope::~SharedWorkScope() { t_shared_threads = previous_; }
 int shared_work_threads() { return t_shared_threads; }
 
 bool stall_helpers_for_test(bool stalled) { return Helpers::instance().stall(stalled); }
+
+int64_t helper_pieces_for_test() { return Helpers::instance().helper_pieces(); }
 
 }  // namespace nimble

@@ -47,4 +47,7 @@ int shared_work_threads();
 // setting.
 bool stall_helpers_for_test(bool stalled);
 
+// Tests: how many pieces the helper threads have run since the process started.
+int64_t helper_pieces_for_test();
+
 }  // namespace nimble
