@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import gc
 import os
 import warnings
@@ -15,13 +16,12 @@ from . import lowered_tuning, model_watch
 from ..errors import NotPreparedError, SideEffectError, StaleModelError
 from .cuda_training import check_training_devices
 from .inference import InferenceReplay
+from .prepare_options import PrepareOptions, keyword_signature
 from .streams import choose_streams
 from .structure import ExampleCall
 from .training import ForwardBackwardReplay
 from .whole_step import WholeStepReplay
 
-_ON_CHANGE = ("reprepare", "error")
-_SIDE_EFFECTS = ("warn", "error")
 
 
 @contextlib.contextmanager
@@ -81,31 +81,8 @@ class Nimble(torch.nn.Module):
 
     # -- prepare ---------------------------------------------------------------------
 
-    def prepare(
-        self,
-        example_inputs: Any,
-        example_kwargs: dict | None = None,
-        *,
-        copy_outputs: bool = True,
-        streams: int | str = 1,
-        fold_batchnorm: bool = False,
-        lower_for_cpu: bool = True,
-        plan_memory: bool = True,
-        use_out_variants: bool = True,
-        out_variant_max_bytes: int = 0,
-        precompute_views: bool = True,
-        drop_noop_ops: bool = True,
-        training: bool = False,
-        loss_fn=None,
-        optimizer: torch.optim.Optimizer | None = None,
-        example_targets: Any = None,
-        tuned: str | None = None,
-        on_change: str = "reprepare",
-        side_effects: str = "warn",
-        _watch_model: bool = True,
-        _graph_twin: bool = False,
-        _lowered_with: tuple | None = None,
-    ) -> "Nimble":
+    def prepare(self, example_inputs: Any, example_kwargs: dict | None = None, *,
+                example_targets: Any = None, **options) -> "Nimble":
         """Capture one run of the module on `example_inputs` (a tensor or a tuple of
         positional arguments) and build the replay.
 
@@ -146,107 +123,50 @@ class Nimble(torch.nn.Module):
         `_graph_twin` (tests): replay a CPU model with a CUDA graph's semantics
         (`csrc/runtime/cpu/cpu_graph_executor.h`).
         """
-        if not (streams == "auto" or (isinstance(streams, int) and streams >= 1)):
-            raise ValueError(f"streams must be 'auto' or a positive int, got {streams!r}")
-        if on_change not in _ON_CHANGE:
-            raise ValueError(f"on_change must be one of {_ON_CHANGE}, got {on_change!r}")
-        if side_effects not in _SIDE_EFFECTS:
-            raise ValueError(f"side_effects must be one of {_SIDE_EFFECTS}, got {side_effects!r}")
-        lazy = [name for name, t in [*self.module.named_parameters(), *self.module.named_buffers()]
-                if torch.nn.parameter.is_lazy(t)]
-        if lazy:
-            raise ValueError(
-                f"prepare: {', '.join(lazy)} not initialized yet (a lazy module, e.g. "
-                f"torch.nn.LazyLinear, learns its shapes on its first call); call the model once "
-                f"on an example input before prepare, which leaves the model as it finds it"
-            )
-        whole_step = [loss_fn is not None, optimizer is not None, example_targets is not None]
-        if any(whole_step) and not (training and all(whole_step)):
-            raise ValueError(
-                "the whole-step mode needs training=True with loss_fn, optimizer and "
-                "example_targets together"
-            )
-        if training and fold_batchnorm:
-            raise ValueError(
-                "fold_batchnorm is an inference pass; it cannot be used with training=True"
-            )
-        options = dict(
-            use_out_variants=use_out_variants,
-            out_variant_max_bytes=out_variant_max_bytes,
-            precompute_views=precompute_views,
-            plan_memory=plan_memory,
-            fold_batchnorm=fold_batchnorm,
-            lower_for_cpu=lower_for_cpu and not training,
-            # An inference pass: training programs keep every copy they captured.
-            drop_noop_ops=drop_noop_ops and not training,
-            # The same for every device: the backend decides what a stream count means.
-            streams=1 if streams == "auto" else streams,
-            graph_twin=_graph_twin,
-        )
-        lowered_with = (tuned, False) if tuned is not None else _lowered_with
-        if not options["lower_for_cpu"]:
-            lowered_with = None
-        lowered_choices = _lowering_choices(lowered_with)
-        options["tuned_convolutions"] = {}
-        example = ExampleCall.of(example_inputs, example_kwargs, track_gradients=training)
-        if training:
+        opts = PrepareOptions.of(options)
+        opts.check_whole_step(example_targets)
+        _refuse_lazy_modules(self.module)
+        example = ExampleCall.of(example_inputs, example_kwargs, track_gradients=opts.training)
+        if opts.training:
             check_training_devices(self.module, example)
+        lowered_choices = _lowering_choices(opts.lowered_with)
         with _cycle_collector_paused():
-            if not training and lowered_choices:
-                program, lowered_choices = lowered_tuning.build_with_choices(
-                    lambda opts: InferenceReplay(self.module, example, opts), options,
-                    lowered_choices)
-            elif not training:
-                program = InferenceReplay(self.module, example, options)
-            elif optimizer is None:
-                program = ForwardBackwardReplay(self.module, example, options, copy_outputs)
-            else:
-                program = WholeStepReplay(self.module, example, options, loss_fn, optimizer,
-                                          example_targets, copy_loss=copy_outputs)
+            program, lowered_choices = _build_program(
+                self.module, example, opts, example_targets, lowered_choices)
         if program.side_effects:
-            if side_effects == "error":
+            if opts.side_effects == "error":
                 raise SideEffectError(
                     f"prepare: {program.side_effects.describe()}. Remove them, or "
                     f"prepare(..., side_effects='warn') to replay without them"
                 )
             warnings.warn(f"nimble: {program.side_effects.describe()}", stacklevel=2)
-        if streams == "auto":
+        if opts.streams == "auto":
             choose_streams(program)
+            opts = opts.replace(streams=program.replays[0].num_streams)
         self._model_watch = None
-        if _watch_model:  # off in the torch.compile backend: dynamo guards the module itself
+        if opts._watch_model:
             self._watch(program)
         self._program = program
-        self._training = program if training else None
+        self._training = program if opts.training else None
         self._replay = program.replays[0]
-        self._outputs = None if training else program.outputs
+        self._outputs = None if opts.training else program.outputs
         self._inputs = example.structure
         self._example = example
-        self._copy_outputs = copy_outputs
-        self._options = dict(
-            copy_outputs=copy_outputs,
-            streams=self._replay.num_streams if streams == "auto" else streams,
-            fold_batchnorm=fold_batchnorm,
-            plan_memory=plan_memory,
-            use_out_variants=use_out_variants,
-            out_variant_max_bytes=out_variant_max_bytes,
-            precompute_views=precompute_views,
-            drop_noop_ops=drop_noop_ops,
-            lower_for_cpu=options["lower_for_cpu"],
-            training=training,
-            loss_fn=loss_fn,
-            optimizer=optimizer,
-            on_change=on_change,
-            side_effects=side_effects,
-            _graph_twin=_graph_twin,
-            _watch_model=_watch_model,
-        )
+        self._copy_outputs = opts.copy_outputs
+        # Kept to prepare again after a change: the tuned database as the lowering used it.
+        self._options = opts.replace(tuned=None, _lowered_with=opts.lowered_with)
         self._tuned_report = []
         self._tuned_args = None
-        self._lowered_with = lowered_with
+        self._lowered_with = opts.lowered_with
         self._lowered_choices = lowered_choices
-        if tuned is not None:
-            self.use_tuned(tuned)
+        if opts.tuned is not None:
+            self.use_tuned(opts.tuned)
         return self
+
+    def _prepare_with(self, args, kwargs, options: PrepareOptions, example_targets=None):
+        """prepare with options kept from an earlier prepare."""
+        keywords = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+        return self.prepare(args, kwargs, example_targets=example_targets, **keywords)
 
     def _watch(self, program) -> None:
         """Names the program's parameters and buffers, and has its entry replay check the
@@ -260,15 +180,14 @@ class Nimble(torch.nn.Module):
 
     def _prepare_again(self, change: StaleModelError, args: tuple, kwargs: dict, targets=None):
         """After a change the replay cannot follow: prepare again on this call, or raise."""
-        if self._options["on_change"] == "error":
+        if self._options.on_change == "error":
             raise change
         warnings.warn(
             f"nimble: {change}; preparing again (prepare(..., on_change='error') raises instead)",
             stacklevel=3,
         )
         tuned = self._tuned_args
-        self.prepare(args, kwargs, **self._options, example_targets=targets,
-                     _lowered_with=self._lowered_with)
+        self._prepare_with(args, kwargs, self._options, example_targets=targets)
         if tuned is not None and tuned[0] is not None:
             self.use_tuned(*tuned)
 
@@ -298,12 +217,12 @@ class Nimble(torch.nn.Module):
         if database is not None and not os.path.exists(database):
             raise FileNotFoundError(f"no tuning database at {database!r} (nimble.tune writes one)")
         wanted = None if database is None else (database, any_device)
-        if self._options["lower_for_cpu"] and self._lowered_with != wanted:
+        if self._options.lowers and self._lowered_with != wanted:
             # The lowering picks its kernels while it builds the program: build it again.
             with warnings.catch_warnings():  # prepare named them already
                 warnings.simplefilter("ignore")
-                self.prepare(self._example.static_args, self._example.static_kwargs,
-                             **self._options, _lowered_with=wanted)
+                self._prepare_with(self._example.static_args, self._example.static_kwargs,
+                                   self._options.replace(_lowered_with=wanted))
             replay = inference_replay(self)
         self._tuned_args = (database, any_device, min_speedup)
         if database is None:
@@ -404,8 +323,8 @@ class Nimble(torch.nn.Module):
         if self._program is not None:
             with warnings.catch_warnings():  # the original's prepare named them already
                 warnings.simplefilter("ignore")
-                clone.prepare(
-                    self._example.static_args, self._example.static_kwargs, **self._options
+                clone._prepare_with(
+                    self._example.static_args, self._example.static_kwargs, self._options
                 )
             if self._tuned_args is not None and self._tuned_args[0] is not None:
                 clone.use_tuned(*self._tuned_args)
@@ -496,3 +415,31 @@ def _lowered_report(replay, choices: dict) -> list[dict]:
         ))
     return rows
 
+
+Nimble.prepare.__signature__ = keyword_signature(Nimble.prepare)
+
+
+def _refuse_lazy_modules(module: torch.nn.Module) -> None:
+    lazy = [name for name, t in [*module.named_parameters(), *module.named_buffers()]
+            if torch.nn.parameter.is_lazy(t)]
+    if lazy:
+        raise ValueError(
+            f"prepare: {', '.join(lazy)} not initialized yet (a lazy module, e.g. "
+            f"torch.nn.LazyLinear, learns its shapes on its first call); call the model once "
+            f"on an example input before prepare, which leaves the model as it finds it"
+        )
+
+
+def _build_program(module, example, opts: PrepareOptions, example_targets, lowered_choices):
+    """The program prepare's options ask for, and the lowering's kernels it kept from
+    `lowered_choices` (a tuning database's, checked in the replay: lowered_tuning.py)."""
+    options = opts.build_options()
+    if not opts.training and lowered_choices:
+        return lowered_tuning.build_with_choices(
+            lambda o: InferenceReplay(module, example, o), options, lowered_choices)
+    if not opts.training:
+        return InferenceReplay(module, example, options), lowered_choices
+    if opts.optimizer is None:
+        return ForwardBackwardReplay(module, example, options, opts.copy_outputs), lowered_choices
+    return WholeStepReplay(module, example, options, opts.loss_fn, opts.optimizer,
+                           example_targets, copy_loss=opts.copy_outputs), lowered_choices

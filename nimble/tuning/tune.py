@@ -165,7 +165,7 @@ def _unlowered_twin(fast):
         warnings.simplefilter("ignore")
         return Nimble(fast.module).prepare(
             fast._example.static_args, fast._example.static_kwargs, lower_for_cpu=False,
-            streams=fast._options["streams"],
+            streams=fast._options.streams,
         )
 
 

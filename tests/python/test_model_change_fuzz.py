@@ -348,7 +348,7 @@ def _call(fast, model, x, sequence, applied, on_change, outcomes, tolerance) -> 
             outcomes["refused"] += 1
             if eager_error is not None:
                 return "both failed"
-            fast.prepare(x, **{k: fast._options[k] for k in ("streams", "on_change")})
+            fast.prepare(x, streams=fast._options.streams, on_change=fast._options.on_change)
             torch.manual_seed(sequence)
             got = fast(x)
         except Exception as e:

@@ -200,8 +200,8 @@ def test_reprepare_keeps_the_prepare_options():
     model.fc = torch.nn.Linear(8, 5)
     _check(fast, model, warns="fc replaced")
     assert fast.replay.num_streams == 2
-    assert fast._options["fold_batchnorm"] and not fast._options["copy_outputs"]
-    assert not fast._options["lower_for_cpu"]
+    assert fast._options.fold_batchnorm and not fast._options.copy_outputs
+    assert not fast._options.lower_for_cpu
 
 
 def test_paper_mode_training_prepares_again_after_a_parameter_is_replaced():
