@@ -1,5 +1,7 @@
 """Bad input gets a clear error that says what was expected and what came."""
 
+import inspect
+
 import pytest
 import torch
 
@@ -169,3 +171,21 @@ def test_the_core_raises_nimble_errors(fast):
     assert isinstance(info.value, ValueError)  # as it was before the errors were typed
     with pytest.raises(nimble.errors.BadInputError, match="expected 0 scalar values, got 1"):
         fast._replay.set_scalars([1.0])
+
+
+def test_prepare_keywords_are_checked_before_anything_runs():
+    model = torch.nn.Linear(4, 4).eval()
+    fast = nimble.Nimble(model)
+    with pytest.raises(TypeError, match="'strems'; did you mean 'streams'"):
+        fast.prepare(torch.randn(2, 4), strems=2)
+    for bad, message in [(dict(streams=True), "streams must be"),
+                         (dict(on_change="ignore"), "on_change must be one of"),
+                         (dict(side_effects="quiet"), "side_effects must be one of"),
+                         (dict(training=True, fold_batchnorm=True), "fold_batchnorm is an inference"),
+                         (dict(loss_fn=torch.nn.functional.mse_loss), "whole-step mode needs")]:
+        with pytest.raises(ValueError, match=message):
+            fast.prepare(torch.randn(2, 4), **bad)
+    assert fast._replay is None  # nothing was prepared
+    # help() and editors see the keywords, spelled once in PrepareOptions
+    keywords = inspect.signature(nimble.Nimble.prepare).parameters
+    assert keywords["streams"].default == 1 and keywords["on_change"].default == "reprepare"
