@@ -1,8 +1,10 @@
 """The replay API and the programs `Nimble.prepare` builds, in the order data flows through them:
 
     wrapper            Nimble: prepare, call, use_tuned, the public face
+    prepare_options    prepare's keywords, spelled once, and the C++ builder's options
     structure          how example inputs and outputs are flattened and rebuilt
-    capture            recording a model's ATen ops once and building a C++ replay of them
+    capture            recording a model's ATen ops once (user_source: where in the user's code)
+    build_replay       the hand-over of a recorded trace to the C++ program builder
     cuda_training      what a training prepare refuses before it captures (devices, autocast)
     inference          the inference program: one forward replay
     training           the training program of the paper's mode: forward + backward

@@ -9,9 +9,7 @@ refuses ops whose results depend on tensor values, naming the user's source line
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
@@ -22,6 +20,7 @@ from ..errors import NotStaticError, UnsupportedOpError
 from .host_reads import HostReadGuard, UnfusedPaths, eager_takes_the_unfused_paths_alike
 from .model_snapshot import ModelSnapshot, module_state
 from .model_watch import PythonSideEffects
+from .user_source import user_location, user_source_line
 
 aten = torch.ops.aten
 
@@ -59,42 +58,6 @@ _METADATA_ONLY = {
 _REPLAYABLE_NAMESPACES = {"aten", "prims", "torchvision"}
 # Ops that only annotate a run (`record_function` in `Optimizer.step`): run, not replayed.
 _ANNOTATION_NAMESPACES = {"profiler"}
-
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_NIMBLE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def user_source_line() -> str:
-    """The innermost frame of the caller's own code (outside torch and nimble)."""
-    for frame in reversed(traceback.extract_stack()):
-        path = os.path.abspath(frame.filename)
-        if path.startswith(_TORCH_DIR) or path.startswith(_NIMBLE_DIR):
-            continue
-        return f"{frame.filename}:{frame.lineno}: {(frame.line or '').strip()}"
-    return "<unknown source line>"
-
-
-_SOURCE_FILES: dict[str, bool] = {}
-
-
-def _is_users(filename: str) -> bool:
-    user = _SOURCE_FILES.get(filename)
-    if user is None:
-        path = os.path.abspath(filename)
-        user = not (path.startswith(_TORCH_DIR) or path.startswith(_NIMBLE_DIR))
-        _SOURCE_FILES[filename] = user
-    return user
-
-
-def _user_location() -> str:
-    """`user_source_line` without reading the source: cheap enough for every recorded op."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        if _is_users(frame.f_code.co_filename):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "<unknown source line>"
-
 
 def _is_tensor_type(t) -> bool:
     if isinstance(t, torch._C.TensorType):
@@ -237,7 +200,7 @@ class Recorder(TorchDispatchMode):
             )
         out = func(*args, **kwargs)
         self.signatures.append((str(func), self._signature((args, kwargs))))
-        self.locations.append(_user_location())
+        self.locations.append(user_location())
         outs = out if isinstance(out, (list, tuple)) else [out]
         for k, t in enumerate(outs):
             if isinstance(t, torch.Tensor):
@@ -409,51 +372,3 @@ def capture(
         )
     recorder, result = previous
     return Capture(recorder, result, effects.after())
-
-
-def schema_arguments(func, args: tuple, kwargs: dict) -> list:
-    """The op's arguments in schema order, with defaults filled in."""
-    values = []
-    for index, formal in enumerate(func._schema.arguments):
-        if not formal.kwarg_only and index < len(args):
-            values.append(args[index])
-        elif formal.name in kwargs:
-            values.append(kwargs[formal.name])
-        elif formal.has_default_value():
-            values.append(formal.default_value)
-        else:
-            raise UnsupportedOpError(f"op {func}: the trace lacks its argument '{formal.name}'")
-    return values
-
-
-def schema_returns(func, out) -> list:
-    if not func._schema.returns:
-        return []
-    if len(func._schema.returns) == 1:
-        return [out]
-    return list(out)
-
-
-def build_replay(ops, inputs, state, outputs, **options):
-    """Hands traced ops to the C++ program builder and returns the replay it builds.
-
-    `inputs` are the tensors the caller's arguments replace on every replay, `state` the
-    tensors used in place (parameters, buffers, optimizer state), `outputs` the tensors
-    handed back; `options` go to `ProgramBuilder.finish`."""
-    from .. import _C
-
-    builder = _C.ProgramBuilder()
-    for tensor in inputs:
-        builder.add_input(tensor)
-    for tensor in state:
-        builder.add_state(tensor)
-    for op in ops:
-        schema = op.func._schema
-        builder.add_op(
-            schema.name,
-            schema.overload_name,
-            schema_arguments(op.func, op.args, op.kwargs),
-            schema_returns(op.func, op.out),
-        )
-    builder.set_outputs(list(outputs))
-    return builder.finish(**options)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from . import lowering_fallback
-from .capture import build_replay, capture
+from .build_replay import build_replay
+from .capture import capture
 from .model_snapshot import ModelSnapshot, module_state
 from .structure import ExampleCall, OutputStructure
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from .capture import build_replay, capture, produced_tensors, schema_arguments
+from .build_replay import build_replay, schema_arguments
+from .capture import capture, produced_tensors
 from .model_snapshot import ModelSnapshot, module_state, unique
 from .model_watch import TrainableParameters
 from .optimizer_scalars import OptimizerScalars, scalar_candidates

@@ -55,7 +55,7 @@ def test_flash_attention_in_half_precision_is_recorded_and_built():
     # What CUDA runs for fp16 scaled_dot_product_attention, on meta tensors: the recorder
     # and the C++ program builder take its SymInt returns as the shapes they are.
     from nimble import _C
-    from nimble.replay.capture import schema_arguments, schema_returns
+    from nimble.replay.build_replay import schema_arguments, schema_returns
 
     q = torch.randn(1, 2, 16, 8, device="meta", dtype=torch.float16)
     with Recorder() as recorder:

@@ -1,0 +1,55 @@
+"""The hand-over from the capture to C++: a recorded trace's ops, their arguments in schema
+order, given to the program builder (`ProgramBuilder`, csrc/program/program_builder.h), whose
+`finish` runs the passes, builds the program, plans its memory and returns the replay."""
+
+from __future__ import annotations
+
+from ..errors import UnsupportedOpError
+
+
+def schema_arguments(func, args: tuple, kwargs: dict) -> list:
+    """The op's arguments in schema order, with defaults filled in."""
+    values = []
+    for index, formal in enumerate(func._schema.arguments):
+        if not formal.kwarg_only and index < len(args):
+            values.append(args[index])
+        elif formal.name in kwargs:
+            values.append(kwargs[formal.name])
+        elif formal.has_default_value():
+            values.append(formal.default_value)
+        else:
+            raise UnsupportedOpError(f"op {func}: the trace lacks its argument '{formal.name}'")
+    return values
+
+
+def schema_returns(func, out) -> list:
+    if not func._schema.returns:
+        return []
+    if len(func._schema.returns) == 1:
+        return [out]
+    return list(out)
+
+
+def build_replay(ops, inputs, state, outputs, **options):
+    """Hands traced ops to the C++ program builder and returns the replay it builds.
+
+    `inputs` are the tensors the caller's arguments replace on every replay, `state` the
+    tensors used in place (parameters, buffers, optimizer state), `outputs` the tensors
+    handed back; `options` go to `ProgramBuilder.finish`."""
+    from .. import _C
+
+    builder = _C.ProgramBuilder()
+    for tensor in inputs:
+        builder.add_input(tensor)
+    for tensor in state:
+        builder.add_state(tensor)
+    for op in ops:
+        schema = op.func._schema
+        builder.add_op(
+            schema.name,
+            schema.overload_name,
+            schema_arguments(op.func, op.args, op.kwargs),
+            schema_returns(op.func, op.out),
+        )
+    builder.set_outputs(list(outputs))
+    return builder.finish(**options)
