@@ -65,6 +65,10 @@ class KernelFamily {
   // The family's knobs for `op` (names without the family prefix; at least one value each).
   virtual std::vector<tuning::Knob> knobs(const TunableOp& op) const = 0;
   virtual std::vector<KnobRule> rules(const TunableOp&) const { return {}; }
+  // The choice of each of knobs(op) (indices, in its order) that is what runs where nothing is
+  // tuned (the CPU lowering's rule), where this family has it; empty: none. Tuning starts there
+  // (KernelSpace::default_config), so that it never starts below the default.
+  virtual std::vector<int> default_choices(const TunableOp&) const { return {}; }
   // Throws (a failed compile, an unsupported combination) rather than return a wrong kernel.
   virtual std::unique_ptr<TunedKernel> build(const TunableOp& op,
                                              const KnobValues& knobs) const = 0;

@@ -62,6 +62,20 @@ const KernelFamily& KernelSpace::family(const tuning::Config& config) const {
   return *families_[config[0]];
 }
 
+tuning::Config KernelSpace::default_config() const {
+  for (size_t index = 0; index < families_.size(); ++index) {
+    const std::vector<int> own = families_[index]->default_choices(op_);
+    if (own.empty()) continue;
+    tuning::Config config(knobs_.knobs().size(), 0);
+    config[0] = static_cast<int>(index);
+    const int first = knobs_.knob_index(families_[index]->name() + "." +
+                                        families_[index]->knobs(op_).at(0).name());
+    for (size_t i = 0; i < own.size(); ++i) config[first + i] = own[i];
+    if (knobs_.valid(config)) return config;
+  }
+  return {};
+}
+
 std::unique_ptr<TunedKernel> KernelSpace::build(const tuning::Config& config) const {
   if (!knobs_.valid(config))
     throw std::invalid_argument("config " + tuning::config_to_json(config) +

@@ -17,6 +17,8 @@ class KernelSpace {
   const TunableOp& op() const { return op_; }
   const tuning::KnobSpace& knobs() const { return knobs_; }
   const KernelFamily& family(const tuning::Config& config) const;
+  // The config of the first family with default_choices (what runs untuned); empty: none.
+  tuning::Config default_config() const;
   // Throws when the family cannot build the config.
   std::unique_ptr<TunedKernel> build(const tuning::Config& config) const;
   // "family=im2col_gemm im2col_gemm.tile=256 ...": the active knobs.

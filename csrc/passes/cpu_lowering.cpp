@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "csrc/kernels/cpu/torch_ops/prepacked_convolution.h"
+#include "csrc/kernels/cpu/torch_ops/tuned_convolution.h"
 #include "csrc/passes/channel_shuffle_fusion.h"
 #include "csrc/passes/channels_last_ops.h"
 #include "csrc/passes/cpu_layout_plan.h"
@@ -63,17 +64,17 @@ RecordedOp make_fused_convolution_op(const FusedConvolution& conv,
                                      const std::shared_ptr<kernels::NonFiniteWeights>& non_finite,
                                      const CpuLoweringCallbacks& callbacks) {
   using kernels::PrepackedConvolution;
-  std::optional<PrepackedConvolution::Kernel> kernel;
+  std::optional<kernels::TunedConvolution> tuned;
   if (callbacks.tuned) {
     const auto found = callbacks.tuned->find(
         PrepackedConvolution::shape_key(conv.input.sizes(), conv.weight.sizes(), conv.geometry));
-    if (found != callbacks.tuned->end())
-      kernel = PrepackedConvolution::kernel_of_name(found->second);
+    if (found != callbacks.tuned->end()) tuned = kernels::TunedConvolution::parse(found->second);
   }
   auto packed = c10::make_intrusive<PrepackedConvolution>(
       conv.weight, conv.bias, conv.sources, conv.geometry, conv.epilogue, conv.input,
       conv.keep_kernel_layout ? std::vector<int64_t>{} : conv.result.strides().vec(), non_finite,
-      kernel);
+      tuned ? std::optional(tuned->kernel) : std::nullopt, tuned ? tuned->threads : 0,
+      tuned ? tuned->parameters : kernels::nhwc::KernelParameters{});
   RecordedOp op{kernels::convolution_prepacked_op(), {}, {}};
   op.args = {conv.input, conv.other.defined() ? c10::IValue(conv.other) : c10::IValue(),
              c10::IValue(std::move(packed))};

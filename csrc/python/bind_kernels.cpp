@@ -96,6 +96,14 @@ void bind_kernels(py::module_& m) {
           std::vector<std::string> families;
           for (int i = 0; i < family.size(); ++i) families.push_back(family.label(i));
           d["families"] = families;
+          // The config's layout: each knob's name and choices, in config order.
+          py::list knobs;
+          for (const tuning::Knob& knob : t.space->knobs().knobs()) {
+            std::vector<std::string> labels;
+            for (int i = 0; i < knob.size(); ++i) labels.push_back(knob.label(i));
+            knobs.append(py::make_tuple(knob.name(), labels));
+          }
+          d["knobs"] = knobs;
           out.append(d);
         }
         return out;
@@ -209,13 +217,16 @@ void bind_kernels(py::module_& m) {
           d["threads"] = choice.threads;
           d["ms"] = choice.seconds * 1e3;
           d["signature"] = choice.signature;
+          d["parameters"] = choice.parameters.to_string();
+          d["spec"] = choice.spec;
           out[py::str(key)] = d;
         }
         return out;
       },
       py::arg("database"), py::arg("any_device") = false,
       "Per convolution shape (PrepackedConvolution.shape_key), the lowering's kernel a tuning "
-      "database found fastest on this machine: {key: {kernel, threads, ms, signature}}.");
+      "database found fastest on this machine: {key: {kernel, threads, ms, signature, parameters, "
+      "spec}}; `spec` is what the lowering runs (a lowered op's `tuning`).");
 
   k.def(
       "bind",

@@ -12,6 +12,7 @@
 #include "csrc/kernels/cpu/torch_ops/prepacked_convolution.h"
 #include "csrc/kernels/cpu/torch_ops/prepacked_linear.h"
 #include "csrc/kernels/cpu/torch_ops/prepacked_weights.h"
+#include "csrc/kernels/cpu/torch_ops/tuned_convolution.h"
 #include "csrc/program/program_builder.h"
 #include "csrc/program/undeclared_writes.h"
 #include "csrc/python/bindings.h"
@@ -79,6 +80,7 @@ py::dict describe_op(const OpNode& op) {
       const auto packed = arg.constant.toCustomClass<kernels::PrepackedConvolution>();
       d["kernel"] = packed->describe();
       d["shape_key"] = packed->key();
+      d["tuning"] = kernels::TunedConvolution::of(*packed).to_string();
     } else if (arg.constant.type() ==
                c10::getCustomClassType<c10::intrusive_ptr<kernels::PrepackedLinear>>()) {
       d["kernel"] = arg.constant.toCustomClass<kernels::PrepackedLinear>()->describe();

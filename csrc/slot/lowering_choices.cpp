@@ -1,8 +1,12 @@
 #include "csrc/slot/lowering_choices.h"
 
+#include <ATen/Parallel.h>
+
 #include <regex>
 #include <sstream>
 
+#include "csrc/kernels/cpu/torch_ops/tuned_convolution.h"
+#include "csrc/kernels/cpu/tuning_families/cpu_families.h"
 #include "csrc/kernels/kernel_family.h"
 #include "csrc/kernels/kernel_space.h"
 
@@ -81,15 +85,26 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
       const kernels::KernelSpace space(*op, families);
       const std::string key = convolution_shape_key(*op);
       for (const tuning::DatabaseRecord& record : database.records(signature, on)) {
-        if (!record.result.ok() || space.empty()) continue;
+        // A record of an older space (other knobs) is not this space's config.
+        if (!record.result.ok() || space.empty() || !space.knobs().valid(record.config)) continue;
         const kernels::KernelFamily& family = space.family(record.config);
         if (family.name() != "prepacked") continue;
         const double seconds = record.result.mean_seconds();
         const auto found = out.find(key);
         if (found != out.end() && found->second.seconds <= seconds) continue;
         const kernels::KnobValues knobs(space.knobs(), record.config, "prepacked.");
-        out[key] =
-            LoweringChoice{knobs.label("kernel"), knobs.value("threads"), seconds, signature};
+        LoweringChoice choice{knobs.label("kernel"),
+                              knobs.value("threads"),
+                              seconds,
+                              signature,
+                              kernels::prepacked_parameters(*op, knobs),
+                              ""};
+        kernels::TunedConvolution tuned;
+        tuned.kernel = kernels::PrepackedConvolution::kernel_of_name(choice.kernel);
+        tuned.threads = choice.threads < at::get_num_threads() ? choice.threads : 0;
+        tuned.parameters = choice.parameters;
+        choice.spec = tuned.to_string();
+        out[key] = std::move(choice);
       }
     }
   }

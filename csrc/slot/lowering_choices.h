@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "csrc/kernels/cpu/channels_last/kernel_parameters.h"
 #include "csrc/kernels/tunable_op.h"
 #include "tuning/database/tuning_database.h"
 
@@ -19,6 +20,10 @@ struct LoweringChoice {
   int64_t threads = 0;  // intra-op threads (0: the caller's)
   double seconds = 0;   // the record's mean time per call
   std::string signature;
+  kernels::nhwc::KernelParameters parameters;  // nimble's kernels' (the rule's where 0)
+  // All three as the lowering takes them (TunedConvolution's spec, cpu_lowering.h), threads
+  // left out where the record ran on every thread this process has.
+  std::string spec;
 };
 
 // "in=1x32x16x16 weight=32x1x3x3 stride=1,1 pad=1,1 dil=1,1 groups=32": what a choice is

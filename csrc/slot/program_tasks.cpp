@@ -92,6 +92,7 @@ std::vector<tuning::Task> tuning_tasks(const std::vector<ProgramTask>& tasks,
     t.space = p.space->knobs();
     t.flops = p.space->op().flops();
     t.weight = static_cast<double>(p.sites.size());
+    t.start = p.space->default_config();
     t.baseline_seconds = measurer->baseline_seconds();
     t.measurer = std::move(measurer);
     out.push_back(std::move(t));

@@ -57,18 +57,18 @@ def build_with_choices(build: Callable[[dict], object], options: dict, choices: 
 
 
 def _kernels(choices: dict) -> dict:
-    return {key: choice["kernel"] for key, choice in choices.items()}
+    """The lowering's `tuned_convolutions`: per shape, the kernel, threads and parameters."""
+    return {key: choice["spec"] for key, choice in choices.items()}
 
 
 def _differing_ops(default_ops: list[dict], choices: dict) -> dict:
-    """Per shape key the database chose another kernel for than the rule did, the indices of
-    the ops of that shape (a program built from one capture and one lowering has its ops in
-    the same order whichever kernels it runs)."""
+    """Per shape key the database chose another kernel, thread count or kernel parameters for
+    than the rule did, the indices of the ops of that shape (a program built from one capture
+    and one lowering has its ops in the same order whichever kernels it runs)."""
     out: dict[str, list[int]] = {}
     for i, op in enumerate(default_ops):
         key = op.get("shape_key")
-        # describe(): the kernel's name first ("nimble_gemm(avx512) weight=...").
-        if key in choices and op["kernel"].split(" ")[0].split("(")[0] != choices[key]["kernel"]:
+        if key in choices and op["tuning"] != choices[key]["spec"]:
             out.setdefault(key, []).append(i)
     return out
 

@@ -409,7 +409,7 @@ def _lowered_report(replay, choices: dict) -> list[dict]:
                       f"the rule's kept")
         rows.append(dict(
             op=index, absorbed=[], task=op["shape_key"], signature=choice["signature"],
-            kernel=f"family=prepacked prepacked.kernel={choice['kernel']}",
+            kernel=f"family=prepacked prepacked.kernel={choice['spec']}",
             record_device="", aten_ms=choice.get("default_ms", 0.0),
             tuned_ms=choice.get("context_ms", choice["ms"]), bound=choice["kept"], reason=reason,
         ))

@@ -5,6 +5,8 @@ lowered program again with each convolution on the fastest of those kernels for 
 the replay runs it faster than the rule's (replay/lowered_tuning.py).
 Results stay eager's; `use_tuned(None)` returns to the rule's kernels."""
 
+import json
+
 import pytest
 import torch
 
@@ -56,10 +58,12 @@ def test_use_tuned_runs_the_databases_kernels_and_stays_equal_to_eager(tuned):
     assert len(kernels) == len(plain)
     for i, op in tuned_ops:
         choice, row = choices[op["shape_key"]], rows[i]
+        # `tuning`: the kernel, threads and kernel parameters the op runs (a spec, as the choice).
         if row["bound"]:
+            assert op["tuning"] == choice["spec"], (op["tuning"], choice)
             assert op["kernel"].startswith(choice["kernel"]), (op["kernel"], choice)
         else:
-            assert not op["kernel"].startswith(choice["kernel"])
+            assert op["tuning"] != choice["spec"], (op["tuning"], choice)
             assert row["tuned_ms"] >= row["aten_ms"] > 0, row
     for _ in range(2):
         x2 = torch.randn_like(x)
@@ -93,7 +97,8 @@ class FakeProgram:
 
     def ops(self):
         return [{"name": "nimble::convolution_prepacked", "shape_key": key,
-                 "kernel": f"{self.kernels[key]}(avx512) weight=8,8,1,1"} for key in "ABC"]
+                 "kernel": f"{self.kernels[key]}(avx512) weight=8,8,1,1",
+                 "tuning": self.kernels[key]} for key in "ABC"]
 
     def run_timed(self, inputs):
         return 0, [(i, 0, 0, self.ns[(key, self.kernels[key])], 0) for i, key in enumerate("ABC")]
@@ -111,7 +116,7 @@ def test_a_databases_kernel_is_kept_only_where_the_replay_runs_it_faster():
     ns = {("A", "nimble_gemm"): 300, ("A", "onednn_prepacked"): 200,
           ("B", "nimble_depthwise"): 100, ("B", "onednn_prepacked"): 400,
           ("C", "nimble_gemm"): 50}
-    choices = {key: {"kernel": kernel, "ms": 0.001, "signature": key}
+    choices = {key: {"kernel": kernel, "spec": kernel, "ms": 0.001, "signature": key}
                for key, kernel in [("A", "onednn_prepacked"), ("B", "onednn_prepacked"),
                                    ("C", "nimble_gemm")]}
     built = []
@@ -123,7 +128,7 @@ def test_a_databases_kernel_is_kept_only_where_the_replay_runs_it_faster():
     program, checked = build_with_choices(build, {"streams": 1}, choices)
     assert program.kernels == {"A": "onednn_prepacked", "B": "nimble_depthwise", "C": "nimble_gemm"}
     # The rule's program, the database's, then one with A's choice (and C's, the rule's) alone.
-    assert built == [{}, {k: c["kernel"] for k, c in choices.items()},
+    assert built == [{}, {k: c["spec"] for k, c in choices.items()},
                      {"A": "onednn_prepacked", "C": "nimble_gemm"}]
     assert checked["A"]["kept"] and checked["A"]["context_ms"] == 200 / 1e6
     assert not checked["B"]["kept"] and checked["B"]["default_ms"] == 100 / 1e6
@@ -157,3 +162,68 @@ def test_a_database_without_prepacked_records_leaves_the_rules_kernels(tmp_path)
     fast = nimble.Nimble(model).prepare(x, tuned=db)
     assert lowered_kernels(fast) == lowered_kernels(plain)
     assert [r for r in fast.tuned_report() if r["family"] == "prepacked"] == []
+
+
+def _record(task, device, **knobs):
+    """A JSON line of the tuning database: a prepacked config of `task` setting `knobs`
+    (by their names without the family's prefix, to a label), the rest at their first value,
+    timed faster than anything the tuner measures."""
+    names = [name for name, _ in task["knobs"]]
+    config = [0] * len(names)
+    config[0] = task["families"].index("prepacked")
+    for name, label in knobs.items():
+        i = names.index("prepacked." + name)
+        config[i] = task["knobs"][i][1].index(label)
+    return json.dumps({"run": "test", "signature": task["signature"], "device": device,
+                       "config": config, "seconds": [1e-9], "error": "none", "message": "",
+                       "cost_seconds": 0.0, "cut_short": False, "recorded_at": 0.0})
+
+
+def test_a_records_kernel_parameters_and_threads_reach_the_lowered_op(tmp_path, monkeypatch):
+    from nimble.replay import lowered_tuning
+
+    model, x = zoo.build("torchvision:mobilenet_v2", image_size=32)
+    model = zoo.realistic_weights(model.eval(), lambda: model(x))
+    unlowered = nimble.Nimble(model).prepare(x, lower_for_cpu=False)
+    tasks = nimble._C.kernels.tasks(unlowered.replay)
+    convs = [t for t in tasks if t["signature"].startswith("conv2d") and "prepacked" in t["families"]]
+    dense = next(t for t in convs if "groups=1 " in t["signature"] and "x3x3/" in t["signature"])
+    depthwise = next(t for t in convs if "groups=1 " not in t["signature"])
+    device = nimble._C.kernels.device_key()
+    lines = tmp_path / "records.jsonl"
+    threads = [label for name, label in depthwise["knobs"] if name == "prepacked.threads"][0]
+    lines.write_text("\n".join([
+        _record(dense, device, kernel="nimble_gemm", threads=threads[-1], gemm_tile_rows="4",
+                gemm_loop_order="columns", gemm_rows_per_block="64"),
+        _record(depthwise, device, kernel="nimble_depthwise", threads="1", dw_pixels="4",
+                dw_windows="off", dw_channel_vectors="1")]) + "\n")
+    db = str(tmp_path / "tuned.db")
+    assert nimble._C.tuning.TuningDatabase(db).import_jsonl(str(lines)) == 2
+
+    choices = nimble._C.kernels.lowering_choices(db)
+    by_signature = {c["signature"]: c for c in choices.values()}
+    one_thread = " threads=1" if torch.get_num_threads() > 1 else ""
+    every = f" threads={threads[-1]}" if int(threads[-1]) < torch.get_num_threads() else ""
+    assert by_signature[dense["signature"]]["spec"] == (
+        f"nimble_gemm{every} gemm.rows_per_block=64 gemm.loop_order=columns gemm.tile_rows=4")
+    assert by_signature[depthwise["signature"]]["spec"] == (
+        f"nimble_depthwise{one_thread} depthwise.channel_vectors=1 depthwise.pixels=4 "
+        "depthwise.windows=off")
+    # The replay keeps a record only where it runs faster there: these are, by decree.
+    monkeypatch.setattr(lowered_tuning, "_per_op_ns",
+                        lambda default, tuned: [[2.0] * len(default.replays[0].ops()),
+                                                [1.0] * len(tuned.replays[0].ops())])
+    fast = nimble.Nimble(model).prepare(x, tuned=db)
+    runs = {}
+    for op in fast.replay.ops():
+        if op.get("shape_key") in choices:
+            runs.setdefault(op["shape_key"], set()).add(op["tuning"])
+    for key, choice in choices.items():
+        assert runs[key] == {choice["spec"]}, (key, runs[key])
+        for word in choice["parameters"].split():
+            assert all(word in op["kernel"] for op in fast.replay.ops()
+                       if op.get("shape_key") == key)
+    for seed in range(2):
+        x2 = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            assert_matches_eager(fast(x2), model(x2))

@@ -47,7 +47,15 @@ void TaskTuner::settle(const std::vector<Config>& configs) {
 std::vector<Config> TaskTuner::search(int count) {
   std::unordered_set<Config, ConfigHash> taken;
   if (static_cast<double>(visited_.size() + pending_.size()) >= task_.space.size()) return {};
-  if (!model_.trained()) return random_unvisited(count, taken);
+  if (!model_.trained()) {
+    const Config& start = task_.start;
+    const bool start_first = !start.empty() && task_.space.valid(start) && !visited_.count(start) &&
+                             !pending_.count(start);
+    if (start_first) taken.insert(start);
+    std::vector<Config> out = random_unvisited(count - (start_first ? 1 : 0), taken);
+    if (start_first) out.insert(out.begin(), start);
+    return out;
+  }
   std::vector<Config> starts;
   if (has_best()) starts.push_back(best_config_);
   const auto excluded = [this](const Config& c) {

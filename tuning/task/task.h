@@ -19,6 +19,9 @@ struct Task {
   // Latency of the untuned kernel the model would otherwise run; infinity when none exists.
   double baseline_seconds = std::numeric_limits<double>::infinity();
   std::shared_ptr<Measurer> measurer;
+  // The config of what runs untuned, where the space has it (empty: none): measured first, so
+  // that the search starts from the default and never reports a best below it.
+  Config start;
 };
 
 }  // namespace nimble::tuning

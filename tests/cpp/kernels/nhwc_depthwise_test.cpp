@@ -111,11 +111,12 @@ Problem random_problem(std::mt19937& rng) {
   return p;
 }
 
-std::vector<float> run(const Problem& p, Isa isa, int64_t begin, int64_t end) {
+std::vector<float> run(const Problem& p, Isa isa, int64_t begin, int64_t end,
+                       const DepthwiseBlocking& blocking = {}) {
   const DepthwiseWeights weights(p.weight.data(), p.bias_ptr(), p.g, isa);
   std::vector<float> out(p.g.out_pixels() * p.g.in_channels, -7.0F);
-  depthwise_rows(p.g, weights, p.input.data(), out.data(), p.residual_ptr(), p.epilogue, begin,
-                 end);
+  depthwise_rows(p.g, weights, p.input.data(), out.data(), p.residual_ptr(), p.epilogue, begin, end,
+                 blocking);
   return out;
 }
 
@@ -141,6 +142,42 @@ TEST(NhwcDepthwise, MatchesNaiveLoopOnRandomGeometriesAndEpiloguesForEveryIsa) {
       expect_close(run(p, isa, 0, p.rows()), want, std::string(isa_name(isa)) + " " + p.describe());
     }
   }
+}
+
+// Each value of each blocking parameter (kernel_parameters.h), alone and mixed at random, on
+// random geometries (long rows too, where windows would run) and epilogues, every Isa.
+TEST(NhwcDepthwise, EveryBlockingMatchesNaiveLoop) {
+  std::mt19937 rng(45);
+  std::vector<DepthwiseBlocking> blockings;
+  for (const int64_t v : {1, 2, 3, 4, 7}) blockings.push_back({v, 0, true, 0});
+  for (const int64_t v : {1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 40}) blockings.push_back({0, v, true, 0});
+  blockings.push_back({0, 0, false, 0});
+  const auto pick = [&](int hi) { return std::uniform_int_distribution<int>(0, hi)(rng); };
+  for (int trial = 0; trial < 80; ++trial) {
+    Problem p = random_problem(rng);
+    if (trial % 2 == 0) {  // long rows of a windowed kernel
+      p.g.kernel_w = 3 + 2 * pick(2);
+      p.g.width = 30 + pick(40);
+      p.g.stride_w = 1 + pick(1);
+      p.g.dilation_w = 1;
+      fill(p, rng);
+    }
+    const std::vector<float> want =
+        reference(p.g, p.input, p.weight, p.bias_ptr(), p.residual_ptr(), p.epilogue);
+    blockings.push_back({pick(4), pick(12), pick(1) == 0, 0});
+    for (const Isa isa : runnable_isas()) {
+      for (const DepthwiseBlocking& b : blockings) {
+        expect_close(run(p, isa, 0, p.rows(), b), want,
+                     std::string(isa_name(isa)) + " " + p.describe() + " vectors " +
+                         std::to_string(b.channel_vectors) + " pixels " + std::to_string(b.pixels) +
+                         " windows " + std::to_string(b.windows));
+      }
+    }
+    blockings.pop_back();
+  }
+  const Problem p = random_problem(rng);
+  EXPECT_THROW(run(p, runnable_isas().back(), 0, p.rows(), {-1, 0, true, 0}),
+               std::invalid_argument);
 }
 
 // Long rows, where the interior runs whole register windows (3, 5 or 7 tap columns one pixel

@@ -1,7 +1,8 @@
 // GemmConvolution (csrc/kernels/cpu/channels_last/gemm_convolution.h) against a naive convolution
 // in double: random geometries (groups, kernel sizes, strides, padding, dilation, residual, every
-// activation) on every Isa this CPU runs, linear-layer shapes, the tiling contract (tiles in
-// any order or on two threads give the one-call result), NaN propagation and bytes().
+// activation) on every Isa this CPU runs, every value of every tiling parameter, linear-layer
+// shapes, the tiling contract (tiles in any order or on two threads give the one-call result),
+// NaN propagation and bytes().
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,8 +55,8 @@ struct Problem {
     return out;
   }
 
-  std::vector<float> run(Isa isa) const {
-    const GemmConvolution conv(weight.data(), has_bias ? bias.data() : nullptr, g, isa);
+  std::vector<float> run(Isa isa, const GemmTiling& tiling = {}) const {
+    const GemmConvolution conv(weight.data(), has_bias ? bias.data() : nullptr, g, isa, tiling);
     std::vector<float> out(g.out_pixels() * g.out_channels, -7.0F);
     conv.run(input.data(), out.data(), has_residual ? residual.data() : nullptr, epilogue, 0,
              conv.row_blocks(), 0, conv.column_blocks());
@@ -179,6 +180,45 @@ TEST_P(GemmConvolutionIsaTest, MatchesNaiveReferenceOnRandomGeometries) {
     expect_close(p.run(GetParam()), p.reference(),
                  "trial " + std::to_string(trial) + ": " + describe(p));
     if (HasFatalFailure()) return;
+  }
+}
+
+// Each value of each tiling parameter (kernel_parameters.h), alone and mixed at random, on
+// random geometries and epilogues: the tuner may pick any of them.
+TEST_P(GemmConvolutionIsaTest, EveryTilingMatchesNaiveReference) {
+  std::mt19937 rng(44);
+  std::vector<GemmTiling> tilings;
+  const auto with = [&](int64_t GemmTiling::*field, std::initializer_list<int64_t> values) {
+    for (const int64_t v : values) {
+      GemmTiling t;
+      t.*field = v;
+      tilings.push_back(t);
+    }
+  };
+  with(&GemmTiling::pieces, {1, 2, 3, 5, 8, 40});
+  with(&GemmTiling::rows_per_block, {1, 7, 8, 24, 100, 512, 4096});
+  with(&GemmTiling::column_splits, {1, 2, 3, 4, 9});
+  with(&GemmTiling::tile_rows, {1, 2, 3, 4, 5, 6, 7, 8, 12});
+  for (const LoopOrder order : {LoopOrder::kRowsOutside, LoopOrder::kColumnsOutside}) {
+    tilings.emplace_back();
+    tilings.back().loop_order = order;
+  }
+  const auto pick = [&](int64_t hi) { return std::uniform_int_distribution<int64_t>(0, hi)(rng); };
+  for (int trial = 0; trial < 60; ++trial) {
+    const Problem p = random_problem(rng);
+    const std::vector<float> want = p.reference();
+    GemmTiling mixed{pick(8), 8 * pick(20), pick(4), static_cast<LoopOrder>(pick(2)), pick(8)};
+    tilings.push_back(mixed);
+    for (const GemmTiling& t : tilings) {
+      expect_close(p.run(GetParam(), t), want,
+                   "trial " + std::to_string(trial) + ": " + describe(p) + " pieces " +
+                       std::to_string(t.pieces) + " rows " + std::to_string(t.rows_per_block) +
+                       " splits " + std::to_string(t.column_splits) + " order " +
+                       std::to_string(static_cast<int>(t.loop_order)) + " tile rows " +
+                       std::to_string(t.tile_rows));
+      if (HasFatalFailure()) return;
+    }
+    tilings.pop_back();
   }
 }
 
@@ -322,6 +362,46 @@ TEST(GemmConvolutionTest, SmallProductsAreOneTileLargerOnesSplit) {
        {linear(1, 1280, 1000), linear(4, 576, 160), linear(1024, 32, 16), linear(3136, 24, 144)}) {
     const GemmConvolution conv(weight.data(), nullptr, g);
     EXPECT_GE(conv.row_blocks() * conv.column_blocks(), 2) << g.width << "x" << g.in_channels;
+  }
+}
+
+// The rule's tiling is the all-zero GemmTiling, and a resolved tiling given back is the same
+// tiling; each parameter set is the one in effect.
+TEST(GemmConvolutionTest, TilingParametersAreTheOnesInEffect) {
+  ConvolutionGeometry g;
+  g.height = g.width = 28;
+  g.in_channels = 32;
+  g.out_channels = 96;
+  g.kernel_h = g.kernel_w = 3;
+  g.pad_h = g.pad_w = 1;
+  const std::vector<float> weight(96 * 32 * 9, 0.25F);
+  for (const Isa isa : runnable_isas()) {
+    const GemmConvolution rule(weight.data(), nullptr, g, isa);
+    const GemmTiling resolved = rule.tiling();
+    EXPECT_EQ(resolved.pieces, rule.row_blocks() * rule.column_blocks());
+    EXPECT_NE(resolved.loop_order, LoopOrder::kRule);
+    EXPECT_EQ(GemmConvolution(weight.data(), nullptr, g, isa, resolved).tiling(), resolved);
+
+    GemmTiling asked;
+    asked.rows_per_block = 24;
+    asked.column_splits = 2;
+    asked.loop_order = LoopOrder::kColumnsOutside;
+    asked.tile_rows = 3;
+    const GemmConvolution tuned(weight.data(), nullptr, g, isa, asked);
+    const GemmTiling got = tuned.tiling();
+    EXPECT_EQ(got.rows_per_block, 24);
+    EXPECT_EQ(tuned.row_blocks(), (28 * 28 + 23) / 24);
+    EXPECT_EQ(got.column_splits, 2);  // 96 channels make at least 3 panels
+    EXPECT_EQ(tuned.column_blocks(), 2);
+    EXPECT_EQ(got.loop_order, LoopOrder::kColumnsOutside);
+    EXPECT_EQ(got.tile_rows, 3);
+    GemmTiling pieces;
+    pieces.pieces = 1;
+    const GemmConvolution one(weight.data(), nullptr, g, isa, pieces);
+    EXPECT_EQ(one.column_blocks(), 1);  // the L2 budget still splits the rows
+    GemmTiling negative;
+    negative.tile_rows = -1;
+    EXPECT_THROW(GemmConvolution(weight.data(), nullptr, g, isa, negative), std::invalid_argument);
   }
 }
 

@@ -69,6 +69,25 @@ TEST(TaskTuner, NeverProposesAMeasuredConfigProperty) {
   }
 }
 
+// A task's start (what runs untuned) is its first proposal, once: the search never reports a
+// best it did not compare with the default.
+TEST(TaskTuner, ProposesTheStartFirstAndOnce) {
+  Task task = testing::bowl_task("start", 1e9, 1, 5);
+  std::mt19937_64 rng(8);
+  task.start = task.space.random_config(rng);
+  TaskTuner tuner(task, {}, 5);
+  const std::vector<Config> first = tuner.propose(4);
+  ASSERT_EQ(first.size(), 4u);
+  EXPECT_EQ(first[0], task.start);
+  for (size_t i = 1; i < first.size(); ++i) EXPECT_NE(first[i], task.start);
+  tuner.record(first, task.measurer->measure(first, AdaptiveEvaluator({}, tuner.best_seconds())));
+  for (int round = 0; round < 4; ++round) {
+    const std::vector<Config> batch = tuner.propose(4);
+    for (const Config& c : batch) EXPECT_NE(c, task.start);
+    tuner.record(batch, task.measurer->measure(batch, AdaptiveEvaluator({}, tuner.best_seconds())));
+  }
+}
+
 TEST(TaskTuner, ExhaustsASmallSpaceWithoutRepeating) {
   Task task = testing::bowl_task("tiny", 1e9, 1, 0);
   task.space = KnobSpace({Knob::integer_range("a", 0, 4), Knob::categorical("b", {"p", "q"})});

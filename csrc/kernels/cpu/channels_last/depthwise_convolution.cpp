@@ -25,6 +25,8 @@ namespace nimble::kernels::nhwc {
 namespace {
 
 constexpr int64_t kChannelPad = 16;  // AVX-512's width; a multiple of AVX2's
+// Most channel vectors a block (depthwise_convolution.inc says why).
+constexpr int kMostChannelVectors = 4;
 constexpr float kInfinity = std::numeric_limits<float>::infinity();
 
 // One output row of one image, as every path below reads it.
@@ -41,6 +43,10 @@ struct Row {
   int64_t channels, padded, kernel_w;
   int64_t width, stride_w, pad_w, dilation_w, out_width;
   int64_t inner_begin, inner_end;  // output columns whose taps all land inside the image
+  // DepthwiseBlocking's, resolved: most vectors a channel group (1-4), most pixels a block
+  // (1 or more), and whether register windows may run.
+  int64_t max_vectors, max_pixels;
+  bool windows;
   // Results are stored as min(max(y, lo), hi): +-infinity for none (and for the activations
   // finish() applies afterwards), 0 and infinity for relu.
   float lo, hi;
@@ -139,7 +145,10 @@ int64_t DepthwiseWeights::bytes() const {
 
 void depthwise_rows(const ConvolutionGeometry& g, const DepthwiseWeights& weights,
                     const float* input, float* output, const float* residual,
-                    const Epilogue& epilogue, int64_t row_begin, int64_t row_end) {
+                    const Epilogue& epilogue, int64_t row_begin, int64_t row_end,
+                    const DepthwiseBlocking& blocking) {
+  if (blocking.channel_vectors < 0 || blocking.pixels < 0 || blocking.pieces < 0)
+    throw std::invalid_argument("depthwise: negative blocking parameter (0 is the rule's)");
   const int64_t channels = weights.channels_;
   const int64_t out_height = g.out_height(), out_width = g.out_width();
   const int64_t row_floats = out_width * channels;
@@ -161,6 +170,11 @@ void depthwise_rows(const ConvolutionGeometry& g, const DepthwiseWeights& weight
   r.pad_w = g.pad_w;
   r.dilation_w = g.dilation_w;
   r.out_width = out_width;
+  r.max_vectors = blocking.channel_vectors > 0
+                      ? std::min<int64_t>(blocking.channel_vectors, kMostChannelVectors)
+                      : kMostChannelVectors;
+  r.max_pixels = blocking.pixels > 0 ? blocking.pixels : std::numeric_limits<int64_t>::max();
+  r.windows = blocking.windows;
   // Interior: ox * stride - pad >= 0 and ox * stride - pad + (kernel_w - 1) * dilation < width.
   const int64_t last_start = g.width - 1 + g.pad_w - (r.kernel_w - 1) * g.dilation_w;
   r.inner_begin = std::min(out_width, (g.pad_w + g.stride_w - 1) / g.stride_w);

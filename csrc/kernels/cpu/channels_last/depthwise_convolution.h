@@ -10,6 +10,7 @@
 
 #include "csrc/kernels/cpu/channels_last/convolution_geometry.h"
 #include "csrc/kernels/cpu/channels_last/epilogue.h"
+#include "csrc/kernels/cpu/channels_last/kernel_parameters.h"
 #include "csrc/kernels/cpu/channels_last/packed_allocator.h"
 
 namespace nimble::kernels::nhwc {
@@ -25,7 +26,8 @@ class DepthwiseWeights {
 
  private:
   friend void depthwise_rows(const ConvolutionGeometry&, const DepthwiseWeights&, const float*,
-                             float*, const float*, const Epilogue&, int64_t, int64_t);
+                             float*, const float*, const Epilogue&, int64_t, int64_t,
+                             const DepthwiseBlocking&);
   // Storage on cache-line boundaries: with the padding below, no vector load of a tap's
   // weights straddles two lines (which costs AVX-512 a second load).
   using Floats = std::vector<float, PackedAllocator<float>>;
@@ -45,8 +47,10 @@ class DepthwiseWeights {
 // NHWC contiguous [images][out_height][out_width][out_channels]. out = epilogue(conv + bias
 // (+ residual)). Disjoint row ranges may run on different threads at once. `output` must not
 // overlap `input` or `residual` (a row's sums are stored before its epilogue reads them).
+// `blocking` (kernel_parameters.h; its pieces are the caller's to use): the rule's where 0.
 void depthwise_rows(const ConvolutionGeometry& geometry, const DepthwiseWeights& weights,
                     const float* input, float* output, const float* residual,
-                    const Epilogue& epilogue, int64_t row_begin, int64_t row_end);
+                    const Epilogue& epilogue, int64_t row_begin, int64_t row_end,
+                    const DepthwiseBlocking& blocking = {});
 
 }  // namespace nimble::kernels::nhwc

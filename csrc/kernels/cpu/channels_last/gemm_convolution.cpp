@@ -36,7 +36,8 @@ void check(bool ok, const char* what) {
 }  // namespace
 
 GemmConvolution::GemmConvolution(const float* weight, const float* bias,
-                                 const ConvolutionGeometry& geometry, Isa isa)
+                                 const ConvolutionGeometry& geometry, Isa isa,
+                                 const GemmTiling& tiling)
     : geometry_(geometry), isa_(isa) {
   const ConvolutionGeometry& g = geometry;
   check(supports(isa), "this CPU cannot run the Isa asked for");
@@ -132,28 +133,58 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
     zeros_.assign(group_in_, 0.0F);
   }
 
+  check(tiling.pieces >= 0 && tiling.rows_per_block >= 0 && tiling.column_splits >= 0 &&
+            tiling.tile_rows >= 0,
+        "negative tiling parameter (0 is the rule's choice)");
+  max_tile_rows_ = tiling.tile_rows;
   const int64_t rows = g.out_pixels();
   const int64_t reduction = taps_ * group_in_;
   const int64_t macs = rows * groups_ * group_columns_ * reduction;
   int64_t tiles = std::max<int64_t>(1, macs / kTileMacs);
   if (macs >= kSplitMacs) tiles = std::max<int64_t>(tiles, 2);
-  const int64_t max_rows = std::clamp(kBlockInputFloats / reduction, kMinBlockRows, kMaxBlockRows);
-  // Groups are column blocks of their own: rows make up the rest of `tiles`.
-  const int64_t row_blocks = std::max({int64_t{1}, ceil_div(rows, max_rows),
-                                       std::min(ceil_div(tiles, groups_), rows / kMinBlockRows)});
-  rows_per_block_ = ceil_div(rows, row_blocks);
-  const int64_t tile_rows = gemm::tile_shape(kernel_isa_, rows_per_block_, false).rows;
-  if (rows_per_block_ > 4 * tile_rows) {
-    rows_per_block_ = std::min(kMaxBlockRows, ceil_div(rows_per_block_, tile_rows) * tile_rows);
+  if (tiling.pieces > 0) tiles = tiling.pieces;
+  if (tiling.rows_per_block > 0) {
+    rows_per_block_ = std::min({tiling.rows_per_block, rows, kMaxBlockRows});
+  } else {
+    const int64_t max_rows =
+        std::clamp(kBlockInputFloats / reduction, kMinBlockRows, kMaxBlockRows);
+    // Groups are column blocks of their own: rows make up the rest of `tiles`.
+    const int64_t row_blocks = std::max({int64_t{1}, ceil_div(rows, max_rows),
+                                         std::min(ceil_div(tiles, groups_), rows / kMinBlockRows)});
+    rows_per_block_ = ceil_div(rows, row_blocks);
+    const int64_t tile_rows = register_tile_rows(rows_per_block_, false);
+    if (rows_per_block_ > 4 * tile_rows) {
+      rows_per_block_ = std::min(kMaxBlockRows, ceil_div(rows_per_block_, tile_rows) * tile_rows);
+    }
   }
-  rows_outside_ =
+  const bool small_weight =
       static_cast<int64_t>(sizeof(float)) * group_floats_ * groups_ <= kSmallWeightBytes;
+  rows_outside_ = tiling.loop_order == LoopOrder::kRule
+                      ? small_weight
+                      : tiling.loop_order == LoopOrder::kRowsOutside;
   // Whatever tiles the row blocks did not make; rounded down, as rounding the rows to whole
   // register tiles leaves a few blocks short of `tiles`.
   const int64_t column_splits =
-      std::max<int64_t>(1, tiles / (ceil_div(rows, rows_per_block_) * groups_));
+      tiling.column_splits > 0
+          ? tiling.column_splits
+          : std::max<int64_t>(1, tiles / (ceil_div(rows, rows_per_block_) * groups_));
   panels_per_block_ = ceil_div(panels_, std::min(column_splits, panels_));
   blocks_per_group_ = ceil_div(panels_, panels_per_block_);
+}
+
+int64_t GemmConvolution::register_tile_rows(int64_t block_rows, bool narrow_only) const {
+  const int64_t most = gemm::tile_shape(kernel_isa_, block_rows, narrow_only).rows;
+  return max_tile_rows_ > 0 ? std::min(most, max_tile_rows_) : most;
+}
+
+GemmTiling GemmConvolution::tiling() const {
+  GemmTiling t;
+  t.pieces = row_blocks() * column_blocks();
+  t.rows_per_block = rows_per_block_;
+  t.column_splits = blocks_per_group_;
+  t.loop_order = rows_outside_ ? LoopOrder::kRowsOutside : LoopOrder::kColumnsOutside;
+  t.tile_rows = register_tile_rows(rows_per_block_, false);
+  return t;
 }
 
 int64_t GemmConvolution::row_blocks() const {
@@ -229,7 +260,8 @@ void GemmConvolution::run_block(const float* input, float* output, const float* 
   t.epilogue = &epilogue;
   t.isa = isa_;
   const bool narrow_only = narrow_last_ && panel_begin == panels_ - 1;
-  const gemm::TileShape shape = gemm::tile_shape(kernel_isa_, n, narrow_only);
+  gemm::TileShape shape = gemm::tile_shape(kernel_isa_, n, narrow_only);
+  shape.rows = static_cast<int>(register_tile_rows(n, narrow_only));
   const int64_t lanes = gemm::lanes(kernel_isa_);
   // Register tiles of near-equal height: 17 rows of 8-row tiles run as 6 + 6 + 5, not
   // 8 + 8 + 1 (a one-row tile runs at a fraction of the FMA rate).

@@ -16,6 +16,7 @@
 
 #include "csrc/kernels/cpu/channels_last/convolution_geometry.h"
 #include "csrc/kernels/cpu/channels_last/epilogue.h"
+#include "csrc/kernels/cpu/channels_last/kernel_parameters.h"
 #include "csrc/kernels/cpu/channels_last/packed_allocator.h"
 
 namespace nimble::kernels::nhwc {
@@ -24,8 +25,9 @@ class GemmConvolution {
  public:
   // `weight`: PyTorch's [K, C / groups, KH, KW], contiguous; `bias`: [K] or null (zeros).
   // The geometry is fixed for the object's life (the offsets and packing depend on it).
+  // `tiling`: the rule's below for each field left 0 (kernel_parameters.h).
   GemmConvolution(const float* weight, const float* bias, const ConvolutionGeometry& geometry,
-                  Isa isa = best_isa());
+                  Isa isa = best_isa(), const GemmTiling& tiling = {});
   Isa isa() const { return isa_; }
 
   const ConvolutionGeometry& geometry() const { return geometry_; }
@@ -34,6 +36,9 @@ class GemmConvolution {
   // on different threads at once.
   int64_t row_blocks() const;
   int64_t column_blocks() const;
+  // The tiling in effect, every field resolved (pieces: row_blocks() x column_blocks();
+  // column_splits: blocks a group's panels make; tile_rows: a full block's register tile).
+  GemmTiling tiling() const;
   // Computes tiles [row_block_begin, row_block_end) x [column_block_begin, column_block_end).
   // `input`: NHWC contiguous [images][height][width][in_channels]; `output` and `residual`
   // (null: none): NHWC contiguous [images][out_height][out_width][out_channels].
@@ -53,6 +58,9 @@ class GemmConvolution {
   void run_block(const float* input, float* output, const float* residual, const Epilogue& epilogue,
                  int64_t row_begin, int64_t row_end, int64_t group, int64_t panel_begin,
                  int64_t panel_end, int64_t input_pixel_stride) const;
+  // Rows of the register tiles of a block of `block_rows`: the tile shape's, capped by the
+  // tiling's tile_rows (every height below the shape's has its kernel).
+  int64_t register_tile_rows(int64_t block_rows, bool narrow_only) const;
 
   ConvolutionGeometry geometry_;
   Isa isa_;
@@ -82,7 +90,9 @@ class GemmConvolution {
   // when blocks are large. A group's panels are split only when rows cannot be: few-row
   // products (linear layers, late small feature maps) split their panels. E.g. (rows, C, K):
   // (4, 576, 160) is 1 x 2 tiles, (1, 1280, 1000) 1 x 4, (3136, 24, 144) 40 x 1.
+  // A GemmTiling replaces any of these choices (kernel_parameters.h).
   int64_t rows_per_block_ = 1, panels_per_block_ = 1, blocks_per_group_ = 1;
+  int64_t max_tile_rows_ = 0;  // 0: the tile shape's
   // run()'s order over its tiles: row blocks outside when the whole packed weight is small
   // (at most 256 KiB, it stays in L2 while each row block's input is reused by every column
   // block; ~5% on a 3x3 convolution of 16 groups of 8), column blocks outside otherwise (a

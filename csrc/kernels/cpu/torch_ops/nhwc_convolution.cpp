@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "csrc/kernels/cpu/channels_last/channel_ops.h"
 #include "csrc/runtime/cpu/intra_op_threads.h"
 
@@ -84,8 +86,8 @@ std::optional<nhwc::Epilogue> nhwc_epilogue(const FusedEpilogue& epilogue) {
 
 NhwcConvolution::NhwcConvolution(const at::Tensor& weight, const at::Tensor& bias,
                                  const nhwc::ConvolutionGeometry& geometry, bool depthwise,
-                                 nhwc::Isa isa)
-    : geometry_(geometry) {
+                                 nhwc::Isa isa, const nhwc::KernelParameters& parameters)
+    : geometry_(geometry), parameters_(parameters) {
   const at::Tensor w = weight.contiguous();
   const at::Tensor b = bias.defined() ? bias.contiguous() : at::Tensor();
   const float* bias_data = b.defined() ? b.data_ptr<float>() : nullptr;
@@ -94,7 +96,7 @@ NhwcConvolution::NhwcConvolution(const at::Tensor& weight, const at::Tensor& bia
                                                                 geometry_, isa);
   } else {
     gemm_ = std::make_unique<const nhwc::GemmConvolution>(w.data_ptr<float>(), bias_data, geometry_,
-                                                          isa);
+                                                          isa, parameters_.gemm);
   }
 }
 
@@ -133,10 +135,14 @@ void NhwcConvolution::run(const float* in, float* out, const float* res,
   const int64_t multiply_adds =
       g.out_pixels() * g.out_channels * g.kernel_h * g.kernel_w * (g.in_channels / g.groups);
   if (depthwise_) {
-    split_work(g.images * g.out_height(), worth_forking(multiply_adds, threads),
-               [&](int64_t begin, int64_t end) {
-                 nhwc::depthwise_rows(g, *depthwise_, in, out, res, epilogue, begin, end);
-               });
+    // Pieces of whole rows: one a row by the rule, else as many as the blocking asks.
+    const int64_t rows = g.images * g.out_height();
+    const nhwc::DepthwiseBlocking& blocking = parameters_.depthwise;
+    const int64_t pieces = blocking.pieces > 0 ? std::min(blocking.pieces, rows) : rows;
+    split_work(pieces, worth_forking(multiply_adds, threads), [&](int64_t begin, int64_t end) {
+      nhwc::depthwise_rows(g, *depthwise_, in, out, res, epilogue, rows * begin / pieces,
+                           rows * end / pieces, blocking);
+    });
     return;
   }
   const int64_t columns = gemm_->column_blocks();

@@ -30,10 +30,11 @@ class NhwcConvolution {
  public:
   // `weight` [K, C / groups, KH, KW] and `bias` [K] (undefined: none), as the convolution
   // reads them; `geometry` with the input's sizes at capture. `depthwise` picks that kernel
-  // (groups == C == K), else the indirect product.
+  // (groups == C == K), else the indirect product; `parameters` its tiling or blocking
+  // (kernel_parameters.h; the rule's by default).
   NhwcConvolution(const at::Tensor& weight, const at::Tensor& bias,
                   const nhwc::ConvolutionGeometry& geometry, bool depthwise,
-                  nhwc::Isa isa = nhwc::best_isa());
+                  nhwc::Isa isa = nhwc::best_isa(), const nhwc::KernelParameters& parameters = {});
   // `threads` 1 keeps the work on the calling thread (a tuned choice); 0 lets it split over
   // the calling thread's intra-op threads when it is large enough.
   at::Tensor run(const at::Tensor& input, const std::optional<at::Tensor>& residual,
@@ -46,10 +47,13 @@ class NhwcConvolution {
   int64_t in_channels() const { return geometry_.in_channels; }
   int64_t out_channels() const { return geometry_.out_channels; }
   int64_t packed_bytes() const;
+  // The parameters as given (0: the rule's).
+  const nhwc::KernelParameters& parameters() const { return parameters_; }
   std::string describe() const;  // "nimble_depthwise" or "nimble_gemm", and the ISA
 
  private:
   nhwc::ConvolutionGeometry geometry_;
+  nhwc::KernelParameters parameters_;
   std::unique_ptr<const nhwc::DepthwiseWeights> depthwise_;
   std::unique_ptr<const nhwc::GemmConvolution> gemm_;
 };

@@ -79,13 +79,11 @@ const char* PrepackedConvolution::kernel_name(Kernel kernel) {
   return "?";
 }
 
-PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
-                                           std::vector<at::Tensor> sources,
-                                           ConvolutionGeometry geometry, FusedEpilogue epilogue,
-                                           const at::Tensor& input,
-                                           std::vector<int64_t> out_strides,
-                                           std::shared_ptr<NonFiniteWeights> non_finite,
-                                           std::optional<Kernel> kernel, int64_t threads)
+PrepackedConvolution::PrepackedConvolution(
+    at::Tensor weight, at::Tensor bias, std::vector<at::Tensor> sources,
+    ConvolutionGeometry geometry, FusedEpilogue epilogue, const at::Tensor& input,
+    std::vector<int64_t> out_strides, std::shared_ptr<NonFiniteWeights> non_finite,
+    std::optional<Kernel> kernel, int64_t threads, nhwc::KernelParameters parameters)
     : weight_(std::move(weight)),
       bias_(std::move(bias)),
       sources_(std::move(sources)),
@@ -93,6 +91,7 @@ PrepackedConvolution::PrepackedConvolution(at::Tensor weight, at::Tensor bias,
       epilogue_(std::move(epilogue)),
       kernel_(kernel.value_or(choose(weight_.sizes(), geometry_, input.sizes()))),
       threads_(threads),
+      parameters_(parameters),
       input_sizes_(input.sizes().vec()),
       ambiguous_layout_(output_pixels(input.sizes(), weight_.sizes(), geometry_) == 1 ||
                         weight_.size(0) == 1),
@@ -172,7 +171,8 @@ void PrepackedConvolution::pack() {
   finite_weights_.update(weight_, bias_);
   if (nimble_kernel()) {
     nhwc_ = std::make_unique<const NhwcConvolution>(weight_, bias_, nhwc_geometry(),
-                                                    kernel_ == Kernel::kNimbleDepthwise);
+                                                    kernel_ == Kernel::kNimbleDepthwise,
+                                                    nhwc::best_isa(), parameters_);
     return;
   }
   std::vector<c10::IValue> stack = {weight_,          geometry_.padding,
@@ -256,6 +256,7 @@ std::string PrepackedConvolution::describe() const {
       << " weight=" << join(weight_.sizes().vec()) << " stride=" << join(geometry_.stride)
       << " groups=" << geometry_.groups << " epilogue=" << epilogue_.describe();
   if (threads_ > 0) out << " threads=" << threads_;
+  if (nhwc_ && !parameters_.is_rule()) out << " " << parameters_.to_string();
   return out.str();
 }
 

@@ -61,7 +61,8 @@ class PrepackedConvolution : public torch::CustomClassHolder {
                        ConvolutionGeometry geometry, FusedEpilogue epilogue,
                        const at::Tensor& input, std::vector<int64_t> out_strides,
                        std::shared_ptr<NonFiniteWeights> non_finite,
-                       std::optional<Kernel> kernel = std::nullopt, int64_t threads = 0);
+                       std::optional<Kernel> kernel = std::nullopt, int64_t threads = 0,
+                       nhwc::KernelParameters parameters = {});
   // The same from Python, with the kernel by name (kernel_name) and the activation without
   // scalars (hardtanh: relu6's bounds): what the kernels' tests and measurements build.
   static c10::intrusive_ptr<PrepackedConvolution> make(
@@ -75,6 +76,11 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   std::string describe() const;
   // This convolution's shape_key.
   std::string key() const;
+  // What runs (tuned_convolution.h names them together): the kernel, the intra-op threads (0:
+  // the caller's) and nimble's kernel parameters (the rule's where 0).
+  Kernel kernel() const { return kernel_; }
+  int64_t threads() const { return threads_; }
+  const nhwc::KernelParameters& parameters() const { return parameters_; }
 
  private:
   void pack();
@@ -91,6 +97,7 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   FusedEpilogue epilogue_;
   Kernel kernel_;
   int64_t threads_;  // intra-op threads a tuning run chose (0: the caller's)
+  nhwc::KernelParameters parameters_;
   std::vector<int64_t> input_sizes_;
   // The result has one pixel or one channel: NCHW and channels_last strides describe it
   // alike, and oneDNN cannot make the residual's memory for a binary post-op.

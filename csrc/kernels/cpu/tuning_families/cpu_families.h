@@ -2,6 +2,7 @@
 // The CPU kernel families, one a file in this folder.
 #include <memory>
 
+#include "csrc/kernels/cpu/channels_last/kernel_parameters.h"
 #include "csrc/kernels/kernel_family.h"
 
 namespace nimble::kernels {
@@ -12,5 +13,8 @@ std::shared_ptr<const KernelFamily> depthwise_conv_family();  // depthwise_conv.
 std::shared_ptr<const KernelFamily> direct_conv_family();     // direct_conv.cpp
 std::shared_ptr<const KernelFamily> winograd_conv_family();   // winograd_conv.cpp
 std::shared_ptr<const KernelFamily> prepacked_family();       // prepacked_family.cpp
+// The parameters of nimble's kernels a config of the prepacked family sets (its own knobs, by
+// `k`), the rule's where its knobs are 0.
+nhwc::KernelParameters prepacked_parameters(const TunableOp& op, const KnobValues& k);
 
 }  // namespace nimble::kernels

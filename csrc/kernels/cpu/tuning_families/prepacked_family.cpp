@@ -1,11 +1,16 @@
 // Family "prepacked": the kernels the CPU lowering runs (prepacked_convolution.h), as tuning
 // candidates: oneDNN on a weight reordered once, nimble's channels-last depthwise and
-// indirect-product kernels, each with its epilogue fused and the intra-op thread count as a knob. A
-// lowered replay prepared with a tuning database runs each convolution on this family's best record
-// for its shape (`lowering_key`), so tuning starts from the lowering's own default, which is one of
-// the candidates, never below it (csrc/passes/cpu_lowering.h).
+// indirect-product kernels, each with its epilogue fused and the intra-op thread count as a knob,
+// and nimble's kernels with their parameters as knobs (kernel_parameters.h: the GEMM's tiling,
+// the depthwise kernel's blocking). Every parameter knob's first value (0, "rule") is the
+// kernel's own rule, and oneDNN runs only with them there, so the lowering's untuned choice is
+// one config (default_choices(), where tuning starts). A lowered replay prepared with a tuning
+// database runs each convolution on this family's best record for its shape, kernel, threads
+// and parameters (slot/lowering_choices.h), where the replay runs it faster than the rule's.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+
+#include <algorithm>
 
 #include "csrc/kernels/cpu/torch_ops/prepacked_convolution.h"
 #include "csrc/kernels/cpu/tuning_families/cpu_families.h"
@@ -15,6 +20,28 @@ namespace nimble::kernels {
 namespace {
 
 using Kernel = PrepackedConvolution::Kernel;
+
+// The parameter knobs of the op's nimble kernel, in knobs()'s order after kernel and threads.
+// A few values each, 0 (or "rule") first: the trace recorder (nimble/tuning/trace.py) measures
+// every config of a space, so its size is kept to hundreds.
+std::vector<tuning::Knob> parameter_knobs(const TunableOp& op) {
+  if (op.depthwise()) {
+    return {tuning::Knob::integer_range("dw_channel_vectors", 0, 4),
+            tuning::Knob::integer_range("dw_pixels", 0, 8, 2),
+            tuning::Knob::categorical("dw_windows", {"rule", "off"}),
+            tuning::Knob::integer_range("dw_pieces", 0, 4)};
+  }
+  // Rows per block below the output's rows (more is all of them, as one block).
+  const int64_t rows = op.n * op.out_h() * op.out_w();
+  std::vector<std::string> rows_per_block = {"rule"};
+  for (const int64_t r : {16, 64, 256})
+    if (r < rows) rows_per_block.push_back(std::to_string(r));
+  return {tuning::Knob::integer_range("gemm_pieces", 0, 4),
+          tuning::Knob::categorical("gemm_rows_per_block", rows_per_block),
+          tuning::Knob::integer_range("gemm_column_splits", 0, 2),
+          tuning::Knob::categorical("gemm_loop_order", {"rule", "rows", "columns"}),
+          tuning::Knob::integer_range("gemm_tile_rows", 0, 6, 2)};
+}
 
 std::vector<std::string> kernel_names(const TunableOp& op) {
   std::vector<std::string> out;
@@ -37,8 +64,8 @@ FusedEpilogue fused_epilogue(const Epilogue& epilogue) {
 
 class Prepacked : public TunedKernel {
  public:
-  Prepacked(TunableOp op, Kernel kernel, int64_t threads)
-      : op_(std::move(op)), kernel_(kernel), threads_(threads) {}
+  Prepacked(TunableOp op, Kernel kernel, int64_t threads, nhwc::KernelParameters parameters)
+      : op_(std::move(op)), kernel_(kernel), threads_(threads), parameters_(parameters) {}
 
   at::Tensor run(at::TensorList operands) const override {
     // The thread count as the lowered program applies it (PrepackedConvolution's own), so
@@ -57,7 +84,7 @@ class Prepacked : public TunedKernel {
                               {op_.dilation[0], op_.dilation[1]},
                               op_.groups},
           fused_epilogue(op_.epilogue), operands[0], op_.out_strides,
-          std::make_shared<NonFiniteWeights>(), kernel_, threads_);
+          std::make_shared<NonFiniteWeights>(), kernel_, threads_, parameters_);
     }
     const std::optional<at::Tensor> residual =
         op_.epilogue.residual ? std::optional<at::Tensor>(operands.back()) : std::nullopt;
@@ -68,6 +95,7 @@ class Prepacked : public TunedKernel {
   TunableOp op_;
   Kernel kernel_;
   int64_t threads_;
+  nhwc::KernelParameters parameters_;
   mutable at::Tensor weight_, bias_;
   mutable c10::intrusive_ptr<PrepackedConvolution> packed_;
 };
@@ -81,19 +109,64 @@ class PrepackedFamily : public KernelFamily {
   }
   bool fuses_epilogue() const override { return true; }
   std::vector<tuning::Knob> knobs(const TunableOp& op) const override {
-    return {tuning::Knob::categorical("kernel", kernel_names(op)), threads_knob()};
+    std::vector<tuning::Knob> out = {tuning::Knob::categorical("kernel", kernel_names(op)),
+                                     threads_knob()};
+    for (tuning::Knob& knob : parameter_knobs(op)) out.push_back(std::move(knob));
+    return out;
+  }
+  std::vector<KnobRule> rules(const TunableOp& op) const override {
+    // oneDNN has none of these parameters: its configs differing only in them are one.
+    if (!at::hasMKLDNN()) return {};
+    return {{"onednn_prepacked takes no kernel parameters", [](const std::vector<int64_t>& v) {
+               return v[0] != 0 ||
+                      std::all_of(v.begin() + 2, v.end(), [](int64_t x) { return x == 0; });
+             }}};
+  }
+  std::vector<int> default_choices(const TunableOp& op) const override {
+    // What the lowering runs untuned: the rule's kernel on every thread, the rule's parameters.
+    const std::vector<std::string> names = kernel_names(op);
+    const std::string rule = PrepackedConvolution::kernel_name(
+        PrepackedConvolution::choose({op.k, op.c / op.groups, op.r, op.s},
+                                     ConvolutionGeometry{{op.padding[0], op.padding[1]},
+                                                         {op.stride[0], op.stride[1]},
+                                                         {op.dilation[0], op.dilation[1]},
+                                                         op.groups},
+                                     {op.n, op.c, op.h, op.w}));
+    const auto found = std::find(names.begin(), names.end(), rule);
+    if (found == names.end()) return {};
+    std::vector<int> out(knobs(op).size(), 0);
+    out[0] = static_cast<int>(found - names.begin());
+    out[1] = threads_knob().size() - 1;
+    return out;
   }
   std::unique_ptr<TunedKernel> build(const TunableOp& op, const KnobValues& k) const override {
-    const std::string name = k.label("kernel");
-    for (Kernel kernel : {Kernel::kOneDnn, Kernel::kNimbleDepthwise, Kernel::kNimbleGemm}) {
-      if (name == PrepackedConvolution::kernel_name(kernel))
-        return std::make_unique<Prepacked>(op, kernel, k.value("threads"));
-    }
-    throw std::invalid_argument("prepacked: unknown kernel " + name);
+    const Kernel kernel = PrepackedConvolution::kernel_of_name(k.label("kernel"));
+    return std::make_unique<Prepacked>(op, kernel, k.value("threads"), prepacked_parameters(op, k));
   }
 };
 
 }  // namespace
+
+nhwc::KernelParameters prepacked_parameters(const TunableOp& op, const KnobValues& k) {
+  nhwc::KernelParameters p;
+  if (op.depthwise()) {
+    p.depthwise.channel_vectors = k.value("dw_channel_vectors");
+    p.depthwise.pixels = k.value("dw_pixels");
+    p.depthwise.windows = k.label("dw_windows") == "rule";
+    p.depthwise.pieces = k.value("dw_pieces");
+    return p;
+  }
+  p.gemm.pieces = k.value("gemm_pieces");
+  const std::string rows = k.label("gemm_rows_per_block");
+  p.gemm.rows_per_block = rows == "rule" ? 0 : std::stoll(rows);
+  p.gemm.column_splits = k.value("gemm_column_splits");
+  const std::string order = k.label("gemm_loop_order");
+  p.gemm.loop_order = order == "rows"      ? nhwc::LoopOrder::kRowsOutside
+                      : order == "columns" ? nhwc::LoopOrder::kColumnsOutside
+                                           : nhwc::LoopOrder::kRule;
+  p.gemm.tile_rows = k.value("gemm_tile_rows");
+  return p;
+}
 
 std::shared_ptr<const KernelFamily> prepacked_family() {
   return std::make_shared<PrepackedFamily>();
