@@ -12,8 +12,8 @@
 
 namespace nimble {
 
-// The activation `op` computes, as a post-op, if oneDNN has it.
-std::optional<kernels::FusedEpilogue> activation_of(const RecordedOp& op);
+// The activation `op` computes (an epilogue without a residual), if it is one a kernel fuses.
+std::optional<kernels::Epilogue> activation_of(const RecordedOp& op);
 
 // Extends `product` with the residual add and the activation that follow it, marking the
 // ops it takes in `taken`. With `through_views`, a view of the product's result that only
