@@ -55,6 +55,10 @@ struct Epilogue {
 const char* activation_name(Activation activation);
 // The activation of that name (gelu: the exact one); nullopt for a name that is none of these.
 std::optional<Activation> activation_of_name(std::string_view name);
+// The activation ATen's op of that name computes, the in-place form's `_` dropped ("relu",
+// "silu", "hardtanh", ...; "gelu": the exact one, ATen takes the approximation as an argument);
+// nullopt for any other op. Where a recorded op becomes an Activation.
+std::optional<Activation> activation_of_aten_name(std::string_view name);
 // "none", "add", "relu", "add+hardtanh", ...
 std::string describe(const Epilogue& epilogue);
 

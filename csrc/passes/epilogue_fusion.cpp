@@ -1,6 +1,5 @@
 #include "csrc/passes/epilogue_fusion.h"
 
-#include <map>
 #include <string>
 
 #include "csrc/passes/op_patterns.h"
@@ -57,28 +56,25 @@ bool read_elsewhere(const std::vector<RecordedOp>& ops, const at::Tensor& value,
 std::optional<Epilogue> activation_of(const RecordedOp& op) {
   const auto& name = op.handle.operator_name();
   if (!name.overload_name.empty()) return std::nullopt;
-  static const std::map<std::string, Activation> kUnary = {
-      {"relu", Activation::kRelu},           {"silu", Activation::kSilu},
-      {"hardswish", Activation::kHardswish}, {"sigmoid", Activation::kSigmoid},
-      {"tanh", Activation::kTanh},           {"hardsigmoid", Activation::kHardsigmoid},
-      {"gelu", Activation::kGeluErf},        {"hardtanh", Activation::kClamp},
-      {"leaky_relu", Activation::kLeakyRelu}};
-  std::string base = name.name.substr(name.name.rfind(':') + 1);
+  if (name.name.rfind("aten::", 0) != 0) return std::nullopt;
+  std::string base = name.name.substr(6);
   if (!base.empty() && base.back() == '_') base.pop_back();
-  if (name.name.rfind("aten::", 0) != 0 || !kUnary.count(base)) return std::nullopt;
+  const std::optional<Activation> activation = kernels::activation_of_aten_name(base);
+  if (!activation) return std::nullopt;
   Epilogue epilogue;
-  epilogue.activation = kUnary.at(base);
+  epilogue.activation = *activation;
   // The scalars as recorded (the dispatcher records every argument, defaults included).
-  if (base == "hardtanh") {
+  if (epilogue.activation == Activation::kClamp) {
     if (op.args.size() != 3) return std::nullopt;
     epilogue.lo = op.args[1].toScalar().toDouble();
     epilogue.hi = op.args[2].toScalar().toDouble();
   }
-  if (base == "leaky_relu") {
+  if (epilogue.activation == Activation::kLeakyRelu) {
     if (op.args.size() != 2) return std::nullopt;
     epilogue.lo = op.args[1].toScalar().toDouble();
   }
-  if (base == "gelu" && op.args.size() == 2 && op.args[1].toStringRef() == "tanh")
+  if (epilogue.activation == Activation::kGeluErf && op.args.size() == 2 &&
+      op.args[1].toStringRef() == "tanh")
     epilogue.activation = Activation::kGeluTanh;
   return epilogue;
 }

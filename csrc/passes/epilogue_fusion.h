@@ -1,8 +1,7 @@
 #pragma once
 // The ops after a lowered product that the CPU lowering fuses into it (cpu_lowering.h): a
-// residual add (alpha 1, same shape), then one activation oneDNN runs as a post-op (relu,
-// hardtanh/relu6, silu, hardswish, gelu, sigmoid, tanh, leaky_relu, hardsigmoid), each
-// only where nothing else reads what it replaces.
+// residual add (alpha 1, same shape), then one activation (kernels/epilogue.h's, each one
+// oneDNN runs as a post-op), each only where nothing else reads what it replaces.
 #include <optional>
 #include <vector>
 

@@ -118,6 +118,15 @@ TEST(Epilogue, EveryActivationsNameParsesBackToIt) {
   EXPECT_STREQ(activation_name(Activation::kClamp), "hardtanh");
   EXPECT_FALSE(activation_of_name("silu").has_value());
   EXPECT_FALSE(activation_of_name("").has_value());
+  // ATen's op names, as a recorded op has them (without the in-place `_`).
+  EXPECT_EQ(activation_of_aten_name("silu"), Activation::kSilu);
+  EXPECT_EQ(activation_of_aten_name("hardtanh"), Activation::kClamp);
+  EXPECT_EQ(activation_of_aten_name("gelu"), Activation::kGeluErf);
+  EXPECT_EQ(activation_of_aten_name("hardswish"), Activation::kHardswish);
+  EXPECT_FALSE(activation_of_aten_name("swish").has_value());
+  EXPECT_FALSE(activation_of_aten_name("none").has_value());
+  EXPECT_FALSE(activation_of_aten_name("").has_value());
+  EXPECT_FALSE(activation_of_aten_name("elu").has_value());
   Epilogue e;
   EXPECT_EQ(describe(e), "none");
   e.residual = true;
