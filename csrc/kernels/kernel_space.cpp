@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "csrc/kernels/aten_epilogue.h"
+
 namespace nimble::kernels {
 namespace {
 
@@ -13,7 +15,7 @@ class EpilogueAfter : public TunedKernel {
   at::Tensor run(at::TensorList operands) const override {
     const size_t bare = operands.size() - (epilogue_.residual ? 1 : 0);
     at::Tensor y = kernel_->run(operands.slice(0, bare));
-    epilogue_.apply(y, epilogue_.residual ? &operands.back() : nullptr);
+    apply_in_place(epilogue_, y, epilogue_.residual ? &operands.back() : nullptr);
     return y;
   }
 

@@ -7,6 +7,8 @@
 #include <deque>
 #include <sstream>
 
+#include "csrc/kernels/aten_epilogue.h"
+
 namespace nimble::kernels {
 namespace {
 
@@ -157,27 +159,21 @@ void absorb_epilogue(const Program& program, TunableSite& site) {
       std::find(program.outputs.begin(), program.outputs.end(), out) == program.outputs.end();
   if ((is_op(*node, "aten::relu_") && in_place_on(*node, out) && node->args.size() == 1) ||
       (functional && is_op(*node, "aten::relu") && node->args.size() == 1)) {
-    site.op.epilogue.activation = Epilogue::Activation::kRelu;
+    site.op.epilogue.activation = Activation::kRelu;
     site.absorbed.push_back(j);
   } else if (((is_op(*node, "aten::hardtanh_") && in_place_on(*node, out)) ||
               (functional && is_op(*node, "aten::hardtanh"))) &&
              node->args.size() == 3 && node->args[1].kind == Arg::Kind::kConstant &&
              node->args[2].kind == Arg::Kind::kConstant && node->args[1].constant.isScalar() &&
              node->args[2].constant.isScalar()) {
-    site.op.epilogue.activation = Epilogue::Activation::kHardtanh;
-    site.op.epilogue.min_value = node->args[1].constant.toScalar().toDouble();
-    site.op.epilogue.max_value = node->args[2].constant.toScalar().toDouble();
+    site.op.epilogue.activation = Activation::kClamp;
+    site.op.epilogue.lo = node->args[1].constant.toScalar().toDouble();
+    site.op.epilogue.hi = node->args[2].constant.toScalar().toDouble();
     site.absorbed.push_back(j);
   }
 }
 
 }  // namespace
-
-void Epilogue::apply(at::Tensor& value, const at::Tensor* residual_value) const {
-  if (residual) value.add_(*residual_value);
-  if (activation == Activation::kRelu) value.relu_();
-  if (activation == Activation::kHardtanh) at::hardtanh_(value, min_value, max_value);
-}
 
 double TunableOp::flops() const {
   return 2.0 * static_cast<double>(n * k * out_h() * out_w()) * static_cast<double>(c / groups) *
@@ -196,9 +192,9 @@ std::string TunableOp::signature() const {
       << dilation[1] << " groups=" << groups << (bias ? " bias" : "")
       << " out=" << join(out_strides);
   if (epilogue.residual) out << " +residual";
-  if (epilogue.activation == Epilogue::Activation::kRelu) out << " +relu";
-  if (epilogue.activation == Epilogue::Activation::kHardtanh)
-    out << " +hardtanh(" << epilogue.min_value << "," << epilogue.max_value << ")";
+  if (epilogue.activation == Activation::kRelu) out << " +relu";
+  if (epilogue.activation == Activation::kClamp)
+    out << " +hardtanh(" << epilogue.lo << "," << epilogue.hi << ")";
   return out.str();
 }
 
@@ -231,7 +227,7 @@ at::Tensor TunableOp::aten(at::TensorList operands) const {
     y = at::convolution(operands[0], operands[1], b, stride, padding, dilation, false, {0, 0},
                         groups);
   }
-  epilogue.apply(y, epilogue.residual ? &operands.back() : nullptr);
+  apply_in_place(epilogue, y, epilogue.residual ? &operands.back() : nullptr);
   return y;
 }
 

@@ -10,31 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "csrc/kernels/epilogue.h"
 #include "csrc/program/program.h"
 
 namespace nimble::kernels {
-
-// What the program does to a convolution's result right after it, in place, that a kernel
-// can do before storing it: add a residual tensor of the output's layout, then clamp.
-struct Epilogue {
-  enum class Activation { kNone, kRelu, kHardtanh };
-  bool residual = false;
-  Activation activation = Activation::kNone;
-  double min_value = 0, max_value = 0;  // hardtanh's bounds
-  bool empty() const { return !residual && activation == Activation::kNone; }
-  // Applies the epilogue to `value` in place.
-  void apply(at::Tensor& value, const at::Tensor* residual_value) const;
-  // Scalar form for kernels that fuse it.
-  float apply(float value, float residual_value) const {
-    if (residual) value += residual_value;
-    if (activation == Activation::kRelu) return value > 0 ? value : 0;
-    if (activation == Activation::kHardtanh)
-      return value < static_cast<float>(min_value)   ? static_cast<float>(min_value)
-             : value > static_cast<float>(max_value) ? static_cast<float>(max_value)
-                                                     : value;
-    return value;
-  }
-};
 
 // A 2-D convolution (aten::convolution, not transposed): input [n, c, h, w], weight
 // [k, c / groups, r, s], optional bias [k], and its epilogue. A linear layer (aten::addmm of

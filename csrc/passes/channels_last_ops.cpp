@@ -83,8 +83,12 @@ class ChannelsLastLowering {
     if (op.args.empty() || !op.args[0].isTensor() || !same_values(op.args[0].toTensor(), result) ||
         op.returns.size() != 1 || !op.returns[0].isTensor() || callbacks_.keeps_aten(op))
       return false;
-    const std::optional<kernels::FusedEpilogue> fused = activation_of(op);
-    if (!fused || fused->algorithm || !kernels::nhwc_epilogue(*fused)) return false;
+    // Gelu stays ATen's (the batch norm's op takes its activation by name, without gelu's
+    // approximation).
+    const std::optional<kernels::Epilogue> fused = activation_of(op);
+    if (!fused || fused->activation == kernels::Activation::kGeluErf ||
+        fused->activation == kernels::Activation::kGeluTanh)
+      return false;
     if (writes_first_argument(op)) return true;
     return channels_last_float(op.returns[0]) && !access_.read_after(result, index) &&
            !callbacks_.is_output(result);
@@ -112,10 +116,10 @@ class ChannelsLastLowering {
     const std::optional<size_t> next = access_.next_reader(result, i);
     if (next && !drop_[*next] && fuses_activation(ops_[*next], result, *next)) {
       const RecordedOp& activate = ops_[*next];
-      const kernels::FusedEpilogue fused = *activation_of(activate);
-      activation = fused.activation;
-      if (!fused.scalars.empty()) lo = fused.scalars[0]->toDouble();
-      if (fused.scalars.size() > 1) hi = fused.scalars[1]->toDouble();
+      const kernels::Epilogue fused = *activation_of(activate);
+      activation = kernels::activation_name(fused.activation);
+      lo = fused.lo;
+      hi = fused.hi;
       if (!writes_first_argument(activate)) {
         returned = activate.returns[0];
       } else if (!activate.returns[0].toTensor().is_same(result)) {

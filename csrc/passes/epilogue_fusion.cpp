@@ -1,6 +1,5 @@
 #include "csrc/passes/epilogue_fusion.h"
 
-#include <map>
 #include <string>
 
 #include "csrc/passes/op_patterns.h"
@@ -9,7 +8,8 @@ namespace nimble {
 
 namespace {
 
-using kernels::FusedEpilogue;
+using kernels::Activation;
+using kernels::Epilogue;
 
 bool is_residual_add(const RecordedOp& op) {
   const auto& name = op.handle.operator_name();
@@ -53,22 +53,29 @@ bool read_elsewhere(const std::vector<RecordedOp>& ops, const at::Tensor& value,
 
 }  // namespace
 
-std::optional<FusedEpilogue> activation_of(const RecordedOp& op) {
+std::optional<Epilogue> activation_of(const RecordedOp& op) {
   const auto& name = op.handle.operator_name();
   if (!name.overload_name.empty()) return std::nullopt;
-  static const std::map<std::string, std::string> kUnary = {
-      {"relu", "relu"},       {"silu", "swish"},        {"hardswish", "hardswish"},
-      {"sigmoid", "sigmoid"}, {"tanh", "tanh"},         {"hardsigmoid", "hardsigmoid"},
-      {"gelu", "gelu"},       {"hardtanh", "hardtanh"}, {"leaky_relu", "leaky_relu"}};
-  std::string base = name.name.substr(name.name.rfind(':') + 1);
+  if (name.name.rfind("aten::", 0) != 0) return std::nullopt;
+  std::string base = name.name.substr(6);
   if (!base.empty() && base.back() == '_') base.pop_back();
-  if (name.name.rfind("aten::", 0) != 0 || !kUnary.count(base)) return std::nullopt;
-  FusedEpilogue epilogue;
-  epilogue.activation = kUnary.at(base);
-  if (base == "hardtanh" && op.args.size() == 3)
-    epilogue.scalars = {op.args[1].toScalar(), op.args[2].toScalar()};
-  if (base == "leaky_relu" && op.args.size() == 2) epilogue.scalars = {op.args[1].toScalar()};
-  if (base == "gelu") epilogue.algorithm = op.args.size() == 2 ? op.args[1].toStringRef() : "none";
+  const std::optional<Activation> activation = kernels::activation_of_aten_name(base);
+  if (!activation) return std::nullopt;
+  Epilogue epilogue;
+  epilogue.activation = *activation;
+  // The scalars as recorded (the dispatcher records every argument, defaults included).
+  if (epilogue.activation == Activation::kClamp) {
+    if (op.args.size() != 3) return std::nullopt;
+    epilogue.lo = op.args[1].toScalar().toDouble();
+    epilogue.hi = op.args[2].toScalar().toDouble();
+  }
+  if (epilogue.activation == Activation::kLeakyRelu) {
+    if (op.args.size() != 2) return std::nullopt;
+    epilogue.lo = op.args[1].toScalar().toDouble();
+  }
+  if (epilogue.activation == Activation::kGeluErf && op.args.size() == 2 &&
+      op.args[1].toStringRef() == "tanh")
+    epilogue.activation = Activation::kGeluTanh;
   return epilogue;
 }
 
@@ -82,9 +89,8 @@ void fuse_epilogue(FusedProduct& product, const std::vector<RecordedOp>& ops,
     const std::optional<size_t> next = access.next_reader(value, product.last());
     if (!next || taken[*next]) break;
     const RecordedOp& op = ops[*next];
-    if (through_views && product.epilogue.activation == "none" && !product.epilogue.add_residual &&
-        is_reshaping_view(op, value) && !callbacks.is_output(value) &&
-        !read_elsewhere(ops, value, product.product, *next)) {
+    if (through_views && product.epilogue.empty() && is_reshaping_view(op, value) &&
+        !callbacks.is_output(value) && !read_elsewhere(ops, value, product.product, *next)) {
       before_views.push_back(value);
       value = op.returns[0].toTensor();
       product.result = value;
@@ -93,10 +99,9 @@ void fuse_epilogue(FusedProduct& product, const std::vector<RecordedOp>& ops,
       continue;
     }
     const bool in_place = writes_first_argument(op);
-    const bool add = is_residual_add(op) && !product.epilogue.add_residual &&
-                     product.epilogue.activation == "none";
-    const std::optional<FusedEpilogue> activation =
-        product.epilogue.activation == "none" ? activation_of(op) : std::nullopt;
+    const bool add = is_residual_add(op) && product.epilogue.empty();
+    const std::optional<Epilogue> activation =
+        product.epilogue.activation == Activation::kNone ? activation_of(op) : std::nullopt;
     if ((!add && !activation) || op.returns.size() != 1 || !op.returns[0].isTensor()) break;
     // The replaced value must be read by this op alone (or be overwritten by it).
     if (!in_place && (access.read_after(value, *next) || callbacks.is_output(value))) break;
@@ -112,14 +117,14 @@ void fuse_epilogue(FusedProduct& product, const std::vector<RecordedOp>& ops,
         break;
       }
       if (other.scalar_type() != at::kFloat || !other.device().is_cpu()) break;
-      product.epilogue.add_residual = true;
+      product.epilogue.residual = true;
       product.other = other;
     } else if (!same_values(op.args[0].toTensor(), value)) {
       break;
     } else {
       product.epilogue.activation = activation->activation;
-      product.epilogue.scalars = activation->scalars;
-      product.epilogue.algorithm = activation->algorithm;
+      product.epilogue.lo = activation->lo;
+      product.epilogue.hi = activation->hi;
     }
     product.fused.push_back(*next);
     views = 0;

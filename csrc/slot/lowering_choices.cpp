@@ -62,11 +62,11 @@ std::optional<kernels::TunableOp> convolution_of_signature(const std::string& si
   op.out_sizes = {op.n, op.k, out_size(op.h, op.r, 0), out_size(op.w, op.s, 1)};
   op.epilogue.residual = m[20].matched;
   if (signature.find(" +relu") != std::string::npos) {
-    op.epilogue.activation = kernels::Epilogue::Activation::kRelu;
+    op.epilogue.activation = kernels::Activation::kRelu;
   } else if (m[21].matched) {
-    op.epilogue.activation = kernels::Epilogue::Activation::kHardtanh;
-    op.epilogue.min_value = std::stod(m[21].str());
-    op.epilogue.max_value = std::stod(m[22].str());
+    op.epilogue.activation = kernels::Activation::kClamp;
+    op.epilogue.lo = std::stod(m[21].str());
+    op.epilogue.hi = std::stod(m[22].str());
   }
   if (op.signature() != signature) return std::nullopt;  // a form this parser misread
   return op;

@@ -27,8 +27,8 @@ std::string short_name(const kernels::TunableOp& op) {
   }
   if (op.n > 1) out << " n" << op.n;
   if (op.epilogue.residual) out << " +res";
-  if (op.epilogue.activation == kernels::Epilogue::Activation::kRelu) out << " +relu";
-  if (op.epilogue.activation == kernels::Epilogue::Activation::kHardtanh) out << " +clamp";
+  if (op.epilogue.activation == kernels::Activation::kRelu) out << " +relu";
+  if (op.epilogue.activation == kernels::Activation::kClamp) out << " +clamp";
   return out.str();
 }
 

@@ -13,12 +13,16 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
 
 int activation_code(const Epilogue& epilogue) {
   switch (epilogue.activation) {
-    case Epilogue::Activation::kRelu:
+    case Activation::kRelu:
       return nimble_cuda::kActRelu;
-    case Epilogue::Activation::kHardtanh:
+    case Activation::kClamp:
       return nimble_cuda::kActHardtanh;
-    default:
+    case Activation::kNone:
       return nimble_cuda::kActNone;
+    default:
+      // A tunable op's epilogue holds no other (tunable_op.h); the bodies have no code for one.
+      throw std::invalid_argument(std::string("nimble's CUDA kernels have no activation ") +
+                                  activation_name(epilogue.activation));
   }
 }
 

@@ -90,8 +90,8 @@ Args operand_args(const TunableOp& op, const OperandPointers& p) {
   a.bias = p.bias;
   a.residual = p.residual;
   a.y = p.y;
-  a.lo = static_cast<float>(op.epilogue.min_value);
-  a.hi = static_cast<float>(op.epilogue.max_value);
+  a.lo = static_cast<float>(op.epilogue.lo);
+  a.hi = static_cast<float>(op.epilogue.hi);
   return a;
 }
 

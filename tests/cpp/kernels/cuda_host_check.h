@@ -115,8 +115,8 @@ HostCheck check_on_host(TunableOp (*random_problem)(std::mt19937_64&), int probl
     typename Spec::Knobs k = knobs_for<Spec>(op, tuned);
     k.activation = pick(rng, nimble_cuda::kActNone, nimble_cuda::kActHardswish);
     // Hardtanh's bounds as relu6 would have them, or others.
-    op.epilogue.min_value = pick(rng, 0, 1) == 0 ? 0.0 : -0.5;
-    op.epilogue.max_value = pick(rng, 0, 1) == 0 ? 6.0 : 0.7;
+    op.epilogue.lo = pick(rng, 0, 1) == 0 ? 0.0 : -0.5;
+    op.epilogue.hi = pick(rng, 0, 1) == 0 ? 6.0 : 0.7;
 
     const auto operands = op.random_operands(seed * 1000 + i);
     at::Tensor reference = op.aten(operands);  // residual added, no activation yet
@@ -125,7 +125,7 @@ HostCheck check_on_host(TunableOp (*random_problem)(std::mt19937_64&), int probl
         reference = at::relu(reference);
         break;
       case nimble_cuda::kActHardtanh:
-        reference = at::hardtanh(reference, op.epilogue.min_value, op.epilogue.max_value);
+        reference = at::hardtanh(reference, op.epilogue.lo, op.epilogue.hi);
         break;
       case nimble_cuda::kActSilu:
         reference = at::silu(reference);

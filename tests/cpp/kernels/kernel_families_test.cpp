@@ -72,7 +72,7 @@ TunableOp random_linear(std::mt19937_64& rng, bool relu) {
   op.weight_strides = {op.c, 1, 1, 1};
   op.out_sizes = {op.n, op.k, 1, 1};
   op.out_strides = {op.k, 1, 1, 1};
-  if (relu) op.epilogue.activation = Epilogue::Activation::kRelu;
+  if (relu) op.epilogue.activation = Activation::kRelu;
   return op;
 }
 

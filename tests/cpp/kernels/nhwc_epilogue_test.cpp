@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "csrc/kernels/cpu/channels_last/epilogue.h"
@@ -102,6 +103,38 @@ TEST(NhwcEpilogue, TheBestIsaIsTheCpusCappedByTheEnvironment) {
   EXPECT_STREQ(isa_name(Isa::kAvx2), "avx2");
   EXPECT_STREQ(isa_name(Isa::kAvx512), "avx512");
   EXPECT_STREQ(isa_name(Isa::kPortable), "portable");
+}
+
+// The names an activation has at a string boundary (an op schema, Python, oneDNN's post-op):
+// each parses back to its activation, gelu to the exact one; other names to none.
+TEST(Epilogue, EveryActivationsNameParsesBackToIt) {
+  for (int a = 0; a <= static_cast<int>(Activation::kGeluTanh); ++a) {
+    const auto activation = static_cast<Activation>(a);
+    const std::optional<Activation> parsed = activation_of_name(activation_name(activation));
+    ASSERT_TRUE(parsed.has_value()) << activation_name(activation);
+    EXPECT_EQ(*parsed, activation == Activation::kGeluTanh ? Activation::kGeluErf : activation);
+  }
+  EXPECT_STREQ(activation_name(Activation::kSilu), "swish");
+  EXPECT_STREQ(activation_name(Activation::kClamp), "hardtanh");
+  EXPECT_FALSE(activation_of_name("silu").has_value());
+  EXPECT_FALSE(activation_of_name("").has_value());
+  // ATen's op names, as a recorded op has them (without the in-place `_`).
+  EXPECT_EQ(activation_of_aten_name("silu"), Activation::kSilu);
+  EXPECT_EQ(activation_of_aten_name("hardtanh"), Activation::kClamp);
+  EXPECT_EQ(activation_of_aten_name("gelu"), Activation::kGeluErf);
+  EXPECT_EQ(activation_of_aten_name("hardswish"), Activation::kHardswish);
+  EXPECT_FALSE(activation_of_aten_name("swish").has_value());
+  EXPECT_FALSE(activation_of_aten_name("none").has_value());
+  EXPECT_FALSE(activation_of_aten_name("").has_value());
+  EXPECT_FALSE(activation_of_aten_name("elu").has_value());
+  Epilogue e;
+  EXPECT_EQ(describe(e), "none");
+  e.residual = true;
+  EXPECT_EQ(describe(e), "add");
+  e.activation = Activation::kGeluTanh;
+  EXPECT_EQ(describe(e), "add+gelu");
+  e.residual = false;
+  EXPECT_EQ(describe(e), "gelu");
 }
 
 }  // namespace

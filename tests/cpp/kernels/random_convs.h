@@ -58,11 +58,11 @@ inline TunableOp random_conv(std::mt19937_64& rng) {
   // Half the problems carry an epilogue: a residual add, an activation, or both.
   op.epilogue.residual = pick(0, 3) == 0;
   const int activation = pick(0, 3);
-  if (activation == 1) op.epilogue.activation = Epilogue::Activation::kRelu;
+  if (activation == 1) op.epilogue.activation = Activation::kRelu;
   if (activation == 2) {
-    op.epilogue.activation = Epilogue::Activation::kHardtanh;
-    op.epilogue.min_value = -0.5;
-    op.epilogue.max_value = 1.5;
+    op.epilogue.activation = Activation::kClamp;
+    op.epilogue.lo = -0.5;
+    op.epilogue.hi = 1.5;
   }
   return op;
 }

@@ -2,32 +2,15 @@
 // What follows a convolution or product inside nimble's own channels-last kernels
 // (depthwise_convolution.h, gemm_convolution.h): a residual add, then one activation,
 // applied to a run of results right after the kernel stored them (they are still in L1).
-// Torch-free: the kernels work on raw float arrays; prepacked_convolution.cpp maps ATen's op
-// names here.
+// Torch-free: the kernels work on raw float arrays. The epilogue is the one every kernel takes
+// (kernels/epilogue.h); its `residual` flag is the caller's to read: these take the residual
+// as a pointer.
 #include <cstdint>
 
 #include "csrc/kernels/cpu/channels_last/isa.h"
+#include "csrc/kernels/epilogue.h"
 
 namespace nimble::kernels::nhwc {
-
-enum class Activation : int8_t {
-  kNone,
-  kRelu,
-  kClamp,      // hardtanh / relu6: min(max(x, lo), hi)
-  kLeakyRelu,  // x >= 0 ? x : lo * x
-  kHardswish,
-  kHardsigmoid,
-  kSilu,
-  kSigmoid,
-  kTanh,
-  kGeluErf,
-  kGeluTanh,
-};
-
-struct Epilogue {
-  Activation activation = Activation::kNone;
-  float lo = 0.0F, hi = 0.0F;  // kClamp's bounds; kLeakyRelu's slope is lo
-};
 
 // y[i] = activation(y[i] + residual[i]) for i < n; residual null: no add. NaN stays NaN
 // (as in eager PyTorch), whatever the activation. `isa`: the code that runs, the calling

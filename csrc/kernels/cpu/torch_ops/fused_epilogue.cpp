@@ -34,40 +34,38 @@ bool all_finite(const at::Tensor& t) {
 
 }  // namespace
 
-std::string FusedEpilogue::describe() const {
-  std::string out = add_residual ? "add" : "";
-  if (activation != "none") out += (out.empty() ? "" : "+") + activation;
-  return out.empty() ? "none" : out;
-}
-
-void FusedEpilogue::activate_in_place(at::Tensor& y) const {
-  if (activation == "relu") {
-    y.relu_();
-  } else if (activation == "hardtanh") {
-    at::hardtanh_(y, *scalars.at(0), *scalars.at(1));
-  } else if (activation == "swish") {
-    at::silu_(y);
-  } else if (activation == "hardswish") {
-    at::hardswish_(y);
-  } else if (activation == "gelu") {
-    at::gelu_(y, algorithm.value_or("none"));
-  } else if (activation == "sigmoid") {
-    y.sigmoid_();
-  } else if (activation == "tanh") {
-    y.tanh_();
-  } else if (activation == "leaky_relu") {
-    at::leaky_relu_(y, *scalars.at(0));
-  } else if (activation == "hardsigmoid") {
-    at::hardsigmoid_(y);
-  } else {
-    TORCH_CHECK(activation == "none", "nimble: unknown fused activation ", activation);
-  }
-}
-
-c10::List<std::optional<at::Scalar>> FusedEpilogue::scalar_list() const {
+c10::List<std::optional<at::Scalar>> onednn_scalars(const Epilogue& epilogue) {
   c10::List<std::optional<at::Scalar>> list;
-  for (const auto& s : scalars) list.push_back(s);
+  if (epilogue.activation == Activation::kClamp) {
+    list.push_back(at::Scalar(epilogue.lo));
+    list.push_back(at::Scalar(epilogue.hi));
+  } else if (epilogue.activation == Activation::kLeakyRelu) {
+    list.push_back(at::Scalar(epilogue.lo));
+  }
   return list;
+}
+
+std::optional<std::string> onednn_algorithm(const Epilogue& epilogue) {
+  if (epilogue.activation == Activation::kGeluErf) return "none";
+  if (epilogue.activation == Activation::kGeluTanh) return "tanh";
+  return std::nullopt;
+}
+
+Epilogue epilogue_of_name(const char* op, const std::string& activation) {
+  const std::optional<Activation> known = activation_of_name(activation);
+  if (!known) {
+    std::string names;
+    for (int a = 0; a <= static_cast<int>(Activation::kGeluTanh); ++a) {
+      const std::string name = activation_name(static_cast<Activation>(a));
+      if (names.find("'" + name + "'") == std::string::npos) names += " '" + name + "'";
+    }
+    TORCH_CHECK(false, op, ": unknown activation '", activation, "', expected one of", names);
+  }
+  Epilogue epilogue;
+  epilogue.activation = *known;
+  if (epilogue.activation == Activation::kClamp) epilogue.hi = 6.0;
+  if (epilogue.activation == Activation::kLeakyRelu) epilogue.lo = 0.01;
+  return epilogue;
 }
 
 FiniteWeights::FiniteWeights(std::shared_ptr<NonFiniteWeights> program)

@@ -1,27 +1,29 @@
 #pragma once
 // What runs after a lowered convolution or matrix product (prepacked_convolution.h,
-// prepacked_linear.h), in oneDNN's post-op terms: a residual add, then one activation.
+// prepacked_linear.h): the epilogue (kernels/epilogue.h) in oneDNN's post-op terms, and
+// whether its activation may be fused at all.
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
-#include <vector>
+
+#include "csrc/kernels/epilogue.h"
 
 namespace nimble::kernels {
 
-struct FusedEpilogue {
-  bool add_residual = false;        // y = product + other, before the activation
-  std::string activation = "none";  // oneDNN's unary attribute: relu, hardtanh, swish, ...
-  std::vector<std::optional<at::Scalar>> scalars;  // the activation's (hardtanh's bounds)
-  std::optional<std::string> algorithm;            // gelu: "none" or "tanh"
-  std::string describe() const;
-  // The activation as ATen's in-place op on `y`.
-  void activate_in_place(at::Tensor& y) const;
-  // The activation's scalars as oneDNN's ops take them.
-  c10::List<std::optional<at::Scalar>> scalar_list() const;
-};
+// The activation's arguments as oneDNN's pointwise ops take them: its scalars (hardtanh's
+// bounds, leaky_relu's slope) and gelu's approximation ("none" or "tanh"; nullopt for the
+// others). Its name is activation_name's.
+c10::List<std::optional<at::Scalar>> onednn_scalars(const Epilogue& epilogue);
+std::optional<std::string> onednn_algorithm(const Epilogue& epilogue);
+
+// The epilogue whose activation an op's string argument names (activation_name's names),
+// without a residual, its scalars torch's defaults for relu6 and leaky_relu (a caller with
+// scalars of its own sets lo and hi); an error naming `op` and the names there are otherwise.
+// Where a string from an op schema or from Python becomes an Activation.
+Epilogue epilogue_of_name(const char* op, const std::string& activation);
 
 // How many of one program's prepacked products (convolutions and linear layers) hold a NaN or
 // an infinity in their weight or bias (a folded batch norm of a negative variance, say).

@@ -47,43 +47,6 @@ bool channel_rows(const at::Tensor& t) {
          t.stride(2) == t.size(3) * t.stride(3) && t.stride(0) == t.size(2) * t.stride(2);
 }
 
-std::optional<nhwc::Epilogue> nhwc_epilogue(const FusedEpilogue& epilogue) {
-  using nhwc::Activation;
-  nhwc::Epilogue out;
-  const std::string& a = epilogue.activation;
-  const auto scalar = [&](size_t i) {
-    return static_cast<float>(epilogue.scalars.at(i).value().toDouble());
-  };
-  if (a == "none") {
-    out.activation = Activation::kNone;
-  } else if (a == "relu") {
-    out.activation = Activation::kRelu;
-  } else if (a == "hardtanh") {
-    out.activation = Activation::kClamp;
-    out.lo = scalar(0);
-    out.hi = scalar(1);
-  } else if (a == "leaky_relu") {
-    out.activation = Activation::kLeakyRelu;
-    out.lo = scalar(0);
-  } else if (a == "hardswish") {
-    out.activation = Activation::kHardswish;
-  } else if (a == "hardsigmoid") {
-    out.activation = Activation::kHardsigmoid;
-  } else if (a == "swish") {
-    out.activation = Activation::kSilu;
-  } else if (a == "sigmoid") {
-    out.activation = Activation::kSigmoid;
-  } else if (a == "tanh") {
-    out.activation = Activation::kTanh;
-  } else if (a == "gelu") {
-    out.activation = epilogue.algorithm.value_or("none") == "tanh" ? Activation::kGeluTanh
-                                                                   : Activation::kGeluErf;
-  } else {
-    return std::nullopt;
-  }
-  return out;
-}
-
 NhwcConvolution::NhwcConvolution(const at::Tensor& weight, const at::Tensor& bias,
                                  const nhwc::ConvolutionGeometry& geometry, bool depthwise,
                                  nhwc::Isa isa, const nhwc::KernelParameters& parameters)
@@ -101,7 +64,7 @@ NhwcConvolution::NhwcConvolution(const at::Tensor& weight, const at::Tensor& bia
 }
 
 at::Tensor NhwcConvolution::run(const at::Tensor& input, const std::optional<at::Tensor>& residual,
-                                const nhwc::Epilogue& epilogue, int64_t threads) const {
+                                const Epilogue& epilogue, int64_t threads) const {
   const nhwc::ConvolutionGeometry& g = geometry_;
   TORCH_CHECK(input.dim() == 4 && input.size(0) == g.images && input.size(1) == g.in_channels &&
                   input.size(2) == g.height && input.size(3) == g.width &&
@@ -128,9 +91,8 @@ at::Tensor NhwcConvolution::run(const at::Tensor& input, const std::optional<at:
   return y;
 }
 
-void NhwcConvolution::run(const float* in, float* out, const float* res,
-                          const nhwc::Epilogue& epilogue, int64_t threads,
-                          int64_t input_pixel_stride) const {
+void NhwcConvolution::run(const float* in, float* out, const float* res, const Epilogue& epilogue,
+                          int64_t threads, int64_t input_pixel_stride) const {
   const nhwc::ConvolutionGeometry& g = geometry_;
   const int64_t multiply_adds =
       g.out_pixels() * g.out_channels * g.kernel_h * g.kernel_w * (g.in_channels / g.groups);

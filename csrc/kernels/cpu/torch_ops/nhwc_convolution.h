@@ -1,6 +1,6 @@
 #pragma once
-// nimble's own channels-last convolution kernels (nhwc/: depthwise, and the indirect product
-// for the rest) called on ATen tensors: the lowered convolution (prepacked_convolution.h)
+// nimble's own channels-last convolution kernels (channels_last/: depthwise, and the indirect
+// product for the rest) called on ATen tensors: the lowered convolution (prepacked_convolution.h)
 // runs one of these where the rule there picks it. Packs the weight once for the geometry
 // seen at capture, takes an NHWC input (converting any other layout), returns a new
 // channels-last result with the residual add and the activation applied as it is stored
@@ -14,12 +14,9 @@
 
 #include "csrc/kernels/cpu/channels_last/depthwise_convolution.h"
 #include "csrc/kernels/cpu/channels_last/gemm_convolution.h"
-#include "csrc/kernels/cpu/torch_ops/fused_epilogue.h"
+#include "csrc/kernels/epilogue.h"
 
 namespace nimble::kernels {
-
-// The epilogue in the kernels' terms; none where the activation has no nhwc form.
-std::optional<nhwc::Epilogue> nhwc_epilogue(const FusedEpilogue& epilogue);
 
 // Whether `t` is a float CPU tensor whose pixels hold their channels side by side, as
 // nimble's channels-last kernels read them: dense channels_last, or a slice of the channels of
@@ -38,11 +35,11 @@ class NhwcConvolution {
   // `threads` 1 keeps the work on the calling thread (a tuned choice); 0 lets it split over
   // the calling thread's intra-op threads when it is large enough.
   at::Tensor run(const at::Tensor& input, const std::optional<at::Tensor>& residual,
-                 const nhwc::Epilogue& epilogue, int64_t threads = 0) const;
+                 const Epilogue& epilogue, int64_t threads = 0) const;
   // The same on raw NHWC arrays of the geometry's sizes (a linear layer: [rows, in] into
   // [rows, out], as a 1x1 convolution over one image row of `rows` pixels); a 1x1 product's
   // input pixels may be `input_pixel_stride` floats apart (0: in_channels).
-  void run(const float* input, float* output, const float* residual, const nhwc::Epilogue& epilogue,
+  void run(const float* input, float* output, const float* residual, const Epilogue& epilogue,
            int64_t threads = 0, int64_t input_pixel_stride = 0) const;
   int64_t in_channels() const { return geometry_.in_channels; }
   int64_t out_channels() const { return geometry_.out_channels; }

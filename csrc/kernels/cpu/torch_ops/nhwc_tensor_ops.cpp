@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "csrc/kernels/aten_epilogue.h"
 #include "csrc/kernels/cpu/channels_last/channel_ops.h"
 #include "csrc/kernels/cpu/channels_last/epilogue.h"
 #include "csrc/kernels/cpu/channels_last/pooling.h"
@@ -93,30 +94,23 @@ at::Tensor avg_pool2d_nhwc(const at::Tensor& self, at::IntArrayRef kernel_size,
   return y;
 }
 
-FusedEpilogue fused_activation(const std::string& activation, double lo, double hi) {
-  FusedEpilogue epilogue;
-  epilogue.activation = activation;
-  if (activation == "hardtanh") epilogue.scalars = {at::Scalar(lo), at::Scalar(hi)};
-  if (activation == "leaky_relu") epilogue.scalars = {at::Scalar(lo)};
-  return epilogue;
-}
-
 at::Tensor batch_norm_nhwc(const at::Tensor& input, const std::optional<at::Tensor>& weight,
                            const std::optional<at::Tensor>& bias, const at::Tensor& running_mean,
                            const at::Tensor& running_var, double eps, const std::string& activation,
                            double lo, double hi) {
-  const FusedEpilogue fused = fused_activation(activation, lo, hi);
-  const std::optional<nhwc::Epilogue> epilogue = nhwc_epilogue(fused);
+  Epilogue epilogue = epilogue_of_name("nimble::batch_norm_nhwc", activation);
+  epilogue.lo = lo;
+  epilogue.hi = hi;
   const auto float_vector = [](const at::Tensor& t) {
     return t.scalar_type() == at::kFloat && t.dim() == 1 && t.is_contiguous();
   };
   const bool affine_ok = (!weight || float_vector(*weight)) && (!bias || float_vector(*bias));
-  if (!dense_channels_last(input) || !epilogue || !affine_ok || !float_vector(running_mean) ||
+  if (!dense_channels_last(input) || !affine_ok || !float_vector(running_mean) ||
       !float_vector(running_var)) {
     at::Tensor y = at::batch_norm(input, weight, bias, running_mean, running_var,
                                   /*training=*/false, /*momentum=*/0.0, eps,
                                   /*cudnn_enabled=*/false);
-    fused.activate_in_place(y);
+    activate_in_place(epilogue, y);
     return y;
   }
   // ATen's inference batch norm in its own order: alpha = weight / sqrt(var + eps),
@@ -140,7 +134,7 @@ at::Tensor batch_norm_nhwc(const at::Tensor& input, const std::optional<at::Tens
   const int64_t pixels = input.numel() / std::max<int64_t>(channels, 1);
   split_work(pixels, worth_forking(input.numel()), [&](int64_t begin, int64_t end) {
     nhwc::scale_shift(nhwc::best_isa(), x_data, y_data, alpha.data(), beta.data(), channels,
-                      *epilogue, begin, end);
+                      epilogue, begin, end);
   });
   return y;
 }

@@ -8,6 +8,7 @@
 #include <future>
 #include <sstream>
 
+#include "csrc/kernels/aten_epilogue.h"
 #include "csrc/runtime/cpu/intra_op_threads.h"
 
 namespace nimble::kernels {
@@ -81,14 +82,14 @@ const char* PrepackedConvolution::kernel_name(Kernel kernel) {
 
 PrepackedConvolution::PrepackedConvolution(
     at::Tensor weight, at::Tensor bias, std::vector<at::Tensor> sources,
-    ConvolutionGeometry geometry, FusedEpilogue epilogue, const at::Tensor& input,
+    ConvolutionGeometry geometry, Epilogue epilogue, const at::Tensor& input,
     std::vector<int64_t> out_strides, std::shared_ptr<NonFiniteWeights> non_finite,
     std::optional<Kernel> kernel, int64_t threads, nhwc::KernelParameters parameters)
     : weight_(std::move(weight)),
       bias_(std::move(bias)),
       sources_(std::move(sources)),
       geometry_(std::move(geometry)),
-      epilogue_(std::move(epilogue)),
+      epilogue_(epilogue),
       kernel_(kernel.value_or(choose(weight_.sizes(), geometry_, input.sizes()))),
       threads_(threads),
       parameters_(parameters),
@@ -100,12 +101,6 @@ PrepackedConvolution::PrepackedConvolution(
       unary_(mkldnn_op("mkldnn::_convolution_pointwise", "")),
       binary_(mkldnn_op("mkldnn::_convolution_pointwise", "binary")),
       reorder_(mkldnn_op("mkldnn::_reorder_convolution_weight", "")) {
-  if (nimble_kernel()) {
-    const std::optional<nhwc::Epilogue> epilogue = nhwc_epilogue(epilogue_);
-    TORCH_CHECK(epilogue.has_value(), "nimble::convolution_prepacked: the activation ",
-                epilogue_.activation, " has no form in nimble's kernels");
-    nhwc_epilogue_ = *epilogue;
-  }
   pack();
 }
 
@@ -133,17 +128,13 @@ c10::intrusive_ptr<PrepackedConvolution> PrepackedConvolution::make(
     std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups,
     std::string activation, bool add_residual, const at::Tensor& input, std::string kernel) {
   const Kernel chosen = kernel_of_name(kernel);
-  FusedEpilogue epilogue;
-  epilogue.add_residual = add_residual;
-  epilogue.activation = std::move(activation);
-  if (epilogue.activation == "gelu") epilogue.algorithm = "none";
-  if (epilogue.activation == "hardtanh") epilogue.scalars = {at::Scalar(0.0), at::Scalar(6.0)};
-  if (epilogue.activation == "leaky_relu") epilogue.scalars = {at::Scalar(0.01)};
+  Epilogue epilogue = epilogue_of_name("nimble::PrepackedConvolution", activation);
+  epilogue.residual = add_residual;
   ConvolutionGeometry geometry{std::move(padding), std::move(stride), std::move(dilation), groups};
-  return c10::make_intrusive<PrepackedConvolution>(
-      std::move(weight), bias.value_or(at::Tensor()), std::vector<at::Tensor>{},
-      std::move(geometry), std::move(epilogue), input, std::vector<int64_t>{},
-      std::make_shared<NonFiniteWeights>(), chosen);
+  return c10::make_intrusive<PrepackedConvolution>(std::move(weight), bias.value_or(at::Tensor()),
+                                                   std::vector<at::Tensor>{}, std::move(geometry),
+                                                   epilogue, input, std::vector<int64_t>{},
+                                                   std::make_shared<NonFiniteWeights>(), chosen);
 }
 
 nhwc::ConvolutionGeometry PrepackedConvolution::nhwc_geometry() const {
@@ -190,7 +181,7 @@ at::Tensor PrepackedConvolution::run(const at::Tensor& input,
     // would hand its bytes to a later replay's intermediates.
     std::async(std::launch::async, [this] { pack(); }).get();
   }
-  TORCH_CHECK(!epilogue_.add_residual || other.has_value(),
+  TORCH_CHECK(!epilogue_.residual || other.has_value(),
               "nimble::convolution_prepacked: the residual is missing");
   // A tuned thread count, never more than the calling thread has (a CPU stream of a
   // multi-stream replay owns a share of the cores).
@@ -199,8 +190,8 @@ at::Tensor PrepackedConvolution::run(const at::Tensor& input,
     keep.emplace();
     if (threads_ < keep->saved()) keep->set(static_cast<int>(threads_));
   }
-  at::Tensor y = nimble_kernel() ? nhwc_->run(input, other, nhwc_epilogue_, threads_)
-                                 : run_onednn(input, other);
+  at::Tensor y =
+      nimble_kernel() ? nhwc_->run(input, other, epilogue_, threads_) : run_onednn(input, other);
   if (out_strides_.empty() || y.strides() == c10::IntArrayRef(out_strides_)) return y;
   return at::empty_strided(y.sizes(), out_strides_, y.options()).copy_(y);
 }
@@ -211,15 +202,16 @@ at::Tensor PrepackedConvolution::run_onednn(const at::Tensor& input,
   // result has one pixel or one channel, and takes no activation but relu after a binary post-op:
   // what it cannot fuse runs after it, in ATen; so does the activation while a product of the
   // program has non-finite weights (NonFiniteWeights, fused_epilogue.h).
-  const bool fuse_add = epilogue_.add_residual && !ambiguous_layout_;
+  const bool fuse_add = epilogue_.residual && !ambiguous_layout_;
   const bool fuse_activation =
       finite_weights_.may_fuse_activation() &&
-      (!epilogue_.add_residual ||
-       (fuse_add && (epilogue_.activation == "relu" || epilogue_.activation == "none")));
+      (!epilogue_.residual || (fuse_add && (epilogue_.activation == Activation::kRelu ||
+                                            epilogue_.activation == Activation::kNone)));
   const c10::List<std::optional<at::Scalar>> scalars =
-      fuse_activation ? epilogue_.scalar_list() : c10::List<std::optional<at::Scalar>>();
-  const std::string activation = fuse_activation ? epilogue_.activation : "none";
-  const std::optional<std::string> algorithm = fuse_activation ? epilogue_.algorithm : std::nullopt;
+      fuse_activation ? onednn_scalars(epilogue_) : c10::List<std::optional<at::Scalar>>();
+  const std::string activation = fuse_activation ? activation_name(epilogue_.activation) : "none";
+  const std::optional<std::string> algorithm =
+      fuse_activation ? onednn_algorithm(epilogue_) : std::nullopt;
   // Both overloads: (input, [other,] weight, bias, padding, stride, dilation, groups, ...).
   std::vector<c10::IValue> stack = {input};
   if (fuse_add) stack.push_back(*other);
@@ -236,8 +228,8 @@ at::Tensor PrepackedConvolution::run_onednn(const at::Tensor& input,
     unary_.callBoxed(stack);
   }
   at::Tensor y = stack[0].toTensor();
-  if (epilogue_.add_residual && !fuse_add) y.add_(*other);
-  if (!fuse_activation) epilogue_.activate_in_place(y);
+  if (epilogue_.residual && !fuse_add) y.add_(*other);
+  if (!fuse_activation) activate_in_place(epilogue_, y);
   return y;
 }
 
@@ -254,7 +246,7 @@ std::string PrepackedConvolution::describe() const {
   std::ostringstream out;
   out << (nhwc_ ? nhwc_->describe() : kernel_name(kernel_))
       << " weight=" << join(weight_.sizes().vec()) << " stride=" << join(geometry_.stride)
-      << " groups=" << geometry_.groups << " epilogue=" << epilogue_.describe();
+      << " groups=" << geometry_.groups << " epilogue=" << kernels::describe(epilogue_);
   if (threads_ > 0) out << " threads=" << threads_;
   if (nhwc_ && !parameters_.is_rule()) out << " " << parameters_.to_string();
   return out.str();

@@ -58,8 +58,8 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   // for its shape); `out_strides` the layout the result must have (empty: channels_last,
   // the kernels' own). `non_finite` is shared by the program's prepacked products.
   PrepackedConvolution(at::Tensor weight, at::Tensor bias, std::vector<at::Tensor> sources,
-                       ConvolutionGeometry geometry, FusedEpilogue epilogue,
-                       const at::Tensor& input, std::vector<int64_t> out_strides,
+                       ConvolutionGeometry geometry, Epilogue epilogue, const at::Tensor& input,
+                       std::vector<int64_t> out_strides,
                        std::shared_ptr<NonFiniteWeights> non_finite,
                        std::optional<Kernel> kernel = std::nullopt, int64_t threads = 0,
                        nhwc::KernelParameters parameters = {});
@@ -94,7 +94,7 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   std::vector<at::Tensor> sources_;
   std::vector<SourceVersion> versions_;
   ConvolutionGeometry geometry_;
-  FusedEpilogue epilogue_;
+  Epilogue epilogue_;
   Kernel kernel_;
   int64_t threads_;  // intra-op threads a tuning run chose (0: the caller's)
   nhwc::KernelParameters parameters_;
@@ -106,7 +106,6 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   std::vector<int64_t> out_strides_;
   at::Tensor packed_;
   std::unique_ptr<const NhwcConvolution> nhwc_;  // the nimble kernels' packed weight
-  nhwc::Epilogue nhwc_epilogue_;
   c10::OperatorHandle unary_, binary_, reorder_;
 };
 

@@ -8,6 +8,8 @@
 #include <optional>
 #include <sstream>
 
+#include "csrc/kernels/aten_epilogue.h"
+
 namespace nimble::kernels {
 
 namespace {
@@ -35,14 +37,13 @@ const char* PrepackedLinear::kernel_name(Kernel kernel) {
 }
 
 PrepackedLinear::PrepackedLinear(at::Tensor source, bool transposed, at::Tensor bias,
-                                 FusedEpilogue epilogue, int64_t rows,
-                                 std::vector<int64_t> result_sizes, Kernel kernel,
-                                 std::shared_ptr<NonFiniteWeights> non_finite)
+                                 Epilogue epilogue, int64_t rows, std::vector<int64_t> result_sizes,
+                                 Kernel kernel, std::shared_ptr<NonFiniteWeights> non_finite)
     : source_(std::move(source)),
       bias_(std::move(bias)),
       transposed_(transposed),
       finite_weights_(std::move(non_finite)),
-      epilogue_(std::move(epilogue)),
+      epilogue_(epilogue),
       rows_(rows),
       kernel_(kernel),
       result_sizes_(std::move(result_sizes)),
@@ -52,7 +53,6 @@ PrepackedLinear::PrepackedLinear(at::Tensor source, bool transposed, at::Tensor 
   TORCH_CHECK(source_.dim() == 2 && (!bias_.defined() || bias_.dim() == 1),
               "nimble::linear_prepacked: expected a 2-d weight and a 1-d bias, got ",
               source_.sizes(), " and ", bias_.defined() ? bias_.sizes() : c10::IntArrayRef{});
-  if (kernel_ == Kernel::kNimbleGemm) nhwc_epilogue_ = nhwc_epilogue(epilogue_).value();
   pack();
 }
 
@@ -64,12 +64,10 @@ c10::intrusive_ptr<PrepackedLinear> PrepackedLinear::make(at::Tensor source, boo
               "nimble::PrepackedLinear: expected the kernel 'nimble_gemm' or 'onednn_prepacked', "
               "got '",
               kernel, "'");
-  FusedEpilogue epilogue;
-  epilogue.activation = std::move(activation);
-  if (epilogue.activation == "gelu") epilogue.algorithm = "none";
+  const Epilogue epilogue = epilogue_of_name("nimble::PrepackedLinear", activation);
   const int64_t out = transposed ? source.size(0) : source.size(1);
   return c10::make_intrusive<PrepackedLinear>(
-      std::move(source), transposed, bias.value_or(at::Tensor()), std::move(epilogue), rows,
+      std::move(source), transposed, bias.value_or(at::Tensor()), epilogue, rows,
       std::vector<int64_t>{rows, out},
       kernel == "nimble_gemm" ? Kernel::kNimbleGemm : Kernel::kOneDnn,
       std::make_shared<NonFiniteWeights>());
@@ -100,7 +98,7 @@ void PrepackedLinear::pack() {
 }
 
 void PrepackedLinear::pack_if_changed(bool has_residual) {
-  TORCH_CHECK(!epilogue_.add_residual || has_residual,
+  TORCH_CHECK(!epilogue_.residual || has_residual,
               "nimble::linear_prepacked: the residual is missing");
   if (!version_.matches(source_) ||
       (kernel_ == Kernel::kNimbleGemm && !bias_version_.matches(bias_))) {
@@ -142,22 +140,22 @@ void PrepackedLinear::run_nimble(const at::Tensor& input, const std::optional<at
               input.scalar_type());
   const at::Tensor x = input.contiguous();
   at::Tensor residual;
-  if (epilogue_.add_residual) residual = other->reshape(y.sizes()).contiguous();
+  if (epilogue_.residual) residual = other->reshape(y.sizes()).contiguous();
   nhwc_->run(x.data_ptr<float>(), y.data_ptr<float>(),
-             residual.defined() ? residual.data_ptr<float>() : nullptr, nhwc_epilogue_);
+             residual.defined() ? residual.data_ptr<float>() : nullptr, epilogue_);
 }
 
 at::Tensor PrepackedLinear::run_onednn(const at::Tensor& input,
                                        const std::optional<at::Tensor>& other) const {
   const c10::IValue bias = bias_.defined() ? c10::IValue(bias_) : c10::IValue();
   std::vector<c10::IValue> stack;
-  if (epilogue_.add_residual) {
+  if (epilogue_.residual) {
     // oneDNN's binary linear takes no activation after the add: it runs after, in ATen.
     const int64_t out = transposed_ ? source_.size(0) : source_.size(1);
     stack = {input, other->reshape({input.size(0), out}), packed_, bias, std::string("add")};
     binary_.callBoxed(stack);
     at::Tensor y = stack[0].toTensor();
-    epilogue_.activate_in_place(y);
+    activate_in_place(epilogue_, y);
     return y;
   }
   // oneDNN's activations turn NaN into a number: while a product of the program has a NaN or
@@ -166,12 +164,12 @@ at::Tensor PrepackedLinear::run_onednn(const at::Tensor& input,
   stack = {input,
            packed_,
            bias,
-           fuse ? epilogue_.activation : std::string("none"),
-           fuse ? epilogue_.scalar_list() : c10::List<std::optional<at::Scalar>>(),
-           fuse ? epilogue_.algorithm : std::nullopt};
+           std::string(fuse ? activation_name(epilogue_.activation) : "none"),
+           fuse ? onednn_scalars(epilogue_) : c10::List<std::optional<at::Scalar>>(),
+           fuse ? onednn_algorithm(epilogue_) : std::nullopt};
   unary_.callBoxed(stack);
   at::Tensor y = stack[0].toTensor();
-  if (!fuse) epilogue_.activate_in_place(y);
+  if (!fuse) activate_in_place(epilogue_, y);
   return y;
 }
 
@@ -184,7 +182,8 @@ std::string PrepackedLinear::describe() const {
   const at::Tensor w = weight();
   std::ostringstream out;
   out << kernel_name(kernel_) << " rows=" << rows_ << " in=" << w.size(0) << " out=" << w.size(1)
-      << " bias=" << (bias_.defined() ? "yes" : "no") << " epilogue=" << epilogue_.describe();
+      << " bias=" << (bias_.defined() ? "yes" : "no")
+      << " epilogue=" << kernels::describe(epilogue_);
   return out.str();
 }
 

@@ -48,7 +48,7 @@ class PrepackedLinear : public torch::CustomClassHolder {
   // `bias` is [out] or undefined. `rows` is the product's row count at capture;
   // `result_sizes` the sizes the result is handed back in.
   // `non_finite` is shared by the program's prepacked products.
-  PrepackedLinear(at::Tensor source, bool transposed, at::Tensor bias, FusedEpilogue epilogue,
+  PrepackedLinear(at::Tensor source, bool transposed, at::Tensor bias, Epilogue epilogue,
                   int64_t rows, std::vector<int64_t> result_sizes, Kernel kernel,
                   std::shared_ptr<NonFiniteWeights> non_finite);
   // The same from Python, with the kernel by name ("onednn_prepacked" or "nimble_gemm") and the
@@ -79,13 +79,12 @@ class PrepackedLinear : public torch::CustomClassHolder {
   // Of the source, and of the bias (which nimble_gemm packs beside the weight), when packed.
   SourceVersion version_, bias_version_;
   FiniteWeights finite_weights_;
-  FusedEpilogue epilogue_;
+  Epilogue epilogue_;
   int64_t rows_;
   Kernel kernel_;
   std::vector<int64_t> result_sizes_;
   at::Tensor packed_;                            // oneDNN's
   std::unique_ptr<const NhwcConvolution> nhwc_;  // nimble_gemm's
-  nhwc::Epilogue nhwc_epilogue_;
   c10::OperatorHandle unary_, binary_, reorder_;
 };
 

@@ -51,17 +51,6 @@ std::vector<std::string> kernel_names(const TunableOp& op) {
   return out;
 }
 
-FusedEpilogue fused_epilogue(const Epilogue& epilogue) {
-  FusedEpilogue out;
-  out.add_residual = epilogue.residual;
-  if (epilogue.activation == Epilogue::Activation::kRelu) out.activation = "relu";
-  if (epilogue.activation == Epilogue::Activation::kHardtanh) {
-    out.activation = "hardtanh";
-    out.scalars = {at::Scalar(epilogue.min_value), at::Scalar(epilogue.max_value)};
-  }
-  return out;
-}
-
 class Prepacked : public TunedKernel {
  public:
   Prepacked(TunableOp op, Kernel kernel, int64_t threads, nhwc::KernelParameters parameters)
@@ -83,8 +72,8 @@ class Prepacked : public TunedKernel {
                               {op_.stride[0], op_.stride[1]},
                               {op_.dilation[0], op_.dilation[1]},
                               op_.groups},
-          fused_epilogue(op_.epilogue), operands[0], op_.out_strides,
-          std::make_shared<NonFiniteWeights>(), kernel_, threads_, parameters_);
+          op_.epilogue, operands[0], op_.out_strides, std::make_shared<NonFiniteWeights>(), kernel_,
+          threads_, parameters_);
     }
     const std::optional<at::Tensor> residual =
         op_.epilogue.residual ? std::optional<at::Tensor>(operands.back()) : std::nullopt;
