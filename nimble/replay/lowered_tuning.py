@@ -14,6 +14,7 @@ lowered convolution slower than the untuned default.
 
 from __future__ import annotations
 
+import os
 import statistics
 from typing import Callable
 
@@ -85,3 +86,40 @@ def _per_op_ns(*programs) -> list[list[float]]:
                 for op, _stream, start, end, _ in timings:
                     mine[op].append(end - start)
     return [[statistics.median(s) if s else 0.0 for s in mine] for mine in samples]
+
+
+def database_choices(lowered_with: tuple | None) -> dict:
+    """The lowering's kernels a tuning database (database, any_device) chose, by convolution
+    shape: {shape key: {kernel, threads, ms, signature}}. The program runs the kernel only
+    (csrc/passes/cpu_lowering.h says why not the thread count)."""
+    if lowered_with is None or not os.path.exists(lowered_with[0]):
+        return {}
+    from .._C import kernels
+
+    return kernels.lowering_choices(lowered_with[0], any_device=lowered_with[1])
+
+
+def report_rows(replay, choices: dict) -> list[dict]:
+    """use_tuned's rows for the lowered convolutions a database chose a kernel for (`choices`,
+    as build_with_choices checked them in the replay): `aten_ms` is the rule's
+    kernel there, `tuned_ms` the database's (its record, when it is the rule's own)."""
+    rows = []
+    for index, op in enumerate(replay.ops()):
+        choice = choices.get(op.get("shape_key"))
+        if choice is None:
+            continue
+        if "context_ms" not in choice:
+            reason = "lowered convolution: the database's fastest is the rule's kernel"
+        elif choice["kept"]:
+            reason = "lowered convolution: the database's kernel, faster in this replay"
+        else:
+            reason = (f"lowered convolution: the database's kernel took {choice['context_ms']:.3f}"
+                      f" ms in this replay against the rule's {choice['default_ms']:.3f} ms; "
+                      f"the rule's kept")
+        rows.append(dict(
+            op=index, absorbed=[], task=op["shape_key"], signature=choice["signature"],
+            kernel=f"family=prepacked prepacked.kernel={choice['spec']}",
+            record_device="", aten_ms=choice.get("default_ms", 0.0),
+            tuned_ms=choice.get("context_ms", choice["ms"]), bound=choice["kept"], reason=reason,
+        ))
+    return rows

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import gc
 import os
 import warnings
 from typing import Any
@@ -15,6 +13,7 @@ import torch
 from . import lowered_tuning, model_watch
 from ..errors import NotPreparedError, SideEffectError, StaleModelError
 from .cuda_training import check_training_devices
+from .capture import cycle_collector_paused
 from .inference import InferenceReplay
 from .prepare_options import PrepareOptions, keyword_signature
 from .streams import choose_streams
@@ -22,21 +21,6 @@ from .structure import ExampleCall
 from .training import ForwardBackwardReplay
 from .whole_step import WholeStepReplay
 
-
-
-@contextlib.contextmanager
-def _cycle_collector_paused():
-    """Capture makes many small objects (a signature tuple per op argument), and Python's
-    cycle collector, run by their count, scans every object of the process each time
-    (vit_b_16 in a process with torchvision loaded: 50-80 ms of a 0.85 s prepare). Cycles
-    made meanwhile are collected after."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class Nimble(torch.nn.Module):
@@ -129,8 +113,8 @@ class Nimble(torch.nn.Module):
         example = ExampleCall.of(example_inputs, example_kwargs, track_gradients=opts.training)
         if opts.training:
             check_training_devices(self.module, example)
-        lowered_choices = _lowering_choices(opts.lowered_with)
-        with _cycle_collector_paused():
+        lowered_choices = lowered_tuning.database_choices(opts.lowered_with)
+        with cycle_collector_paused():
             program, lowered_choices = _build_program(
                 self.module, example, opts, example_targets, lowered_choices)
         if program.side_effects:
@@ -229,7 +213,7 @@ class Nimble(torch.nn.Module):
             kernels.unbind(replay)
             self._tuned_report = []
             return []
-        lowered = _lowered_report(replay, self._lowered_choices)
+        lowered = lowered_tuning.report_rows(replay, self._lowered_choices)
         self._tuned_report = lowered + kernels.bind(
             replay, database, any_device=any_device, min_speedup=min_speedup
         )
@@ -377,43 +361,6 @@ class Nimble(torch.nn.Module):
         with self._program.snapshot():
             _, ops = self.replay.run_timed(self._program.example_inputs)
         write_trace(path, self.schedule["ops"], ops)
-
-
-def _lowering_choices(lowered_with: tuple | None) -> dict:
-    """The lowering's kernels a tuning database (database, any_device) chose, by convolution
-    shape: {shape key: {kernel, threads, ms, signature}}. The program runs the kernel only
-    (csrc/passes/cpu_lowering.h says why not the thread count)."""
-    if lowered_with is None or not os.path.exists(lowered_with[0]):
-        return {}
-    from .._C import kernels
-
-    return kernels.lowering_choices(lowered_with[0], any_device=lowered_with[1])
-
-
-def _lowered_report(replay, choices: dict) -> list[dict]:
-    """use_tuned's rows for the lowered convolutions a database chose a kernel for (`choices`,
-    as lowered_tuning.build_with_choices checked them in the replay): `aten_ms` is the rule's
-    kernel there, `tuned_ms` the database's (its record, when it is the rule's own)."""
-    rows = []
-    for index, op in enumerate(replay.ops()):
-        choice = choices.get(op.get("shape_key"))
-        if choice is None:
-            continue
-        if "context_ms" not in choice:
-            reason = "lowered convolution: the database's fastest is the rule's kernel"
-        elif choice["kept"]:
-            reason = "lowered convolution: the database's kernel, faster in this replay"
-        else:
-            reason = (f"lowered convolution: the database's kernel took {choice['context_ms']:.3f}"
-                      f" ms in this replay against the rule's {choice['default_ms']:.3f} ms; "
-                      f"the rule's kept")
-        rows.append(dict(
-            op=index, absorbed=[], task=op["shape_key"], signature=choice["signature"],
-            kernel=f"family=prepacked prepacked.kernel={choice['spec']}",
-            record_device="", aten_ms=choice.get("default_ms", 0.0),
-            tuned_ms=choice.get("context_ms", choice["ms"]), bound=choice["kept"], reason=reason,
-        ))
-    return rows
 
 
 Nimble.prepare.__signature__ = keyword_signature(Nimble.prepare)
