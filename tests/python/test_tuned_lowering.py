@@ -57,10 +57,11 @@ def test_use_tuned_runs_the_databases_kernels_and_stays_equal_to_eager(tuned):
     assert len(kernels) == len(plain)
     for i, op in tuned_ops:
         choice, row = choices[op["shape_key"]], rows[i]
+        # `tuning`: the kernel, threads and kernel parameters the op runs (a spec, as the choice).
         if row["bound"]:
+            assert op["tuning"] == choice["spec"], (op["tuning"], choice)
             assert op["kernel"].startswith(choice["kernel"]), (op["kernel"], choice)
         else:
-            # Not the database's spec (its kernel may be the rule's, with other parameters).
             assert op["tuning"] != choice["spec"], (op["tuning"], choice)
             assert row["tuned_ms"] >= row["aten_ms"] > 0, row
     for _ in range(2):
@@ -182,7 +183,8 @@ def test_a_records_kernel_parameters_and_threads_reach_the_lowered_op(tmp_path, 
 
     model, x = zoo.build("torchvision:mobilenet_v2", image_size=32)
     model = zoo.realistic_weights(model.eval(), lambda: model(x))
-    tasks = nimble._C.kernels.tasks(nimble.Nimble(model).prepare(x, lower_for_cpu=False).replay)
+    unlowered = nimble.Nimble(model).prepare(x, lower_for_cpu=False)
+    tasks = nimble._C.kernels.tasks(unlowered.replay)
     convs = [t for t in tasks if t["signature"].startswith("conv2d") and "prepacked" in t["families"]]
     dense = next(t for t in convs if "groups=1 " in t["signature"] and "x3x3/" in t["signature"])
     depthwise = next(t for t in convs if "groups=1 " not in t["signature"])
@@ -190,9 +192,9 @@ def test_a_records_kernel_parameters_and_threads_reach_the_lowered_op(tmp_path, 
     lines = tmp_path / "records.jsonl"
     threads = [label for name, label in depthwise["knobs"] if name == "prepacked.threads"][0]
     lines.write_text("\n".join([
-        _record(dense, device, kernel="nimble_gemm", threads=threads[-1], gemm_tile_rows="3",
-                gemm_loop_order="columns", gemm_rows_per_block="16"),
-        _record(depthwise, device, kernel="nimble_depthwise", threads="1", dw_pixels="3",
+        _record(dense, device, kernel="nimble_gemm", threads=threads[-1], gemm_tile_rows="4",
+                gemm_loop_order="columns", gemm_rows_per_block="64"),
+        _record(depthwise, device, kernel="nimble_depthwise", threads="1", dw_pixels="4",
                 dw_windows="off", dw_channel_vectors="1")]) + "\n")
     db = str(tmp_path / "tuned.db")
     assert nimble._C.tuning.TuningDatabase(db).import_jsonl(str(lines)) == 2
@@ -202,9 +204,9 @@ def test_a_records_kernel_parameters_and_threads_reach_the_lowered_op(tmp_path, 
     one_thread = " threads=1" if torch.get_num_threads() > 1 else ""
     every = f" threads={threads[-1]}" if int(threads[-1]) < torch.get_num_threads() else ""
     assert by_signature[dense["signature"]]["spec"] == (
-        f"nimble_gemm{every} gemm.rows_per_block=16 gemm.loop_order=columns gemm.tile_rows=3")
+        f"nimble_gemm{every} gemm.rows_per_block=64 gemm.loop_order=columns gemm.tile_rows=4")
     assert by_signature[depthwise["signature"]]["spec"] == (
-        f"nimble_depthwise{one_thread} depthwise.channel_vectors=1 depthwise.pixels=3 "
+        f"nimble_depthwise{one_thread} depthwise.channel_vectors=1 depthwise.pixels=4 "
         "depthwise.windows=off")
     # The replay keeps a record only where it runs faster there: these are, by decree.
     monkeypatch.setattr(lowered_tuning, "_per_op_ns",

@@ -22,21 +22,25 @@ namespace {
 using Kernel = PrepackedConvolution::Kernel;
 
 // The parameter knobs of the op's nimble kernel, in knobs()'s order after kernel and threads.
+// A few values each, 0 (or "rule") first: the trace recorder (nimble/tuning/trace.py) measures
+// every config of a space, so its size is kept to hundreds.
 std::vector<tuning::Knob> parameter_knobs(const TunableOp& op) {
   if (op.depthwise()) {
     return {tuning::Knob::integer_range("dw_channel_vectors", 0, 4),
-            tuning::Knob::integer_range("dw_pixels", 0, 12),
+            tuning::Knob::integer_range("dw_pixels", 0, 8, 2),
             tuning::Knob::categorical("dw_windows", {"rule", "off"}),
-            tuning::Knob::integer_range("dw_pieces", 0, 8)};
+            tuning::Knob::integer_range("dw_pieces", 0, 4)};
   }
-  // Rows per block in whole 8-row register tiles, up to the kernel's most (512) or all rows.
+  // Rows per block below the output's rows (more is all of them, as one block).
   const int64_t rows = op.n * op.out_h() * op.out_w();
-  const int64_t most_rows = std::min<int64_t>(512, (rows + 7) / 8 * 8);
-  return {tuning::Knob::integer_range("gemm_pieces", 0, 8),
-          tuning::Knob::integer_range("gemm_rows_per_block", 0, most_rows, 8),
-          tuning::Knob::integer_range("gemm_column_splits", 0, 4),
+  std::vector<std::string> rows_per_block = {"rule"};
+  for (const int64_t r : {16, 64, 256})
+    if (r < rows) rows_per_block.push_back(std::to_string(r));
+  return {tuning::Knob::integer_range("gemm_pieces", 0, 4),
+          tuning::Knob::categorical("gemm_rows_per_block", rows_per_block),
+          tuning::Knob::integer_range("gemm_column_splits", 0, 2),
           tuning::Knob::categorical("gemm_loop_order", {"rule", "rows", "columns"}),
-          tuning::Knob::integer_range("gemm_tile_rows", 0, 8)};
+          tuning::Knob::integer_range("gemm_tile_rows", 0, 6, 2)};
 }
 
 std::vector<std::string> kernel_names(const TunableOp& op) {
@@ -153,7 +157,8 @@ nhwc::KernelParameters prepacked_parameters(const TunableOp& op, const KnobValue
     return p;
   }
   p.gemm.pieces = k.value("gemm_pieces");
-  p.gemm.rows_per_block = k.value("gemm_rows_per_block");
+  const std::string rows = k.label("gemm_rows_per_block");
+  p.gemm.rows_per_block = rows == "rule" ? 0 : std::stoll(rows);
   p.gemm.column_splits = k.value("gemm_column_splits");
   const std::string order = k.label("gemm_loop_order");
   p.gemm.loop_order = order == "rows"      ? nhwc::LoopOrder::kRowsOutside
