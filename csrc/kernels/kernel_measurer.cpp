@@ -171,17 +171,23 @@ tuning::MeasureResult KernelMeasurer::measure_one(const tuning::Config& config,
   return result;
 }
 
-std::vector<tuning::MeasureResult> KernelMeasurer::measure(const std::vector<tuning::Config>& batch,
-                                                           const tuning::RepeatPolicy& repeats) {
+std::vector<tuning::MeasureResult> measure_each(
+    const std::vector<tuning::Config>& batch,
+    const std::function<tuning::MeasureResult(const tuning::Config&)>& measure_one) {
   const at::AutoDispatchBelowADInplaceOrView below_autograd;
   std::vector<tuning::MeasureResult> out;
   out.reserve(batch.size());
   for (const tuning::Config& config : batch) {
     const double start = now_seconds();
-    out.push_back(measure_one(config, repeats));
+    out.push_back(measure_one(config));
     out.back().cost_seconds = now_seconds() - start;
   }
   return out;
+}
+
+std::vector<tuning::MeasureResult> KernelMeasurer::measure(const std::vector<tuning::Config>& batch,
+                                                           const tuning::RepeatPolicy& repeats) {
+  return measure_each(batch, [&](const tuning::Config& c) { return measure_one(c, repeats); });
 }
 
 double KernelMeasurer::baseline_seconds(int repeats) {

@@ -81,6 +81,12 @@ double time_calls(const std::function<void()>& call, const tuning::RepeatPolicy&
 std::function<void()> cold_start(CacheFlusher& flusher, const std::vector<at::Tensor>& operands,
                                  const MeasureOptions& options);
 
+// `measure_one` on each config of `batch` in turn, below autograd, each result with what
+// measuring it cost: a measurer's `measure`.
+std::vector<tuning::MeasureResult> measure_each(
+    const std::vector<tuning::Config>& batch,
+    const std::function<tuning::MeasureResult(const tuning::Config&)>& measure_one);
+
 class KernelMeasurer : public tuning::Measurer {
  public:
   // `flusher`: shared with the other measurers of a model (make_flusher(options)).

@@ -3,6 +3,7 @@
 // database's winners into the replay. Long work releases the GIL.
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <limits>
 #include <map>
@@ -11,6 +12,7 @@
 
 #include "csrc/kernels/kernel_family.h"
 #include "csrc/python/bindings.h"
+#include "csrc/slot/context_measurer.h"
 #include "csrc/slot/kernel_binding.h"
 #include "csrc/slot/lowering_choices.h"
 #include "csrc/slot/program_tasks.h"
@@ -62,6 +64,17 @@ class ReplayMeasurer {
   std::map<std::string, std::shared_ptr<kernels::KernelMeasurer>> measurers_;
 };
 
+// The config's layout: each knob's name and choices, in config order.
+py::list knob_labels(const tuning::KnobSpace& space) {
+  py::list knobs;
+  for (const tuning::Knob& knob : space.knobs()) {
+    std::vector<std::string> labels;
+    for (int i = 0; i < knob.size(); ++i) labels.push_back(knob.label(i));
+    knobs.append(py::make_tuple(knob.name(), labels));
+  }
+  return knobs;
+}
+
 }  // namespace
 
 void bind_kernels(py::module_& m) {
@@ -96,14 +109,7 @@ void bind_kernels(py::module_& m) {
           std::vector<std::string> families;
           for (int i = 0; i < family.size(); ++i) families.push_back(family.label(i));
           d["families"] = families;
-          // The config's layout: each knob's name and choices, in config order.
-          py::list knobs;
-          for (const tuning::Knob& knob : t.space->knobs().knobs()) {
-            std::vector<std::string> labels;
-            for (int i = 0; i < knob.size(); ++i) labels.push_back(knob.label(i));
-            knobs.append(py::make_tuple(knob.name(), labels));
-          }
-          d["knobs"] = knobs;
+          d["knobs"] = knob_labels(t.space->knobs());
           out.append(d);
         }
         return out;
@@ -118,7 +124,7 @@ void bind_kernels(py::module_& m) {
          std::optional<std::string> database, const std::string& run, bool resume,
          double min_repeat_seconds, double timeout_seconds, uint64_t seed,
          const py::object& progress, const py::object& on_baseline, const py::object& pool,
-         bool finish_when_cold) {
+         bool finish_when_cold, const std::optional<std::vector<at::Tensor>>& inputs) {
         tuning::TunerOptions o;
         tuning::SchedulerOptions s;
         o.budget_seconds = budget_seconds;
@@ -140,20 +146,33 @@ void bind_kernels(py::module_& m) {
         auto sched = tuning::make_scheduler(scheduler, s);
         std::optional<tuning::TuningDatabase> db;
         if (database) db.emplace(*database);
-        const auto tasks = slot::program_tasks(
-            replay.program(),
-            kernels::all_families(database ? kernels::cubin_directory_for(*database) : ""));
         const auto measure = measure_options(min_repeat_seconds, timeout_seconds, seed);
         const tuning::ProgressCallback callback = python_progress(progress);
         const std::unique_ptr<tuning::MeasurePool> measure_pool = python_measure_pool(pool);
+        if (inputs && measure_pool)
+          throw std::invalid_argument("tuning in context measures in this process: no pool");
+        std::vector<slot::ProgramTask> tasks;
+        std::vector<slot::ContextTask> lowered;
+        if (inputs) {
+          lowered = slot::context_tasks(replay);
+        } else {
+          tasks = slot::program_tasks(
+              replay.program(),
+              kernels::all_families(database ? kernels::cubin_directory_for(*database) : ""));
+        }
+        const size_t count = inputs ? lowered.size() : tasks.size();
         tuning::TuningReport report;
         {
           py::gil_scoped_release release;
-          std::vector<tuning::Task> tuning_tasks = slot::tuning_tasks(tasks, measure, [&](int i) {
+          const auto baseline = [&](int i) {
             py::gil_scoped_acquire gil;
             if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-            if (!on_baseline.is_none()) on_baseline(i, tasks.size());
-          });
+            if (!on_baseline.is_none()) on_baseline(i, count);
+          };
+          std::vector<tuning::Task> tuning_tasks =
+              inputs ? slot::context_tuning_tasks(replay, *inputs, std::move(lowered), measure,
+                                                  baseline)
+                     : slot::tuning_tasks(tasks, measure, baseline);
           tuning::ModelTuner tuner(std::move(tuning_tasks), o, db ? &*db : nullptr);
           report = tuner.run(*sched, callback, measure_pool.get());
         }
@@ -170,9 +189,31 @@ void bind_kernels(py::module_& m) {
       py::arg("resume") = true, py::arg("min_repeat_seconds") = 2e-3,
       py::arg("timeout_seconds") = 2.0, py::arg("seed") = 0, py::arg("progress") = py::none(),
       py::arg("on_baseline") = py::none(), py::arg("pool") = py::none(),
-      py::arg("finish_when_cold") = false,
+      py::arg("finish_when_cold") = false, py::arg("inputs") = py::none(),
       "Tune the replay's tunable ops on this machine (or on the workers of `pool`, see "
-      "nimble/tuning/distributed.py); every measurement goes to `database`.");
+      "nimble/tuning/distributed.py); every measurement goes to `database`. With `inputs` (the "
+      "replay's example inputs), a lowered replay's convolutions are tuned in context: each "
+      "candidate timed in the replay itself (csrc/slot/context_measurer.h).");
+
+  k.def(
+      "context_tasks",
+      [](const Replay& replay) {
+        py::list out;
+        for (const slot::ContextTask& t : slot::context_tasks(replay)) {
+          py::dict d;
+          d["name"] = t.name;
+          d["signature"] = t.signature;
+          std::vector<int> ops;
+          for (const auto& site : t.sites) ops.push_back(site.op);
+          d["ops"] = ops;
+          d["space_size"] = t.space->knobs().size();
+          d["knobs"] = knob_labels(t.space->knobs());
+          out.append(d);
+        }
+        return out;
+      },
+      py::arg("replay"),
+      "A lowered replay's convolutions by lowered signature: tuning in context.");
 
   py::class_<ReplayMeasurer>(k, "ReplayMeasurer",
                              "A replay's tunable ops' measurers by signature, for a worker.")

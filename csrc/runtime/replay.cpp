@@ -285,6 +285,26 @@ void Replay::set_scalars(const std::vector<double>& values) {
   }
 }
 
+void Replay::set_op_argument(int op, int arg, const std::optional<c10::IValue>& value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (op < 0 || op >= static_cast<int>(program_.ops.size()) || arg < 0 ||
+      arg >= static_cast<int>(program_.ops[op].args.size()))
+    throw BadInput("set_op_argument: no argument " + std::to_string(arg) + " of op " +
+                   std::to_string(op));
+  if (ready_executor().bakes_scalars())
+    throw BadInput("set_op_argument: this replay's executor bakes its arguments");
+  std::vector<std::pair<int, c10::IValue>>& args = state_.ops[op].args;
+  const auto found = std::find_if(args.begin(), args.end(),
+                                  [arg](const auto& entry) { return entry.first == arg; });
+  if (found == args.end()) {
+    if (value) args.emplace_back(arg, *value);
+  } else if (value) {
+    found->second = *value;
+  } else if (found + 1 == args.end()) {  // registered scalar places index the others
+    args.pop_back();
+  }
+}
+
 void Replay::write_scalars(const std::vector<double>& values) {
   for (size_t i = 0; i < values.size(); ++i) {
     const ScalarPlace& place = scalar_places_[i];

@@ -79,6 +79,12 @@ class Replay {
   // graph captures the kernels); when that fails, the previous kernels stay.
   void set_kernels(std::vector<std::shared_ptr<const KernelOverride>> kernels);
 
+  // Tuning in context (slot/context_measurer.h): argument `arg` of op `op` is `value` in the
+  // replays that follow (nullopt: the program's own again). The executor is kept, so the
+  // candidate runs with the replay's threads and memory as they are; an executor that bakes
+  // its arguments (a CUDA graph) refuses.
+  void set_op_argument(int op, int arg, const std::optional<c10::IValue>& value);
+
   // Rebuilds the executor, e.g. with another number of streams.
   void set_executor_options(const ExecutorOptions& options);
   const ExecutorOptions& executor_options() const { return options_; }

@@ -4,6 +4,7 @@
 
 #include <regex>
 #include <sstream>
+#include <utility>
 
 #include "csrc/kernels/cpu/torch_ops/tuned_convolution.h"
 #include "csrc/kernels/cpu/tuning_families/cpu_families.h"
@@ -20,6 +21,30 @@ std::vector<int64_t> numbers(const std::string& list) {
   return out;
 }
 
+// A convolution's sizes and geometry from a match of its signature or shape key: the input's
+// four sizes from group `in` on, the weight's k from `weight` (then c / groups, r, s), and
+// stride, padding, dilation (two each) and groups from `geometry` on.
+kernels::TunableOp convolution_of_match(const std::smatch& m, int in, int weight, int geometry) {
+  const auto at = [&](int i) { return std::stoll(m[i].str()); };
+  kernels::TunableOp op;
+  op.n = at(in);
+  op.c = at(in + 1);
+  op.h = at(in + 2);
+  op.w = at(in + 3);
+  op.k = at(weight);
+  op.r = at(weight + 2);
+  op.s = at(weight + 3);
+  op.stride = {at(geometry), at(geometry + 1)};
+  op.padding = {at(geometry + 2), at(geometry + 3)};
+  op.dilation = {at(geometry + 4), at(geometry + 5)};
+  op.groups = at(geometry + 6);
+  const auto out_size = [&](int64_t size, int64_t kernel, int d) {
+    return (size + 2 * op.padding[d] - op.dilation[d] * (kernel - 1) - 1) / op.stride[d] + 1;
+  };
+  op.out_sizes = {op.n, op.k, out_size(op.h, op.r, 0), out_size(op.w, op.s, 1)};
+  return op;
+}
+
 }  // namespace
 
 std::string convolution_shape_key(const kernels::TunableOp& op) {
@@ -31,6 +56,29 @@ std::string convolution_shape_key(const kernels::TunableOp& op) {
   return out.str();
 }
 
+std::string lowered_signature(const std::string& shape_key, const std::string& epilogue) {
+  return "lowered " + shape_key + " epilogue=" + epilogue;
+}
+
+std::optional<kernels::TunableOp> convolution_of_shape_key(const std::string& signature) {
+  static const std::regex form(
+      R"((?:lowered )?in=(\d+)x(\d+)x(\d+)x(\d+) weight=(\d+)x(\d+)x(\d+)x(\d+) )"
+      R"(stride=(\d+),(\d+) pad=(\d+),(\d+) dil=(\d+),(\d+) groups=(\d+)(?: epilogue=.*)?)");
+  std::smatch m;
+  if (!std::regex_match(signature, m, form)) return std::nullopt;
+  kernels::TunableOp op = convolution_of_match(m, 1, 5, 9);
+  if (op.groups <= 0 || op.c % op.groups != 0 || std::stoll(m[6].str()) != op.c / op.groups)
+    return std::nullopt;
+  const int64_t hw = op.out_sizes[2] * op.out_sizes[3];
+  op.out_strides = {hw * op.k, 1, op.out_sizes[3] * op.k, op.k};  // channels_last
+  op.input_strides = {op.h * op.w * op.c, 1, op.w * op.c, op.c};
+  return op;
+}
+
+kernels::KernelSpace lowered_space(const kernels::TunableOp& op) {
+  return kernels::KernelSpace(op, {kernels::prepacked_family()});
+}
+
 std::optional<kernels::TunableOp> convolution_of_signature(const std::string& signature) {
   // TunableOp::signature's form for a float convolution on the CPU.
   static const std::regex form(
@@ -39,27 +87,11 @@ std::optional<kernels::TunableOp> convolution_of_signature(const std::string& si
       R"(( \+residual)?(?: \+relu| \+hardtanh\(([-+\d.e]+),([-+\d.e]+)\))?)");
   std::smatch m;
   if (!std::regex_match(signature, m, form)) return std::nullopt;
-  const auto at = [&](int i) { return std::stoll(m[i].str()); };
-  kernels::TunableOp op;
-  op.n = at(1);
-  op.c = at(2);
-  op.h = at(3);
-  op.w = at(4);
+  kernels::TunableOp op = convolution_of_match(m, 1, 6, 11);
   op.input_strides = numbers(m[5]);
-  op.k = at(6);
-  op.r = at(8);
-  op.s = at(9);
   op.weight_strides = numbers(m[10]);
-  op.stride = {at(11), at(12)};
-  op.padding = {at(13), at(14)};
-  op.dilation = {at(15), at(16)};
-  op.groups = at(17);
   op.bias = m[18].matched;
   op.out_strides = numbers(m[19]);
-  const auto out_size = [&](int64_t in, int64_t kernel, int d) {
-    return (in + 2 * op.padding[d] - op.dilation[d] * (kernel - 1) - 1) / op.stride[d] + 1;
-  };
-  op.out_sizes = {op.n, op.k, out_size(op.h, op.r, 0), out_size(op.w, op.s, 1)};
   op.epilogue.residual = m[20].matched;
   if (signature.find(" +relu") != std::string::npos) {
     op.epilogue.activation = kernels::Activation::kRelu;
@@ -80,9 +112,12 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
       any_device ? database.devices() : std::vector<std::string>{device};
   for (const std::string& on : devices) {
     for (const std::string& signature : database.signatures(on)) {
-      const std::optional<kernels::TunableOp> op = convolution_of_signature(signature);
+      const bool in_context = signature.rfind("lowered ", 0) == 0;
+      const std::optional<kernels::TunableOp> op =
+          in_context ? convolution_of_shape_key(signature) : convolution_of_signature(signature);
       if (!op) continue;
-      const kernels::KernelSpace space(*op, families);
+      const kernels::KernelSpace space =
+          in_context ? lowered_space(*op) : kernels::KernelSpace(*op, families);
       const std::string key = convolution_shape_key(*op);
       for (const tuning::DatabaseRecord& record : database.records(signature, on)) {
         // A record of an older space (other knobs) is not this space's config.
@@ -91,11 +126,15 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
         if (family.name() != "prepacked") continue;
         const double seconds = record.result.mean_seconds();
         const auto found = out.find(key);
-        if (found != out.end() && found->second.seconds <= seconds) continue;
+        if (found != out.end() &&
+            std::make_pair(!found->second.in_context, found->second.seconds) <=
+                std::make_pair(!in_context, seconds))
+          continue;
         const kernels::KnobValues knobs(space.knobs(), record.config, "prepacked.");
         LoweringChoice choice{knobs.label("kernel"),
                               knobs.value("threads"),
                               seconds,
+                              in_context,
                               signature,
                               kernels::prepacked_parameters(*op, knobs),
                               ""};

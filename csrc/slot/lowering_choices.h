@@ -1,24 +1,26 @@
 #pragma once
 // Tuned kernels for the CPU lowering: which of the lowering's own kernels (the "prepacked"
 // family, kernels/cpu/tuning_families/prepacked_family.cpp) a tuning database found fastest for
-// each convolution shape. Tuning measures ATen's convolutions as the unlowered program has them
-// (batch norm apart, no fused epilogue); the lowered program has the same convolutions with
-// batch norms folded and epilogues fused, so records are matched by shape alone (sizes,
-// stride, padding, dilation, groups), never by the full signature.
+// each convolution shape. A lowered replay is tuned in context (context_measurer.h), its
+// records keyed by lowered_signature; an unlowered one's records have ATen's convolutions
+// (batch norm apart, no fused epilogue). Either is matched by shape alone (sizes, stride,
+// padding, dilation, groups), never by the full signature.
 #include <map>
 #include <optional>
 #include <string>
 
 #include "csrc/kernels/cpu/channels_last/kernel_parameters.h"
+#include "csrc/kernels/kernel_space.h"
 #include "csrc/kernels/tunable_op.h"
 #include "tuning/database/tuning_database.h"
 
 namespace nimble::slot {
 
 struct LoweringChoice {
-  std::string kernel;   // PrepackedConvolution::kernel_name
-  int64_t threads = 0;  // intra-op threads (0: the caller's)
-  double seconds = 0;   // the record's mean time per call
+  std::string kernel;       // PrepackedConvolution::kernel_name
+  int64_t threads = 0;      // intra-op threads (0: the caller's)
+  double seconds = 0;       // the record's mean time per call
+  bool in_context = false;  // timed in the lowered replay
   std::string signature;
   kernels::nhwc::KernelParameters parameters;  // nimble's kernels' (the rule's where 0)
   // All three as the lowering takes them (TunedConvolution's spec, cpu_lowering.h), threads
@@ -34,8 +36,18 @@ std::string convolution_shape_key(const kernels::TunableOp& op);
 // linear layer or a signature of another form.
 std::optional<kernels::TunableOp> convolution_of_signature(const std::string& signature);
 
+// What in-context tuning (context_measurer.h) records a lowered convolution by: its shape key
+// and fused epilogue, "lowered in=1x32x16x16 weight=... groups=32 epilogue=relu".
+std::string lowered_signature(const std::string& shape_key, const std::string& epilogue);
+// The convolution (sizes and geometry; channels_last, no epilogue) of a lowered signature or a
+// shape key; nullopt for another form.
+std::optional<kernels::TunableOp> convolution_of_shape_key(const std::string& signature);
+// What in-context records' configs index: the "prepacked" family alone.
+kernels::KernelSpace lowered_space(const kernels::TunableOp& op);
+
 // Per shape key, the fastest successful "prepacked" record on `device` (any device's
-// records, the fastest overall, with `any_device`).
+// records, the fastest overall, with `any_device`). A record timed in the lowered replay
+// (lowered_signature) beats any timed alone, whatever their times: they are not comparable.
 std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatabase& database,
                                                        const std::string& device, bool any_device);
 

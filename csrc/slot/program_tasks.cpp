@@ -12,9 +12,8 @@
 #include "csrc/kernels/cpu/cpu_features.h"
 
 namespace nimble::slot {
-namespace {
 
-std::string short_name(const kernels::TunableOp& op) {
+std::string task_name(const kernels::TunableOp& op) {
   std::ostringstream out;
   if (op.kind == kernels::TunableOp::Kind::kLinear) {
     out << "linear " << op.c << ">" << op.k;
@@ -32,8 +31,6 @@ std::string short_name(const kernels::TunableOp& op) {
   return out.str();
 }
 
-}  // namespace
-
 std::vector<ProgramTask> program_tasks(const Program& program, const kernels::Families& families) {
   std::vector<ProgramTask> tasks;
   std::map<std::string, size_t> by_signature;
@@ -49,7 +46,7 @@ std::vector<ProgramTask> program_tasks(const Program& program, const kernels::Fa
     auto space = std::make_shared<const kernels::KernelSpace>(site->op, families);
     if (space->empty()) continue;
     by_signature[signature] = tasks.size();
-    std::string name = short_name(site->op);
+    std::string name = task_name(site->op);
     tasks.push_back(ProgramTask{std::move(space), {std::move(*site)}, std::move(name)});
   }
   return tasks;
@@ -77,6 +74,22 @@ std::string device_key(c10::DeviceType device) {
   return out.str();
 }
 
+tuning::Task task_over(const kernels::KernelSpace& space, std::string name, std::string signature,
+                       size_t occurrences, std::shared_ptr<tuning::Measurer> measurer,
+                       double baseline_seconds) {
+  tuning::Task t;
+  t.name = std::move(name);
+  t.signature = std::move(signature);
+  t.group = space.op().depthwise() ? "depthwise" : "conv";
+  t.space = space.knobs();
+  t.flops = space.op().flops();
+  t.weight = static_cast<double>(occurrences);
+  t.start = space.default_config();
+  t.measurer = std::move(measurer);
+  t.baseline_seconds = baseline_seconds;
+  return t;
+}
+
 std::vector<tuning::Task> tuning_tasks(const std::vector<ProgramTask>& tasks,
                                        const kernels::MeasureOptions& options,
                                        const std::function<void(int)>& baseline) {
@@ -85,17 +98,9 @@ std::vector<tuning::Task> tuning_tasks(const std::vector<ProgramTask>& tasks,
   for (size_t i = 0; i < tasks.size(); ++i) {
     const ProgramTask& p = tasks[i];
     auto measurer = std::make_shared<kernels::KernelMeasurer>(p.space, options, flusher);
-    tuning::Task t;
-    t.name = p.name;
-    t.signature = p.space->op().signature();
-    t.group = p.space->op().depthwise() ? "depthwise" : "conv";
-    t.space = p.space->knobs();
-    t.flops = p.space->op().flops();
-    t.weight = static_cast<double>(p.sites.size());
-    t.start = p.space->default_config();
-    t.baseline_seconds = measurer->baseline_seconds();
-    t.measurer = std::move(measurer);
-    out.push_back(std::move(t));
+    const double seconds = measurer->baseline_seconds();
+    out.push_back(task_over(*p.space, p.name, p.space->op().signature(), p.sites.size(),
+                            std::move(measurer), seconds));
     if (baseline) baseline(static_cast<int>(i));
   }
   return out;

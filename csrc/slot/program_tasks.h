@@ -20,6 +20,9 @@ struct ProgramTask {
   std::string name;                         // short, for progress lines: "dw3x3/1 32>32 32x32"
 };
 
+// A task's name in progress lines: "dw3x3/1 32>32 32x32 +relu".
+std::string task_name(const kernels::TunableOp& op);
+
 std::vector<ProgramTask> program_tasks(const Program& program, const kernels::Families& families);
 
 // What a measurement is only valid on: the CPU model, its widest vector extension, its
@@ -27,6 +30,12 @@ std::vector<ProgramTask> program_tasks(const Program& program, const kernels::Fa
 // GPU's name and compute capability once CUDA kernels come). A CPU model name alone does
 // not tell an AVX-512 machine from an AVX2 one.
 std::string device_key(c10::DeviceType device);
+
+// The tuner's task over `space` for an op that occurs `occurrences` times, measured by
+// `measurer`, the untuned kernel's time `baseline_seconds`.
+tuning::Task task_over(const kernels::KernelSpace& space, std::string name, std::string signature,
+                       size_t occurrences, std::shared_ptr<tuning::Measurer> measurer,
+                       double baseline_seconds);
 
 // The tuner's tasks, each measuring its op's candidates; `baseline` is called once per task
 // with its index after ATen's time was measured (for progress).

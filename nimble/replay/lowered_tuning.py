@@ -1,15 +1,15 @@
 """A tuning database's kernels for the lowered convolutions, kept only where the replay itself
 runs them faster than the rule's.
 
-The tuner times each convolution alone, on the layouts ATen gives it (NCHW in and out, so the
-lowering's kernels pay for converting to channels_last and back inside the timed call). A lowered
-replay hands its convolutions channels_last activations, straight from the op before, with the
-caches that op left. A kernel faster alone can be slower there: on googlenet at 64x64 the 7x7
-stem took 0.23 ms through oneDNN against 0.25 ms through nimble's kernel when tuned alone, and
-0.21 ms against 0.13 ms in the replay. So `prepare(tuned=...)` builds the replay with the
-rule's kernels and with the database's, times both op by op, round after round, and keeps the
-database's kernel only for the convolution shapes it made faster there: tuning never leaves a
-lowered convolution slower than the untuned default.
+The tuner times a lowered replay's candidates in that replay (csrc/slot/context_measurer.h), one
+shape at a time, each op in place among the rule's kernels; a database may also hold records
+timed alone (an unlowered replay's, NCHW in and out), and the choices of several shapes were
+never timed together. A kernel faster alone can be slower in the replay: on googlenet at 64x64
+the 7x7 stem took 0.23 ms through oneDNN against 0.25 ms through nimble's kernel when tuned
+alone, and 0.21 ms against 0.13 ms in the replay. So `prepare(tuned=...)` builds the replay with
+the rule's kernels and with the database's, times both op by op, round after round, and keeps
+the database's kernel only for the convolution shapes it made faster there: tuning never leaves
+a lowered convolution slower than the untuned default.
 """
 
 from __future__ import annotations

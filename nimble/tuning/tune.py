@@ -5,11 +5,15 @@
     fast.use_tuned("tune.db")  # each convolution: the fastest kernel measured for its shape
     print(fast.tuned_report())
 
-The tuner measures the model's convolutions as ATen runs them (a replay with the CPU lowering
-off, made here when `fast` is lowered), every kernel family against ATen: nimble's NCHW
-templates and PyTorch's own backends, and the lowering's kernels (the "prepacked" family:
-nimble's channels-last kernels and oneDNN's, each with its epilogue fused). A lowered replay
-then runs, per convolution shape, the fastest of the lowering's kernels the database holds.
+A lowered replay (the CPU default) is tuned where it runs: one task per lowered convolution
+shape, over the lowering's kernels (the "prepacked" family: nimble's channels-last kernels with
+their parameters, and oneDNN's, each with its epilogue fused) and their thread counts, each
+candidate put in place of its convolutions in the replay and timed there, op by op
+(csrc/slot/context_measurer.h). `prepare(tuned=db)` then runs, per convolution shape, the
+fastest the database holds where the whole replay runs faster with it. An unlowered replay's
+ops (and a lowered one tuned on Ray workers, which rebuild the model unlowered) are measured
+alone, as ATen runs them, every kernel family against ATen: nimble's NCHW templates and
+PyTorch's own backends, and the lowering's kernels.
 
 The tuner itself is C++ (tuning/, csrc/kernels/, csrc/slot/); this module checks arguments,
 shows progress and hands over.
@@ -17,6 +21,7 @@ shows progress and hands over.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -35,6 +40,7 @@ class TuningProgress:
         self.total = budget_seconds if self.by_seconds else (budget_trials or None)
         self.bars = []
         self.first_ms = None
+        self.baseline_label = "timing ATen's kernels"
 
     def _bar(self, **kwargs):
         from tqdm import tqdm
@@ -44,7 +50,7 @@ class TuningProgress:
 
     def baseline(self, index: int, total: int) -> None:
         if not self.bars:
-            self._bar(total=total, desc="timing ATen's kernels", unit="task")
+            self._bar(total=total, desc=self.baseline_label, unit="task")
         self.bars[0].update(index + 1 - self.bars[0].n)
 
     def slot(self, event: dict) -> None:
@@ -109,7 +115,8 @@ def tune(
 ) -> dict:
     """Tune the kernels of a prepared (inference) Nimble's tunable ops on this machine.
 
-    Every candidate is checked against ATen on random inputs before it is timed; failures are
+    Every candidate is checked before it is timed (in context: against the rule's kernel on
+    the convolution's inputs in the replay; alone: against ATen on random inputs); failures are
     recorded with their message. Every measurement goes to the SQLite `database`, keyed by the
     op's signature and this machine (`nimble._C.kernels.device_key()`); a later run resumes
     from it. Returns the tuner's report (curve of estimated model latency over tuning time,
@@ -128,9 +135,16 @@ def tune(
     if not (budget_seconds > 0 or budget_trials > 0):
         raise ValueError("give a positive budget_seconds or budget_trials")
     replay = inference_replay(fast)
+    distributed = workers > 1 or ray_address is not None
+    in_context = None  # the example inputs, when the lowered replay is tuned in place
     if any(op["name"].startswith("nimble::") for op in replay.ops()):
-        replay = _unlowered_twin(fast).replay
-    tasks = kernels.tasks(replay)
+        if not distributed and kernels.context_tasks(replay):
+            in_context = fast._program
+        else:
+            # Workers rebuild the model unlowered (distributed.py); a lowered replay without
+            # convolutions has only ATen's ops to tune.
+            replay = _unlowered_twin(fast).replay
+    tasks = kernels.context_tasks(replay) if in_context else kernels.tasks(replay)
     if not tasks:
         raise ValueError("the model has no op a kernel family can replace (2-D float "
                          "convolutions, linear layers with a bias)")
@@ -139,16 +153,23 @@ def tune(
     if busy:
         warnings.warn(busy, RuntimeWarning, stacklevel=2)
     shown = TuningProgress(budget_seconds, budget_trials) if progress else None
+    if shown and in_context:
+        shown.baseline_label = "timing the rule's kernels in the replay"
+    # Tuning in context runs the replay on its example inputs: what that changes (inputs the
+    # model writes, its state) is put back after.
+    restored = in_context.snapshot() if in_context else contextlib.nullcontext()
     try:
-        return kernels.tune(
-            replay, scheduler=scheduler, budget_seconds=budget_seconds,
-            budget_trials=budget_trials, slot_seconds=slot_seconds,
-            early_stop_trials=early_stop_trials, survey_stop=survey_stop, database=database,
-            resume=resume, seed=seed, progress=shown.slot if shown else None,
-            on_baseline=shown.baseline if shown else None,
-            pool=group.pool(model["name"], model, [t["signature"] for t in tasks])
-            if group else None, **options,
-        )
+        with restored:
+            return kernels.tune(
+                replay, scheduler=scheduler, budget_seconds=budget_seconds,
+                budget_trials=budget_trials, slot_seconds=slot_seconds,
+                early_stop_trials=early_stop_trials, survey_stop=survey_stop, database=database,
+                resume=resume, seed=seed, progress=shown.slot if shown else None,
+                on_baseline=shown.baseline if shown else None,
+                pool=group.pool(model["name"], model, [t["signature"] for t in tasks])
+                if group else None,
+                inputs=in_context.example_inputs if in_context else None, **options,
+            )
     finally:
         if shown:
             shown.done()

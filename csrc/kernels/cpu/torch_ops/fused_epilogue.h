@@ -52,6 +52,7 @@ class FiniteWeights {
   void update(const at::Tensor& weight, const at::Tensor& bias);
   // Whether a oneDNN activation keeps eager's results: no product of the program non-finite.
   bool may_fuse_activation() const { return !program_->any(); }
+  const std::shared_ptr<NonFiniteWeights>& program() const { return program_; }
 
  private:
   std::shared_ptr<NonFiniteWeights> program_;

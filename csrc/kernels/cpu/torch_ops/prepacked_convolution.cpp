@@ -238,6 +238,15 @@ int64_t PrepackedConvolution::packed_bytes() const {
   return packed_.numel() * static_cast<int64_t>(packed_.element_size());
 }
 
+c10::intrusive_ptr<PrepackedConvolution> PrepackedConvolution::with_choice(
+    Kernel kernel, int64_t threads, nhwc::KernelParameters parameters) const {
+  // Only the input's sizes are read.
+  const at::Tensor input = at::empty(input_sizes_, weight_.options().device(c10::kMeta));
+  return c10::make_intrusive<PrepackedConvolution>(weight_, bias_, sources_, geometry_, epilogue_,
+                                                   input, out_strides_, finite_weights_.program(),
+                                                   kernel, threads, parameters);
+}
+
 std::string PrepackedConvolution::key() const {
   return shape_key(input_sizes_, weight_.sizes(), geometry_);
 }

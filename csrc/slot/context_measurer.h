@@ -1,0 +1,80 @@
+#pragma once
+// Tuning a lowered replay where it runs: one task per lowered convolution shape, over the
+// "prepacked" family's knobs (the kernel, its intra-op threads and nimble's kernel parameters),
+// each candidate put in place of the convolutions of its shape in the replay itself, the replay
+// run, and the candidate's time read from the executor's per-op timing. The other ops run as they
+// are, so a candidate gets the replay's input layouts, the caches its neighbours leave and the
+// replay's threads; timed alone on NCHW copies, a kernel's ranking can differ (docs/tuning.md,
+// "Timed where it runs"). Records are keyed by lowered_signature (lowering_choices.h), which
+// `prepare(tuned=db)` reads.
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "csrc/kernels/cpu/torch_ops/prepacked_convolution.h"
+#include "csrc/kernels/kernel_measurer.h"
+#include "csrc/kernels/kernel_space.h"
+#include "csrc/runtime/replay.h"
+#include "tuning/task/task.h"
+
+namespace nimble::slot {
+
+// One lowered convolution shape of a replay and where it occurs.
+struct ContextTask {
+  struct Site {
+    int op = -1;
+    int arg = -1;  // the index of its PrepackedConvolution argument
+    c10::intrusive_ptr<kernels::PrepackedConvolution> packed;  // the program's
+    std::vector<at::Tensor> live;  // input and residual as the replay hands them (capture_live)
+    at::Tensor reference;          // the rule's kernel on `live`
+  };
+  std::shared_ptr<const kernels::KernelSpace> space;  // lowered_space
+  std::string signature;                              // lowered_signature
+  std::string name;                                   // short, for progress lines
+  std::vector<Site> sites;                            // in program order
+};
+
+// The replay's lowered convolutions grouped by lowered_signature; empty for a replay with none.
+std::vector<ContextTask> context_tasks(const Replay& replay);
+
+// Runs the replay once on `inputs` and keeps every site's live operands and the rule's result
+// on them (what candidates are checked against). The replay's kernels are as before after it.
+void capture_live(Replay& replay, const std::vector<at::Tensor>& inputs,
+                  std::vector<ContextTask>& tasks);
+
+class ContextMeasurer : public tuning::Measurer {
+ public:
+  // `replay` must outlive the measurer; `task` has its live operands (capture_live).
+  // options.timeout_seconds bounds a candidate's first in-context call, as alone.
+  ContextMeasurer(Replay& replay, const std::vector<at::Tensor>& inputs, ContextTask task,
+                  kernels::MeasureOptions options, int warm_ups = 2);
+  std::vector<tuning::MeasureResult> measure(const std::vector<tuning::Config>& batch,
+                                             const tuning::RepeatPolicy& repeats) override;
+  // The rule's configuration (the space's default) timed the same way.
+  double baseline_seconds(int repeats = 5);
+
+ private:
+  tuning::MeasureResult measure_one(const tuning::Config& config,
+                                    const tuning::RepeatPolicy& repeats);
+  // Seconds per call of the task's ops in one timed replay: their mean.
+  double timed_replay();
+
+  Replay& replay_;
+  std::vector<at::Tensor> inputs_;
+  ContextTask task_;
+  kernels::MeasureOptions options_;
+  int warm_ups_;
+};
+
+// The tuner's tasks for a lowered replay, live operands captured first; `baseline` is called
+// once per task with its index after the rule's time was measured (for progress).
+std::vector<tuning::Task> context_tuning_tasks(Replay& replay,
+                                               const std::vector<at::Tensor>& inputs,
+                                               std::vector<ContextTask> tasks,
+                                               const kernels::MeasureOptions& options,
+                                               const std::function<void(int)>& baseline = {});
+
+}  // namespace nimble::slot
