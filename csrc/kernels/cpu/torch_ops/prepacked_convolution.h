@@ -79,7 +79,7 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   // What runs (tuned_convolution.h names them together): the kernel, the intra-op threads (0:
   // the caller's) and nimble's kernel parameters (the rule's where 0).
   Kernel kernel() const { return kernel_; }
-  const FusedEpilogue& epilogue() const { return epilogue_; }
+  const Epilogue& epilogue() const { return epilogue_; }
   // The same convolution (weight and its sources, geometry, epilogue, layouts) on another
   // kernel, thread count and parameters: a tuning candidate put in this one's place in its
   // replay (slot/context_measurer.h). Throws where that kernel cannot run it.
