@@ -58,9 +58,11 @@ class TuningProgress:
             self.first_ms = event["model_ms"]
             if self.bars:
                 self.bars[0].close()
-            # Seconds are floats: the default format would print all their digits.
-            seconds_format = ("{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s "
-                              "[{elapsed}<{remaining}{postfix}]")
+            # Seconds are floats: the default format would print all their digits. The total
+            # is written in, not formatted by tqdm, which can hand its format None (a run
+            # ended at its very end on `{total:.0f}`).
+            seconds_format = (f"{{desc}}: {{percentage:3.0f}}%|{{bar}}| {{n:.0f}}/"
+                              f"{self.total or 0:.0f} s [{{elapsed}}<{{remaining}}{{postfix}}]")
             self._bar(total=self.total, desc="tuning", unit="s" if self.by_seconds else "trial",
                       bar_format=seconds_format if self.by_seconds else None)
         bar = self.bars[-1]
