@@ -90,8 +90,8 @@ def _per_op_ns(*programs) -> list[list[float]]:
 
 def database_choices(lowered_with: tuple | None) -> dict:
     """The lowering's kernels a tuning database (database, any_device) chose, by convolution
-    shape: {shape key: {kernel, threads, ms, signature}}. The program runs the kernel only
-    (csrc/passes/cpu_lowering.h says why not the thread count)."""
+    shape: {shape key: {kernel, threads, parameters, spec, ms, signature}}; the program runs
+    the spec (kernel, threads and kernel parameters) where build_with_choices keeps it."""
     if lowered_with is None or not os.path.exists(lowered_with[0]):
         return {}
     from .._C import kernels

@@ -58,9 +58,9 @@ class Nimble(torch.nn.Module):
         self._options = None  # prepare's keywords, for preparing again after a change
         self._example = None  # prepare's example call (static copies)
         self._tuned_args = None  # use_tuned's arguments, bound again after preparing again
-        # (database, any_device) whose kernels the CPU lowering of the program runs, or None
-        self._lowered_with = None
-        self._lowered_choices = {}  # what that database chose, by convolution shape
+        # what the database the CPU lowering ran (self._options.lowered_with) chose, by
+        # convolution shape
+        self._lowered_choices = {}
         self._model_watch = None  # checked before every call (nimble/replay/model_watch.py)
 
     # -- prepare ---------------------------------------------------------------------
@@ -141,7 +141,6 @@ class Nimble(torch.nn.Module):
         self._options = opts.replace(tuned=None, _lowered_with=opts.lowered_with)
         self._tuned_report = []
         self._tuned_args = None
-        self._lowered_with = opts.lowered_with
         self._lowered_choices = lowered_choices
         if opts.tuned is not None:
             self.use_tuned(opts.tuned)
@@ -201,7 +200,7 @@ class Nimble(torch.nn.Module):
         if database is not None and not os.path.exists(database):
             raise FileNotFoundError(f"no tuning database at {database!r} (nimble.tune writes one)")
         wanted = None if database is None else (database, any_device)
-        if self._options.lowers and self._lowered_with != wanted:
+        if self._options.lowers and self._options.lowered_with != wanted:
             # The lowering picks its kernels while it builds the program: build it again.
             with warnings.catch_warnings():  # prepare named them already
                 warnings.simplefilter("ignore")
