@@ -80,6 +80,11 @@ ProgressCallback python_progress(const py::object& callback) {
     d["trials"] = e.trials;
     d["tuning_seconds"] = e.tuning_seconds;
     d["model_ms"] = e.model_seconds * 1e3;
+    d["task_ms"] = e.task_seconds * 1e3;
+    d["task_start_ms"] = e.task_start_seconds * 1e3;
+    py::dict gains;
+    for (const auto& [task, ms] : e.expected_gain_ms) gains[py::str(task)] = ms;
+    d["expected_gain_ms"] = gains;
     callback(d);
   };
 }

@@ -131,7 +131,7 @@ def _nimble_tuned(database: str) -> Callable:
     return make
 
 
-def _missing(module: str | None) -> str | None:
+def missing_reason(module: str | None) -> str | None:
     if module is None:
         return None
     import importlib.util
@@ -208,7 +208,7 @@ def measure_peers(spec: str, batch: int, image_size: int, runs: int, warmup: int
         for name, module, make in runtimes:
             if only and name not in only and name != "nimble_tuned":
                 continue
-            reason = _missing(module)
+            reason = missing_reason(module)
             if reason is None:
                 try:
                     start = time.perf_counter()

@@ -78,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None,
                    help="plot the latency-over-time curve(s) to a PNG file (needs nimble[plot])")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--no-peers", action="store_true",
+                   help="with --model: do not time ONNX Runtime and OpenVINO beside the replay")
+    p.add_argument("--peer-runs", type=int, default=30,
+                   help="with --model: calls timed per runtime against the peers")
     p.add_argument("--record-trace", default=None, metavar="FILE.jsonl",
                    help="with --model: measure every configuration of every task once and write "
                         "the trace (docs/tuning.md, \"Traces\")")

@@ -71,27 +71,26 @@ def side_by_side(model, example, untuned, tuned, rounds: int = 60) -> dict:
 
 
 def tune_model(args) -> int:
+    """Tunes the replay `prepare` gives a user (on a CPU the lowered one, in context: each
+    candidate timed in place in it), binds the winners, and shows the untuned and the tuned
+    replay side by side, with ONNX Runtime and OpenVINO beside them where installed."""
+    from .. import zoo
     from ..replay.wrapper import Nimble
     from .curves import print_curve, time_to_reach, write_plot
 
     from .cost import cost_summary, energy_counters, energy_delta, format_cost
 
     database = args.db or "tune.db"
-    model, example, fast = prepared(args, args.model)
+    model, example = zoo.build(args.model, batch=args.batch, image_size=args.image_size)
+    fast = Nimble(model).prepare(example, streams=args.streams)
     before, started = energy_counters(), time.monotonic()
     report = _tune(fast, args, args.scheduler, database, args.seed, not (args.quiet or args.json))
     cost = cost_summary(report, time.monotonic() - started, energy_delta(before, energy_counters()))
     bound = fast.use_tuned(database)
-    untuned = Nimble(model).prepare(example, streams=args.streams, lower_for_cpu=False)
+    untuned = Nimble(model).prepare(example, streams=args.streams)
     speed = side_by_side(model, example, untuned, fast)
-    # What a user runs: `prepare` lowers CPU inference (tuned=: the database's choices among
-    # the lowering's own kernels), which the replays above, the ones tuning covers, are not.
-    lowered = {}
-    if example.device.type == "cpu":
-        plain = Nimble(model).prepare(example, streams=args.streams)
-        with_db = Nimble(model).prepare(example, streams=args.streams, tuned=database)
-        lowered = {f"lowered_{k}": v for k, v in
-                   side_by_side(model, example, plain, with_db).items()}
+    speed["lowered"] = fast._options.lowers
+    peers = _peers_row(args, database) if speed["lowered"] and not args.no_peers else None
     if args.plot:
         write_plot(args.plot, {report["scheduler"]: report["curve"]}, title=args.model)
     final = report["final_model_ms"]
@@ -106,34 +105,53 @@ def tune_model(args) -> int:
             "cold_time_share": report["cold_time_share"],
             "failed_time_share": report["failed_time_share"],
             "curve": report["curve"], "tasks": report["tasks"], "bound": bound, "cost": cost,
-            **speed, **lowered,
+            "peers": peers, **speed,
         }))
         return 0
-    print(f"{args.model} on {report['device']}: {report['trials']} candidates in "
-          f"{report['tuning_seconds']:.0f} s of tuning ({report['scheduler']}), "
-          f"stopped by {report['stop_reason']}; database {database}")
+    where = "in the lowered replay, each in place" if speed["lowered"] else "alone, as ATen runs them"
+    print(f"{args.model} on {report['device']}: {report['trials']} candidates timed {where}, "
+          f"{report['tuning_seconds']:.0f} s of tuning ({report['scheduler']}), stopped by "
+          f"{report['stop_reason']}; database {database}")
     print("estimated latency of the tunable ops (sum of weight x best time per task):")
     print_curve(report)
     print(format_cost(cost))
-    n_bound = sum(r["bound"] for r in bound)
-    print(f"\nbound {n_bound} of {len(bound)} tunable ops (each checked against ATen and timed "
-          f"side by side with it now):")
-    print(f"{'op':>4} {'task':<24} {'aten ms':>8} {'tuned ms':>9} {'speedup':>8}  kernel / why not")
-    for r in fast.tuned_report():
+    _print_bound(fast)
+    print(f"\nthe replay prepare gives (CPU lowering {'on' if speed['lowered'] else 'off'}), "
+          f"side by side: untuned {speed['untuned_ms']:.3f} ms, with tuned={database} "
+          f"{speed['tuned_ms']:.3f} ms: {speed['speedup']:.2f}x; tuned vs eager: max relative "
+          f"difference {speed['max_relative_error']:.1e}")
+    if peers is not None:
+        from ..bench.peers import print_report
+
+        print("\nagainst the peers (python -m nimble bench --peers --tuned DB), side by side:")
+        print_report([peers])
+    return 0
+
+
+def _print_bound(fast) -> None:
+    rows = fast.tuned_report()
+    print(f"\nbound {sum(r['bound'] for r in rows)} of {len(rows)} tunable ops (each timed side "
+          f"by side with its default kernel now: the rule's in a lowered replay, else ATen's):")
+    print(f"{'op':>4} {'task':<24} {'default ms':>10} {'tuned ms':>9} {'speedup':>8}  "
+          f"kernel / why not")
+    for r in rows:
         speedup = f"{r['speedup']:.2f}x" if r["speedup"] else ""
         tuned = f"{r['tuned_ms']:.4f}" if r["tuned_ms"] else ""
-        aten = f"{r['aten_ms']:.4f}" if r["aten_ms"] else ""
-        print(f"{r['op']:>4} {r['task']:<24} {aten:>8} {tuned:>9} {speedup:>8}  "
+        default = f"{r['aten_ms']:.4f}" if r["aten_ms"] else ""
+        print(f"{r['op']:>4} {r['task']:<24} {default:>10} {tuned:>9} {speedup:>8}  "
               f"{r['kernel'] if r['bound'] else r['reason']}")
-    print(f"\nwhole replay without the CPU lowering, side by side: untuned "
-          f"{speed['untuned_ms']:.3f} ms, tuned {speed['tuned_ms']:.3f} ms: "
-          f"{speed['speedup']:.2f}x; tuned vs eager: max relative difference "
-          f"{speed['max_relative_error']:.1e}")
-    if lowered:
-        print(f"whole replay as prepare gives it (CPU lowering on), side by side: untuned "
-              f"{lowered['lowered_untuned_ms']:.3f} ms, with tuned={database} "
-              f"{lowered['lowered_tuned_ms']:.3f} ms: {lowered['lowered_speedup']:.2f}x")
-    return 0
+
+
+def _peers_row(args, database: str) -> dict | None:
+    """`bench --peers --tuned database`'s row for the model (nimble untuned and tuned, ONNX
+    Runtime, OpenVINO), or None when neither peer is installed."""
+    from ..bench import peers
+
+    if all(peers.missing_reason(m) for m in ("onnxruntime", "openvino")):
+        return None
+    return peers.measure_peers(args.model, args.batch, args.image_size, runs=args.peer_runs,
+                               warmup=5, only=["nimble", "onnxruntime", "openvino"],
+                               tuned=database)
 
 
 def _run_records(database: str, signatures: list[str], device: str) -> list[dict]:

@@ -68,14 +68,31 @@ class TuningProgress:
         bar = self.bars[-1]
         seconds = event["tuning_seconds"]
         count = f"trials {event['trials']}" if self.by_seconds else f"t={seconds:.0f} s"
-        bar.set_postfix_str(
-            f"{count}, slot {event['slot']} {event['task']}, model {event['model_ms']:.3f} ms "
-            f"(untuned {self.first_ms:.3f} ms)", refresh=False)
+        bar.set_postfix_str(f"{count}, {describe_slot(event)}, model {event['model_ms']:.3f} ms "
+                            f"(untuned {self.first_ms:.3f} ms)", refresh=False)
         bar.update((seconds if self.by_seconds else event["trials"]) - bar.n)
 
     def done(self) -> None:
         for bar in self.bars:
             bar.close()
+
+
+def describe_slot(event: dict) -> str:
+    """The slot's task with its best time so far against its starting kernel's, and the gain
+    the scheduler expects from the task and from the task it expects most of (DynaTune's
+    belief; other schedulers have none)."""
+    text = f"slot {event['slot']} {event['task']}"
+    if "task_ms" in event:
+        text += f" {event['task_ms']:.4f} ms"
+    if event.get("task_start_ms", 0) > 0:
+        text += f" (start {event['task_start_ms']:.4f})"
+    gains = event.get("expected_gain_ms") or {}
+    if gains:
+        top = max(gains, key=gains.get)
+        text += f", expects {gains.get(event['task'], 0.0):.4f} ms from it"
+        if top != event["task"]:
+            text += f", most from {top} ({gains[top]:.4f} ms)"
+    return text
 
 
 def busy_warning(load: float | None = None, cores: int | None = None) -> str | None:

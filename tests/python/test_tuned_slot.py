@@ -282,17 +282,21 @@ def test_cli_tunes_a_model_binds_and_reports_the_whole_replay(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "nimble", "tune", "--model", "torchvision:squeezenet1_1",
          "--image-size", "32", "--budget-trials", "30", "--slot-seconds", "0.5", "--db", db,
-         "--json"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+         "--no-peers", "--json"], capture_output=True, text=True, env=env, cwd=ROOT,
+        timeout=600)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["trials"] >= 30 and result["device"] == kernels.device_key()
-    assert len(result["bound"]) == 26  # squeezenet1_1 has 26 convolutions
+    # What a user runs was tuned: the lowered replay, in context, one task per convolution
+    # shape, and the rows are its lowered convolutions the database chose for.
+    assert result["lowered"] and result["tasks"]
+    assert all(t["signature"].startswith("lowered ") for t in result["tasks"])
+    signatures = {t["signature"] for t in result["tasks"]}
+    assert result["bound"] and all(r["signature"] in signatures for r in result["bound"])
     assert result["max_relative_error"] < 1e-4
     assert result["untuned_ms"] > 0 and result["tuned_ms"] > 0
-    # The replay a user gets from prepare (CPU lowering on), untuned and with the database.
-    assert result["lowered_untuned_ms"] > 0 and result["lowered_tuned_ms"] > 0
-    assert result["lowered_max_relative_error"] < 1e-4
     assert tuning.TuningDatabase(db).count() == result["trials"]
+    assert result["peers"] is None  # --no-peers
 
 
 def test_cli_compares_schedulers_on_a_model_with_bests_remeasured_side_by_side():

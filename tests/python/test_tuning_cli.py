@@ -99,11 +99,35 @@ def test_tuning_progress_shows_the_budget_rate_and_latency(capsys):
     # bar with no total (a run raised TypeError at its very end).
     for seconds, trials, ms in ((4.0, 8, 2.0), (10.0, 16, 1.5), (11.2, 17, 1.5)):
         shown.slot({"slot": trials // 8, "task": "conv0", "tuning_seconds": seconds,
-                    "trials": trials, "model_ms": ms})
+                    "trials": trials, "model_ms": ms, "task_ms": ms / 2, "task_start_ms": 1.0,
+                    "expected_gain_ms": {"conv0": 0.0123, "conv1": 0.0456}})
     shown.done()
     err = capsys.readouterr().err
     assert "timing ATen's kernels" in err and "2/2" in err
-    assert "11/10 s" in err and "trials 17, slot 2 conv0, model 1.500 ms (untuned 2.000 ms)" in err
+    assert "11/10 s" in err and (
+        "trials 17, slot 2 conv0 0.7500 ms (start 1.0000), expects 0.0123 ms from it, most from "
+        "conv1 (0.0456 ms), model 1.500 ms (untuned 2.000 ms)") in err
+
+
+def test_live_progress_carries_each_tasks_best_and_dynatunes_expected_gains():
+    """The events a run sends: the slot task's best against its start, and per live task the
+    reduction DynaTune's belief expects from one more slot (none from schedulers without one)."""
+    from nimble._C import tuning
+
+    def events(scheduler):
+        seen = []
+        tuning.simulate(scheduler=scheduler, seed=3, tasks=4, trials_per_task=64,
+                        slot_seconds=0.5, progress=seen.append)
+        return seen
+
+    dyna = events("dynatune")
+    assert dyna and all(0 < e["task_ms"] <= e["task_start_ms"] for e in dyna)
+    assert any(e["task_ms"] < e["task_start_ms"] for e in dyna)  # tuning found something
+    # After the warm-up round every task has a belief, and the gains are what it predicts.
+    later = [e for e in dyna if len(e["expected_gain_ms"]) > 1]
+    assert later and all(g >= 0 for e in later for g in e["expected_gain_ms"].values())
+    assert any(g > 0 for e in later for g in e["expected_gain_ms"].values())
+    assert all(not e["expected_gain_ms"] for e in events("round-robin"))
 
 
 def test_compare_prints_the_table_for_every_scheduler():
@@ -186,3 +210,25 @@ def test_a_killed_tuning_process_leaves_a_readable_database(tmp_path):
     assert store.count() == rows
     for sig in store.signatures("simulated"):
         assert store.records(sig, "simulated")
+
+
+def test_tune_model_times_the_peers_beside_the_tuned_replay_only_where_installed(monkeypatch):
+    """`tune --model`'s peers table is `bench --peers --tuned DB`'s row for the model, taken
+    only when ONNX Runtime or OpenVINO is installed."""
+    import argparse
+
+    from nimble.bench import peers
+    from nimble.tuning import models
+
+    args = argparse.Namespace(model="torchvision:resnet18", batch=1, image_size=32, peer_runs=7)
+    calls = []
+    monkeypatch.setattr(peers, "measure_peers", lambda *a, **k: calls.append((a, k)) or {"x": 1})
+    monkeypatch.setattr(peers, "missing_reason", lambda module: "not installed")
+    assert models._peers_row(args, "t.db") is None and not calls
+    monkeypatch.setattr(peers, "missing_reason",
+                        lambda module: None if module == "openvino" else "not installed")
+    assert models._peers_row(args, "t.db") == {"x": 1}
+    (spec, batch, size), kwargs = calls[0]
+    assert (spec, batch, size) == ("torchvision:resnet18", 1, 32)
+    assert kwargs["tuned"] == "t.db" and kwargs["runs"] == 7
+    assert set(kwargs["only"]) == {"nimble", "onnxruntime", "openvino"}

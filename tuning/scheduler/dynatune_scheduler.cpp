@@ -14,6 +14,12 @@ double DynaTuneScheduler::predicted_reduction_ms(const SchedulerView& view, size
   return t.weight * (t.best_seconds - predicted_seconds) * 1e3;
 }
 
+std::optional<double> DynaTuneScheduler::expected_gain_ms(const SchedulerView& view,
+                                                          size_t task) const {
+  if (task >= beliefs_.size() || !beliefs_[task].valid) return std::nullopt;
+  return predicted_reduction_ms(view, task);
+}
+
 double DynaTuneScheduler::upper_confidence_bound(const SchedulerView& view, size_t task) const {
   const TaskProgress& t = view.tasks[task];
   if (t.slots == 0) return std::numeric_limits<double>::infinity();

@@ -38,6 +38,7 @@ class DynaTuneScheduler : public TaskScheduler {
   std::optional<size_t> choose(const SchedulerView& view) override;
   void observe(size_t task, const SchedulerView& view) override;
   bool slot_ends_when_flat(size_t task, const SchedulerView& view) const override;
+  std::optional<double> expected_gain_ms(const SchedulerView& view, size_t task) const override;
 
   // Predicted weighted latency reduction (ms) of one more slot of `task`, from its belief.
   double predicted_reduction_ms(const SchedulerView& view, size_t task) const;

@@ -44,6 +44,13 @@ class TaskScheduler {
   virtual bool slot_ends_when_flat(size_t /*task*/, const SchedulerView& /*view*/) const {
     return false;
   }
+  // The weighted model-latency reduction (ms) this scheduler expects from one more slot of
+  // `task`, for progress shown to users; nothing from a scheduler without a belief, or before
+  // it has one for the task.
+  virtual std::optional<double> expected_gain_ms(const SchedulerView& /*view*/,
+                                                 size_t /*task*/) const {
+    return std::nullopt;
+  }
 };
 
 // Live tasks in index order, the candidate set of every scheduler.

@@ -29,7 +29,7 @@ TuningReport ModelTuner::run(TaskScheduler& scheduler, const ProgressCallback& p
     if (const std::optional<size_t> slot = run.closable_slot()) {
       const size_t task = run.close_slot(*slot);
       run.observe(scheduler, task);
-      if (progress) progress(run.progress_event(task));
+      if (progress) progress(run.progress_event(task, scheduler));
       run.end_epoch_if_complete(task);
     } else if (run.may_submit(measure)) {
       run.submit(scheduler, measure);

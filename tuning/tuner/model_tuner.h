@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tuning/database/tuning_database.h"
@@ -45,7 +46,12 @@ struct ProgressEvent {
   long task_trials = 0;
   long trials = 0;
   double tuning_seconds = 0;
-  double model_seconds = 0;  // estimated model latency with the best configs so far
+  double model_seconds = 0;       // estimated model latency with the best configs so far
+  double task_seconds = 0;        // the slot's task per occurrence: its best so far
+  double task_start_seconds = 0;  // the same with the task's starting (baseline) kernel
+  // Per live task, the model-latency reduction (ms) the scheduler expects from one more slot
+  // of it (TaskScheduler::expected_gain_ms); empty for schedulers without a belief.
+  std::vector<std::pair<std::string, double>> expected_gain_ms;
 };
 using ProgressCallback = std::function<void(const ProgressEvent&)>;
 

@@ -86,9 +86,21 @@ void TuningRun::observe(TaskScheduler& scheduler, size_t k) {
   if (options_.charge_search_time) now_ += since(start);
 }
 
-ProgressEvent TuningRun::progress_event(size_t k) const {
-  return {report_.slots,  tasks_[k].name, tuners_[k]->trials(),
-          report_.trials, now_,           model_seconds()};
+ProgressEvent TuningRun::progress_event(size_t k, const TaskScheduler& scheduler) {
+  ProgressEvent e{report_.slots,
+                  tasks_[k].name,
+                  tuners_[k]->trials(),
+                  report_.trials,
+                  now_,
+                  model_seconds(),
+                  task_seconds(tasks_[k], *tuners_[k]),
+                  tasks_[k].baseline_seconds,
+                  {}};
+  const SchedulerView view = refreshed_view();
+  for (const size_t i : live_tasks(view))
+    if (const std::optional<double> gain = scheduler.expected_gain_ms(view, i))
+      e.expected_gain_ms.emplace_back(tasks_[i].name, *gain);
+  return e;
 }
 
 void TuningRun::end_epoch_if_complete(size_t k) {

@@ -66,7 +66,8 @@ class TuningRun {
   // Shows the scheduler the state after task k's slot (DynaTune refits its belief here).
   void observe(TaskScheduler& scheduler, size_t k);
 
-  ProgressEvent progress_event(size_t k) const;
+  // What a user is shown after task k's slot, with what `scheduler` expects of each task.
+  ProgressEvent progress_event(size_t k, const TaskScheduler& scheduler);
 
   // An epoch ends once every live task has had a slot since the last one ended; then the
   // model latency is re-estimated and the survey stop may end the run.
