@@ -39,13 +39,14 @@ from ..zoo import ALL_MODELS, HF_MODELS, check_spec
 DEFAULT_IMAGE_SIZE = {"cpu": 64, "cuda": 224}
 
 
-def _measure_apart(spec: str, args: argparse.Namespace, streams) -> tuple[dict | None, int]:
-    """Measures one model in a child process (see the module's docstring). Returns its
-    row, or None and a non-zero code (the child's exit code, or 1 when it printed no row);
-    the child's errors reach stderr as they are."""
+def _measure_apart(spec: str, batch: int, image_size: int, args: argparse.Namespace,
+                   streams) -> tuple[dict | None, int]:
+    """Measures one model at one batch and image size in a child process (see the module's
+    docstring). Returns its row, or None and a non-zero code (the child's exit code, or 1
+    when it printed no row); the child's errors reach stderr as they are."""
     argv = [sys.executable, "-m", "nimble", "bench", "--model", spec, "--json",
             "--device", args.device,
-            "--batch", str(args.batch), "--image-size", str(args.image_size),
+            "--batch", str(batch), "--image-size", str(image_size),
             "--runs", str(args.runs), "--warmup", str(args.warmup),
             "--out-variant-max-bytes", str(args.out_variant_max_bytes)]
     if streams is not None:
@@ -71,6 +72,27 @@ def _measure_apart(spec: str, args: argparse.Namespace, streams) -> tuple[dict |
         return None, 1
 
 
+def _measure_here(spec: str, batch: int, size: int, args: argparse.Namespace, streams) -> dict:
+    """One model's row, measured in this process."""
+    if args.peers:
+        return peers.measure_peers(spec, batch, size, args.runs, args.warmup, args.runtime,
+                                   args.tuned, [peers.parse_pattern(w) for w in args.pattern or []])
+    if args.compile_backend:
+        return compiled.measure_compile_backend(spec, batch, size, args.sequence, args.runs,
+                                                args.warmup)
+    if args.device == "cuda" and args.train:
+        return cuda_train.measure_cuda_train(spec, batch, size, args.runs, args.warmup,
+                                             streams or "auto", args.optimizer)
+    if args.device == "cuda":
+        return cuda.measure_cuda(spec, batch, size, args.runs, args.warmup, streams or "auto",
+                                 args.compile)
+    if args.train:
+        return train.measure_train(spec, batch, size, args.runs, args.warmup, streams,
+                                   args.optimizer, args.breakdown)
+    return cpu.measure(spec, batch, size, args.runs, args.warmup, streams,
+                       args.out_variant_max_bytes)
+
+
 def _no_cuda_reason() -> str | None:
     if torch.version.cuda is None:
         return f"this torch ({torch.__version__}) was built without CUDA"
@@ -87,9 +109,11 @@ def main(argv: list[str]) -> int:
                              f"also {', '.join(HF_MODELS)}); repeatable; 'all' for every model of "
                              "the correctness suite (default torchvision:resnet18)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--image-size", type=int, default=None,
-                        help="default 64 on the CPU, 224 on CUDA")
+    parser.add_argument("--batch", type=int, nargs="+", default=[1],
+                        help="batch size; several (--batch 1 8) measure every model at each")
+    parser.add_argument("--image-size", type=int, nargs="+", default=None,
+                        help="default 64 on the CPU, 224 on CUDA; several (--image-size 64 "
+                             "224) measure every model at each")
     parser.add_argument("--runs", type=int, default=50, help="timed runs per side (default 50)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--streams", default=None,
@@ -135,12 +159,13 @@ def main(argv: list[str]) -> int:
                         help="with --train: kernel time of the whole-step replay by op")
     args = parser.parse_args(argv)
     if args.image_size is None:
-        args.image_size = DEFAULT_IMAGE_SIZE[args.device]
+        args.image_size = [DEFAULT_IMAGE_SIZE[args.device]]
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    if args.batch < 1 or args.image_size < 1:
-        parser.error(f"--batch and --image-size must be positive, got {args.batch} and "
-                     f"{args.image_size}")
+    if min(args.batch) < 1 or min(args.image_size) < 1:
+        parser.error(f"--batch and --image-size must be positive, got "
+                     f"{' '.join(map(str, args.batch))} and "
+                     f"{' '.join(map(str, args.image_size))}")
     if args.out_variant_max_bytes < 0:
         parser.error("--out-variant-max-bytes must be 0 (no limit) or a positive byte count")
     if args.device == "cuda":
@@ -190,41 +215,24 @@ def main(argv: list[str]) -> int:
         if reason is not None:
             print(f"{parser.prog}: error: --device cuda: {reason}", file=sys.stderr)
             return 1
+    jobs = [(spec, batch, size) for spec in specs for batch in args.batch
+            for size in args.image_size]
     rows, failed = [], 0
     # Several models take minutes each: a bar with rate and time left (stderr, as the children's).
-    for spec in tqdm(specs, desc="bench", unit="model", file=sys.stderr, disable=len(specs) == 1):
-        if len(specs) > 1:
+    for spec, batch, size in tqdm(jobs, desc="bench", unit="model", file=sys.stderr,
+                                  disable=len(jobs) == 1):
+        if len(jobs) > 1:
             # One model that fails does not lose the others' rows: they are reported, and the
             # exit code says that something failed.
-            row, code = _measure_apart(spec, args, streams)
+            row, code = _measure_apart(spec, batch, size, args, streams)
             if row is None:
-                tqdm.write(f"{parser.prog}: {spec} failed (exit code {code}); its error is above",
-                           file=sys.stderr)
+                tqdm.write(f"{parser.prog}: {spec} (batch {batch}, image {size}) failed (exit "
+                           f"code {code}); its error is above", file=sys.stderr)
                 failed = code
                 continue
         else:
             try:
-                if args.peers:
-                    row = peers.measure_peers(
-                        spec, args.batch, args.image_size, args.runs, args.warmup, args.runtime,
-                        args.tuned, [peers.parse_pattern(w) for w in args.pattern or []])
-                elif args.compile_backend:
-                    row = compiled.measure_compile_backend(
-                        spec, args.batch, args.image_size, args.sequence, args.runs, args.warmup)
-                elif args.device == "cuda" and args.train:
-                    row = cuda_train.measure_cuda_train(
-                        spec, args.batch, args.image_size, args.runs, args.warmup,
-                        streams or "auto", args.optimizer)
-                elif args.device == "cuda":
-                    row = cuda.measure_cuda(spec, args.batch, args.image_size, args.runs,
-                                            args.warmup, streams or "auto", args.compile)
-                elif args.train:
-                    row = train.measure_train(
-                        spec, args.batch, args.image_size, args.runs, args.warmup, streams,
-                        args.optimizer, args.breakdown)
-                else:
-                    row = cpu.measure(spec, args.batch, args.image_size, args.runs, args.warmup,
-                                      streams, args.out_variant_max_bytes)
+                row = _measure_here(spec, batch, size, args, streams)
             except ValueError as error:
                 parser.error(str(error))
         rows.append(row)
@@ -233,9 +241,11 @@ def main(argv: list[str]) -> int:
     if not rows:
         return failed
     if args.json:
-        print(json.dumps(rows[0] if len(rows) == 1 and len(specs) == 1 else rows, indent=2))
+        print(json.dumps(rows[0] if len(jobs) == 1 else rows, indent=2))
     elif args.peers:
         peers.print_report(rows)
+        if len(rows) > 1:
+            peers.print_summary(rows)
     elif args.compile_backend:
         print_table(rows, compiled.COLUMNS)
     elif args.device == "cuda" and args.train:

@@ -304,3 +304,28 @@ def _print_patterns(row: dict, names: list[str], out) -> None:
             ratios.append(f"{best / row[f'nimble{suffix}']:.2f}x")
         print(f"  {'nimble vs best peer':18s} " + " ".join(f"{r:>19s}" for r in ratios),
               file=out)
+
+
+def print_summary(rows: list[dict], out=None) -> None:
+    """One line per measured row (model, batch, image): nimble's median against the faster
+    peer's in every pattern (above 1.00x: nimble faster), and nimble's own 99th percentile
+    against its median in each."""
+    columns = [("back to back", "b2b"), ("alternating", None)] + [
+        (key, key) for key in (rows[0].get("patterns", []) if rows else [])]
+    print(f"\nnimble against the faster peer (its p99 / median in brackets):", file=out)
+    print(f"  {'model':32s} {'batch':>5s} {'image':>5s} "
+          + " ".join(f"{title:>18s}" for title, _ in columns), file=out)
+    for row in rows:
+        present = [p for p in ("onnxruntime", "openvino") if f"{p}_ms" in row]
+        cells = []
+        for _, key in columns:
+            suffix = f"_{key}_ms" if key else "_ms"
+            p99 = f"_{key}_p99_ms" if key else "_p99_ms"
+            if f"nimble{suffix}" not in row:
+                cells.append("-")
+                continue
+            ratio = (f"{min(row[p + suffix] for p in present) / row['nimble' + suffix]:.2f}x"
+                     if present else "no peer")
+            cells.append(f"{ratio} ({row['nimble' + p99] / row['nimble' + suffix]:.2f})")
+        print(f"  {row['model']:32s} {row['batch']:5d} {row['image_size']:5d} "
+              + " ".join(f"{c:>18s}" for c in cells), file=out)

@@ -84,11 +84,11 @@ def test_bench_measures_each_model_in_a_process_of_its_own():
 def test_bench_child_failure_is_reported(capfd):
     import argparse
 
-    args = argparse.Namespace(batch=0, image_size=64, runs=1, warmup=0, out_variant_max_bytes=0,
+    args = argparse.Namespace(runs=1, warmup=0, out_variant_max_bytes=0,
                               train=False, optimizer="sgd", breakdown=False, device="cpu",
                               compile=False, compile_backend=False, sequence=32,
                               peers=False, runtime=None)
-    assert cli._measure_apart("transformer:encoder", args, None) == (None, 2)
+    assert cli._measure_apart("transformer:encoder", 0, 64, args, None) == (None, 2)
     assert "--batch and --image-size must be positive" in capfd.readouterr().err
 
 
@@ -462,6 +462,41 @@ def test_bench_peers_cli_times_only_the_runtimes_asked_for():
     assert run("bench", "--runtime", "nimble").returncode != 0  # --runtime needs --peers
 
 
+def test_bench_peers_measures_every_batch_and_image_size_asked_for():
+    """`--batch 1 2 --image-size 32 40`: a row for each pair, each in a process of its own."""
+    done = run("bench", "--peers", "--runtime", "nimble", "--model", "torchvision:squeezenet1_1",
+               "--batch", "1", "2", "--image-size", "32", "40", "--runs", "2", "--warmup", "1",
+               "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert sorted((r["batch"], r["image_size"]) for r in rows) == [(1, 32), (1, 40), (2, 32),
+                                                                   (2, 40)]
+    assert all(r["nimble_ms"] > 0 for r in rows)
+    assert run("bench", "--batch", "1", "0").returncode == 2
+
+
+def test_bench_peers_summary_gives_nimble_against_the_faster_peer_in_every_pattern():
+    from nimble.bench import peers
+
+    def row(batch, nimble, onnx, openvino):
+        r = {"model": "torchvision:resnet18", "batch": batch, "image_size": 64,
+             "patterns": ["interleaved"]}
+        for name, ms in (("nimble", nimble), ("onnxruntime", onnx), ("openvino", openvino)):
+            for suffix in ("_ms", "_b2b_ms", "_interleaved_ms"):
+                r[name + suffix] = ms
+            for suffix in ("_p99_ms", "_b2b_p99_ms", "_interleaved_p99_ms"):
+                r[name + suffix] = 3 * ms
+        return r
+
+    out = io.StringIO()
+    peers.print_summary([row(1, 2.0, 3.0, 5.0), row(8, 4.0, 9.0, 2.0)], out=out)
+    lines = out.getvalue().strip().splitlines()
+    assert "interleaved" in lines[1]
+    # batch 1: the faster peer 3.0 ms against 2.0: 1.50x; batch 8: 2.0 against 4.0: 0.50x.
+    assert lines[2].split()[1:] == ["1", "64"] + ["1.50x", "(3.00)"] * 3
+    assert lines[3].split()[1:] == ["8", "64"] + ["0.50x", "(3.00)"] * 3
+
+
 def test_bench_keeps_the_other_models_rows_when_one_child_fails(monkeypatch, capsys):
     class Done:
         def __init__(self, argv):
@@ -477,8 +512,8 @@ def test_bench_keeps_the_other_models_rows_when_one_child_fails(monkeypatch, cap
     out, err = capsys.readouterr()
     assert code != 0
     assert [r["model"] for r in json.loads(out)] == ["torchvision:resnet18"]
-    assert "torchvision:googlenet failed (exit code 3)" in err
-    assert "torchvision:alexnet failed (exit code 1)" in err
+    assert "torchvision:googlenet (batch 1, image 64) failed (exit code 3)" in err
+    assert "torchvision:alexnet (batch 1, image 64) failed (exit code 1)" in err
 
 
 @pytest.mark.parametrize("argv, message", [
