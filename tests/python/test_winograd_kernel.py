@@ -116,6 +116,11 @@ x = torch.randn(2, 3, 45, 45)
 fast = nimble.Nimble(model).prepare(x)
 with torch.no_grad():
     assert_matches_eager(fast(x), model(x))
+    # Written in place after prepare: the packed (transformed) weights follow.
+    model.layer1[0].conv1.weight.mul_(1.5)
+    model.layer1[0].bn1.running_var.mul_(2.0)
+    model.layer4[1].conv2.weight.add_(0.01)
+    assert_matches_eager(fast(x), model(x), what="after in-place writes")
 print(sorted(op["kernel"].split(" ")[0] for op in fast.replay.ops() if "kernel" in op))
 """
 
@@ -124,7 +129,8 @@ print(sorted(op["kernel"].split(" ")[0] for op in fast.replay.ops() if "kernel" 
 def test_the_rule_picks_it_for_every_3x3_layer_of_stride_1_only_where_asked():
     """NIMBLE_WINOGRAD=1 (the place the rule will pick it, once timed): resnet18's 3x3 layers
     of stride 1 run on it, its strided and 1x1 layers on nimble_gemm, and the replay gives
-    eager's result; without it the rule is unchanged."""
+    eager's result, also after weights and a folded batch norm's statistics are written in
+    place (the transformed weights are packed again); without it the rule is unchanged."""
     runs = {}
     for asked in ("1", "0"):
         env = {**os.environ, "NIMBLE_WINOGRAD": asked}
