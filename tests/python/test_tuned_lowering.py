@@ -37,7 +37,8 @@ def test_tuning_a_lowered_replay_records_the_lowerings_kernels(tuned):
     assert choices, "no prepacked record"
     for key, choice in choices.items():
         assert key.startswith("in=") and "groups=" in key
-        assert choice["kernel"] in {"onednn_prepacked", "nimble_depthwise", "nimble_gemm"}
+        assert choice["kernel"] in {"onednn_prepacked", "nimble_depthwise", "nimble_gemm",
+                                    "nimble_winograd"}
         assert choice["threads"] >= 1 and choice["ms"] > 0
         assert choice["signature"].startswith("lowered " + key + " epilogue=")
 

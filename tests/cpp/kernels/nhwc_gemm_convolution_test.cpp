@@ -64,13 +64,6 @@ struct Problem {
   }
 };
 
-std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.0F, 1.0F);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
 Problem make_problem(const ConvolutionGeometry& g, std::mt19937& rng, bool bias = true,
                      bool residual = false, Epilogue epilogue = {}) {
   Problem p;
@@ -154,24 +147,12 @@ Problem random_problem(std::mt19937& rng) {
     if (g.out_height() < 1 || g.out_width() < 1) continue;
     const int64_t macs = g.out_pixels() * g.out_channels * cg * g.kernel_h * g.kernel_w;
     if (macs > 3'000'000) continue;
-    Epilogue e;
-    e.activation = static_cast<Activation>(pick(0, static_cast<int>(Activation::kGeluTanh)));
-    if (e.activation == Activation::kClamp) {
-      e.lo = -std::uniform_real_distribution<float>(0.0F, 0.5F)(rng);
-      e.hi = std::uniform_real_distribution<float>(0.1F, 1.0F)(rng);
-    } else if (e.activation == Activation::kLeakyRelu) {
-      e.lo = std::uniform_real_distribution<float>(0.01F, 0.3F)(rng);
-    }
+    const Epilogue e = random_epilogue(rng);
     return make_problem(g, rng, pick(0, 1) == 1, pick(0, 1) == 1, e);
   }
 }
 
-class GemmConvolutionIsaTest : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if (!supports(GetParam())) GTEST_SKIP() << isa_name(GetParam()) << " not on this CPU";
-  }
-};
+class GemmConvolutionIsaTest : public IsaTest {};
 
 TEST_P(GemmConvolutionIsaTest, MatchesNaiveReferenceOnRandomGeometries) {
   std::mt19937 rng(20240611);
@@ -348,11 +329,7 @@ TEST_P(GemmConvolutionIsaTest, InputMayMoveBetweenCalls) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, GemmConvolutionIsaTest,
-                         ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512),
-                         [](const ::testing::TestParamInfo<Isa>& info) {
-                           return std::string(isa_name(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Isas, GemmConvolutionIsaTest, every_isa(), isa_test_name);
 
 TEST(GemmConvolutionTest, SmallProductsAreOneTileLargerOnesSplit) {
   const std::vector<float> weight(1280 * 1000, 0.5F);

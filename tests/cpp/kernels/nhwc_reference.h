@@ -2,7 +2,12 @@
 // What the suites of nimble's channels-last kernels (nhwc_*_test.cpp) check against: each
 // activation of an Epilogue in double precision, NaN kept (every comparison below is false
 // for NaN, which then passes through, as in eager PyTorch).
+#include <gtest/gtest.h>
+
 #include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "csrc/kernels/cpu/channels_last/epilogue.h"
@@ -38,6 +43,28 @@ inline double reference_activation(double v, const Epilogue& e) {
   return v;
 }
 
+// Uniform in [-1, 1).
+inline std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0F, 1.0F);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// Any activation, with random bounds for clamp and a random slope for leaky_relu.
+inline Epilogue random_epilogue(std::mt19937& rng) {
+  Epilogue e;
+  e.activation = static_cast<Activation>(
+      std::uniform_int_distribution<int64_t>(0, static_cast<int64_t>(Activation::kGeluTanh))(rng));
+  if (e.activation == Activation::kClamp) {
+    e.lo = -std::uniform_real_distribution<float>(0.0F, 0.5F)(rng);
+    e.hi = std::uniform_real_distribution<float>(0.1F, 1.0F)(rng);
+  } else if (e.activation == Activation::kLeakyRelu) {
+    e.lo = std::uniform_real_distribution<float>(0.01F, 0.3F)(rng);
+  }
+  return e;
+}
+
 // Every Isa this CPU runs, whatever NIMBLE_CPU_ISA says: each is tested by name.
 inline std::vector<Isa> runnable_isas() {
   std::vector<Isa> isas;
@@ -45,6 +72,19 @@ inline std::vector<Isa> runnable_isas() {
     if (supports(isa)) isas.push_back(isa);
   }
   return isas;
+}
+
+// A suite run once per Isa (every_isa(), named by isa_test_name), skipped where this CPU
+// lacks it.
+class IsaTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!supports(GetParam())) GTEST_SKIP() << isa_name(GetParam()) << " not on this CPU";
+  }
+};
+inline auto every_isa() { return ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512); }
+inline std::string isa_test_name(const ::testing::TestParamInfo<Isa>& info) {
+  return isa_name(info.param);
 }
 
 }  // namespace nimble::kernels::nhwc

@@ -72,6 +72,36 @@ TEST(PrepackedKnobs, EveryValueOfEveryKernelParameterMatchesAten) {
   EXPECT_GT(checked, 24 * 15);
 }
 
+// nimble_winograd is a value of the kernel knob exactly where it applies (3x3, stride 1,
+// dilation 1, one group); that config builds and gives ATen's result, and takes no parameters.
+TEST(PrepackedKnobs, WinogradKernelValueWhereItAppliesMatchesAten) {
+  std::mt19937_64 rng(46);
+  int checked = 0;
+  for (int problem = 0; problem < 200 && checked < 12; ++problem) {
+    const TunableOp op = random_conv(rng);
+    const KernelSpace space(op, {prepacked_family()});
+    const tuning::KnobSpace& knobs = space.knobs();
+    const int kernel_knob = knobs.knob_index("prepacked.kernel");
+    const int winograd = label_index(knobs.knobs()[kernel_knob], "nimble_winograd");
+    const bool applies = op.r == 3 && op.s == 3 && op.stride[0] == 1 && op.stride[1] == 1 &&
+                         op.dilation[0] == 1 && op.dilation[1] == 1 && op.groups == 1;
+    ASSERT_EQ(winograd >= 0, applies) << op.signature();
+    if (!applies) continue;
+    tuning::Config config = space.default_config();
+    config[kernel_knob] = winograd;
+    ASSERT_TRUE(knobs.valid(config)) << space.describe(config);
+    const auto operands = op.random_operands(problem);
+    const std::string wrong =
+        compare_results(space.build(config)->run(operands), op.aten(operands));
+    ASSERT_EQ(wrong, "") << op.signature() << " with " << space.describe(config);
+    tuning::Config with_parameter = config;
+    with_parameter[kernel_knob + 2] = 1;
+    EXPECT_FALSE(knobs.valid(with_parameter)) << space.describe(with_parameter);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 12);
+}
+
 TEST(PrepackedKnobs, TunedConvolutionSpecsReadBackWhatTheyWrite) {
   EXPECT_EQ(TunedConvolution::parse("nimble_gemm").to_string(), "nimble_gemm");
   for (const std::string spec :
@@ -79,7 +109,8 @@ TEST(PrepackedKnobs, TunedConvolutionSpecsReadBackWhatTheyWrite) {
         "gemm.loop_order=columns gemm.tile_rows=5",
         "nimble_depthwise depthwise.channel_vectors=2 depthwise.pixels=3 depthwise.windows=off "
         "depthwise.pieces=4",
-        "onednn_prepacked threads=1", "nimble_gemm gemm.loop_order=rows"}) {
+        "onednn_prepacked threads=1", "nimble_gemm gemm.loop_order=rows",
+        "nimble_winograd threads=1"}) {
     EXPECT_EQ(TunedConvolution::parse(spec).to_string(), spec);
   }
   const TunedConvolution t = TunedConvolution::parse("nimble_gemm gemm.tile_rows=4 threads=1");
@@ -93,6 +124,7 @@ TEST(PrepackedKnobs, TunedConvolutionSpecsReadBackWhatTheyWrite) {
   EXPECT_THROW(TunedConvolution::parse("nimble_gemm gemm.tile_rows=x"), std::invalid_argument);
   EXPECT_THROW(TunedConvolution::parse("nimble_gemm depthwise.pixels=2"), std::invalid_argument);
   EXPECT_THROW(TunedConvolution::parse("onednn_prepacked gemm.pieces=2"), std::invalid_argument);
+  EXPECT_THROW(TunedConvolution::parse("nimble_winograd gemm.pieces=2"), std::invalid_argument);
   EXPECT_THROW(TunedConvolution::parse("nimble_gemm threads=two"), std::invalid_argument);
   EXPECT_ANY_THROW(TunedConvolution::parse("winograd"));
 }

@@ -193,6 +193,13 @@ int64_t GemmConvolution::row_blocks() const {
 
 int64_t GemmConvolution::column_blocks() const { return groups_ * blocks_per_group_; }
 
+std::pair<int64_t, int64_t> GemmConvolution::column_block_channels(int64_t column_block) const {
+  const int64_t group = column_block / blocks_per_group_;
+  const int64_t first = column_block % blocks_per_group_ * panels_per_block_ * panel_width_;
+  const int64_t last = std::min(group_out_, first + panels_per_block_ * panel_width_);
+  return {group * group_out_ + first, group * group_out_ + last};
+}
+
 int64_t GemmConvolution::bytes() const {
   return static_cast<int64_t>(sizeof(float) * (packed_.size() + bias_.size() + zeros_.size()) +
                               sizeof(int32_t) * offsets_.size());

@@ -12,6 +12,7 @@
 // Torch-free.
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "csrc/kernels/cpu/channels_last/convolution_geometry.h"
@@ -36,6 +37,8 @@ class GemmConvolution {
   // on different threads at once.
   int64_t row_blocks() const;
   int64_t column_blocks() const;
+  // The output channels [first, second) column block `column_block` computes.
+  std::pair<int64_t, int64_t> column_block_channels(int64_t column_block) const;
   // The tiling in effect, every field resolved (pieces: row_blocks() x column_blocks();
   // column_splits: blocks a group's panels make; tile_rows: a full block's register tile).
   GemmTiling tiling() const;

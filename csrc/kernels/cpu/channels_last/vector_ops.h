@@ -25,6 +25,7 @@ struct Avx512Ops {
   NIMBLE_VECTOR_OP void store(float* p, Vec y, Mask m) { _mm512_mask_storeu_ps(p, m, y); }
   NIMBLE_VECTOR_OP Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
   NIMBLE_VECTOR_OP Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+  NIMBLE_VECTOR_OP Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
   NIMBLE_VECTOR_OP Vec zero() { return _mm512_setzero_ps(); }
   NIMBLE_VECTOR_OP Vec broadcast(float x) { return _mm512_set1_ps(x); }
   NIMBLE_VECTOR_OP Vec broadcast(const float* p) { return _mm512_set1_ps(*p); }
@@ -56,6 +57,7 @@ struct Avx2Ops {
   NIMBLE_VECTOR_OP void store(float* p, Vec y, Mask m) { _mm256_maskstore_ps(p, m, y); }
   NIMBLE_VECTOR_OP Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
   NIMBLE_VECTOR_OP Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  NIMBLE_VECTOR_OP Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
   NIMBLE_VECTOR_OP Vec zero() { return _mm256_setzero_ps(); }
   NIMBLE_VECTOR_OP Vec broadcast(float x) { return _mm256_set1_ps(x); }
   NIMBLE_VECTOR_OP Vec broadcast(const float* p) { return _mm256_broadcast_ss(p); }

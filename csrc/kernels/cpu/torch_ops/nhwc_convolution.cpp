@@ -48,15 +48,18 @@ bool channel_rows(const at::Tensor& t) {
 }
 
 NhwcConvolution::NhwcConvolution(const at::Tensor& weight, const at::Tensor& bias,
-                                 const nhwc::ConvolutionGeometry& geometry, bool depthwise,
+                                 const nhwc::ConvolutionGeometry& geometry, Kind kind,
                                  nhwc::Isa isa, const nhwc::KernelParameters& parameters)
     : geometry_(geometry), parameters_(parameters) {
   const at::Tensor w = weight.contiguous();
   const at::Tensor b = bias.defined() ? bias.contiguous() : at::Tensor();
   const float* bias_data = b.defined() ? b.data_ptr<float>() : nullptr;
-  if (depthwise) {
+  if (kind == Kind::kDepthwise) {
     depthwise_ = std::make_unique<const nhwc::DepthwiseWeights>(w.data_ptr<float>(), bias_data,
                                                                 geometry_, isa);
+  } else if (kind == Kind::kWinograd) {
+    winograd_ = std::make_unique<const nhwc::WinogradConvolution>(w.data_ptr<float>(), bias_data,
+                                                                  geometry_, isa);
   } else {
     gemm_ = std::make_unique<const nhwc::GemmConvolution>(w.data_ptr<float>(), bias_data, geometry_,
                                                           isa, parameters_.gemm);
@@ -107,6 +110,12 @@ void NhwcConvolution::run(const float* in, float* out, const float* res, const E
     });
     return;
   }
+  if (winograd_) {
+    split_work(
+        winograd_->pieces(), worth_forking(multiply_adds, threads),
+        [&](int64_t begin, int64_t end) { winograd_->run(in, out, res, epilogue, begin, end); });
+    return;
+  }
   const int64_t columns = gemm_->column_blocks();
   split_work(gemm_->row_blocks() * columns, worth_forking(multiply_adds, threads),
              [&](int64_t begin, int64_t end) {
@@ -121,13 +130,17 @@ void NhwcConvolution::run(const float* in, float* out, const float* res, const E
 }
 
 int64_t NhwcConvolution::packed_bytes() const {
-  return depthwise_ ? depthwise_->bytes() : gemm_->bytes();
+  return depthwise_ ? depthwise_->bytes() : winograd_ ? winograd_->bytes() : gemm_->bytes();
 }
 
 std::string NhwcConvolution::describe() const {
-  const nhwc::Isa isa = depthwise_ ? depthwise_->isa() : gemm_->isa();
-  return std::string(depthwise_ ? "nimble_depthwise" : "nimble_gemm") + "(" + nhwc::isa_name(isa) +
-         ")";
+  const nhwc::Isa isa = depthwise_  ? depthwise_->isa()
+                        : winograd_ ? winograd_->isa()
+                                    : gemm_->isa();
+  const char* name = depthwise_  ? "nimble_depthwise"
+                     : winograd_ ? "nimble_winograd"
+                                 : "nimble_gemm";
+  return std::string(name) + "(" + nhwc::isa_name(isa) + ")";
 }
 
 }  // namespace nimble::kernels

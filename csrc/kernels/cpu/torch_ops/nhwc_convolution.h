@@ -1,11 +1,11 @@
 #pragma once
-// nimble's own channels-last convolution kernels (channels_last/: depthwise, and the indirect
-// product for the rest) called on ATen tensors: the lowered convolution (prepacked_convolution.h)
-// runs one of these where the rule there picks it. Packs the weight once for the geometry
-// seen at capture, takes an NHWC input (converting any other layout), returns a new
-// channels-last result with the residual add and the activation applied as it is stored
-// (NaN kept, as in eager), and splits the work over the calling thread's intra-op threads
-// when it is large enough to pay for the fork.
+// nimble's own channels-last convolution kernels (channels_last/: depthwise, the indirect
+// product for the rest, and Winograd for 3x3 layers of stride 1) called on ATen tensors: the
+// lowered convolution (prepacked_convolution.h) runs one of these where the rule there picks it.
+// Packs the weight once for the geometry seen at capture, takes an NHWC input (converting any other
+// layout), returns a new channels-last result with the residual add and the activation applied as
+// it is stored (NaN kept, as in eager), and splits the work over the calling thread's intra-op
+// threads when it is large enough to pay for the fork.
 #include <ATen/core/Tensor.h>
 
 #include <memory>
@@ -14,6 +14,7 @@
 
 #include "csrc/kernels/cpu/channels_last/depthwise_convolution.h"
 #include "csrc/kernels/cpu/channels_last/gemm_convolution.h"
+#include "csrc/kernels/cpu/channels_last/winograd_convolution.h"
 #include "csrc/kernels/epilogue.h"
 
 namespace nimble::kernels {
@@ -25,12 +26,13 @@ bool channel_rows(const at::Tensor& t);
 
 class NhwcConvolution {
  public:
+  // kDepthwise: groups == C == K; kWinograd: WinogradConvolution::applies(); kGemm: any.
+  enum class Kind { kDepthwise, kGemm, kWinograd };
   // `weight` [K, C / groups, KH, KW] and `bias` [K] (undefined: none), as the convolution
-  // reads them; `geometry` with the input's sizes at capture. `depthwise` picks that kernel
-  // (groups == C == K), else the indirect product; `parameters` its tiling or blocking
-  // (kernel_parameters.h; the rule's by default).
+  // reads them; `geometry` with the input's sizes at capture; `parameters` the kernel's tiling
+  // or blocking (kernel_parameters.h; the rule's by default; Winograd has none).
   NhwcConvolution(const at::Tensor& weight, const at::Tensor& bias,
-                  const nhwc::ConvolutionGeometry& geometry, bool depthwise,
+                  const nhwc::ConvolutionGeometry& geometry, Kind kind,
                   nhwc::Isa isa = nhwc::best_isa(), const nhwc::KernelParameters& parameters = {});
   // `threads` 1 keeps the work on the calling thread (a tuned choice); 0 lets it split over
   // the calling thread's intra-op threads when it is large enough.
@@ -46,13 +48,14 @@ class NhwcConvolution {
   int64_t packed_bytes() const;
   // The parameters as given (0: the rule's).
   const nhwc::KernelParameters& parameters() const { return parameters_; }
-  std::string describe() const;  // "nimble_depthwise" or "nimble_gemm", and the ISA
+  std::string describe() const;  // "nimble_depthwise", "nimble_gemm" or "nimble_winograd"(isa)
 
  private:
   nhwc::ConvolutionGeometry geometry_;
   nhwc::KernelParameters parameters_;
   std::unique_ptr<const nhwc::DepthwiseWeights> depthwise_;
   std::unique_ptr<const nhwc::GemmConvolution> gemm_;
+  std::unique_ptr<const nhwc::WinogradConvolution> winograd_;
 };
 
 }  // namespace nimble::kernels

@@ -5,6 +5,8 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <future>
 #include <sstream>
 
@@ -36,7 +38,29 @@ int64_t output_pixels(c10::IntArrayRef input, c10::IntArrayRef weight,
   return pixels;
 }
 
+// NIMBLE_WINOGRAD=1: the rule picks nimble_winograd wherever it applies (choose() says why
+// only then). Read once, on first use; a value other than 0 or 1 throws.
+bool winograd_asked() {
+  static const bool asked = [] {
+    const char* value = std::getenv("NIMBLE_WINOGRAD");
+    if (value == nullptr || *value == '\0' || std::strcmp(value, "0") == 0) return false;
+    TORCH_CHECK(std::strcmp(value, "1") == 0, "NIMBLE_WINOGRAD: expected 0 or 1, got '", value,
+                "'");
+    return true;
+  }();
+  return asked;
+}
+
 }  // namespace
+
+bool PrepackedConvolution::winograd_applies(c10::IntArrayRef weight_sizes,
+                                            const ConvolutionGeometry& g) {
+  const auto ones = [](const std::vector<int64_t>& v) {
+    return v.size() == 2 && v[0] == 1 && v[1] == 1;
+  };
+  return weight_sizes.size() == 4 && weight_sizes[2] == 3 && weight_sizes[3] == 3 &&
+         g.groups == 1 && ones(g.stride) && ones(g.dilation) && g.padding.size() == 2;
+}
 
 PrepackedConvolution::Kernel PrepackedConvolution::choose(c10::IntArrayRef weight_sizes,
                                                           const ConvolutionGeometry& geometry,
@@ -59,6 +83,13 @@ PrepackedConvolution::Kernel PrepackedConvolution::choose(c10::IntArrayRef weigh
   const bool depthwise = groups > 1 && weight_sizes[1] == 1 && groups == input_sizes[1] &&
                          weight_sizes[0] == input_sizes[1];
   if (depthwise) return Kernel::kNimbleDepthwise;
+  // nimble_winograd (F(2x2, 3x3): 2.25x fewer multiply-adds, plus transforms) is where the
+  // peers' Winograd kernels beat nimble_gemm on 3x3 layers of large maps (resnet18 at 224x224,
+  // issue 46), but whether and from what map size it beats nimble_gemm here is not measured
+  // on a quiet machine yet (docs/cpu.md, "Winograd"): until it is, the rule picks it only
+  // where NIMBLE_WINOGRAD=1 asks (to time whole models with it), and a tuned replay per layer
+  // where the tuner measured it faster. The measured condition goes here.
+  if (winograd_asked() && winograd_applies(weight_sizes, geometry)) return Kernel::kNimbleWinograd;
   if (groups == 1 || weight_sizes[0] / groups > 8) return Kernel::kNimbleGemm;
   if (geometry.padding.size() != 2 || geometry.stride.size() != 2 || geometry.dilation.size() != 2)
     return Kernel::kOneDnn;
@@ -76,6 +107,8 @@ const char* PrepackedConvolution::kernel_name(Kernel kernel) {
       return "nimble_depthwise";
     case Kernel::kNimbleGemm:
       return "nimble_gemm";
+    case Kernel::kNimbleWinograd:
+      return "nimble_winograd";
   }
   return "?";
 }
@@ -105,11 +138,12 @@ PrepackedConvolution::PrepackedConvolution(
 }
 
 PrepackedConvolution::Kernel PrepackedConvolution::kernel_of_name(const std::string& name) {
-  for (Kernel k : {Kernel::kOneDnn, Kernel::kNimbleDepthwise, Kernel::kNimbleGemm})
+  for (Kernel k :
+       {Kernel::kOneDnn, Kernel::kNimbleDepthwise, Kernel::kNimbleGemm, Kernel::kNimbleWinograd})
     if (name == kernel_name(k)) return k;
   TORCH_CHECK(false,
               "nimble::PrepackedConvolution: expected the kernel 'onednn_prepacked', "
-              "'nimble_depthwise' or 'nimble_gemm', got '",
+              "'nimble_depthwise', 'nimble_gemm' or 'nimble_winograd', got '",
               name, "'");
 }
 
@@ -161,8 +195,15 @@ void PrepackedConvolution::pack() {
   versions_ = versions_of(sources_);
   finite_weights_.update(weight_, bias_);
   if (nimble_kernel()) {
-    nhwc_ = std::make_unique<const NhwcConvolution>(weight_, bias_, nhwc_geometry(),
-                                                    kernel_ == Kernel::kNimbleDepthwise,
+    TORCH_CHECK(kernel_ != Kernel::kNimbleWinograd || winograd_applies(weight_.sizes(), geometry_),
+                "nimble::PrepackedConvolution: nimble_winograd computes 3x3 convolutions of "
+                "stride 1, dilation 1 and one group only, not weight ",
+                weight_.sizes(), " ", key());
+    const NhwcConvolution::Kind kind =
+        kernel_ == Kernel::kNimbleDepthwise  ? NhwcConvolution::Kind::kDepthwise
+        : kernel_ == Kernel::kNimbleWinograd ? NhwcConvolution::Kind::kWinograd
+                                             : NhwcConvolution::Kind::kGemm;
+    nhwc_ = std::make_unique<const NhwcConvolution>(weight_, bias_, nhwc_geometry(), kind,
                                                     nhwc::best_isa(), parameters_);
     return;
   }

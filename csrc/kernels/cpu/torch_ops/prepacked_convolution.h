@@ -1,10 +1,13 @@
 #pragma once
 // A 2-d convolution lowered for CPU inference (passes/cpu_lowering.h makes them), with its
 // weight packed once and the residual add and activation that followed it in the model
-// fused. Three kernels, by a rule on the shape and the CPU (`choose`):
+// fused. Four kernels, by a rule on the shape and the CPU (`choose`):
 // - nimble_depthwise, nimble_gemm: nimble's own channels-last kernels (nhwc_convolution.h):
 //   a depthwise convolution vectorized over channels, and an indirect matrix product for
-//   dense and grouped ones, the epilogue applied as results are stored. No primitive lookup,
+//   dense and grouped ones, the epilogue applied as results are stored.
+// - nimble_winograd: nimble's Winograd F(2x2, 3x3) for dense 3x3 layers of stride 1
+//   (channels_last/winograd_convolution.h). The rule does not pick it yet (choose() says
+//   where it would); a tuned replay may, per layer. No primitive lookup,
 //   no reorders, one thread where the work is too small to split: the fixed cost per call is
 //   a few microseconds, where oneDNN's is 10-30.
 // - onednn_prepacked: oneDNN's convolution (`mkldnn::_convolution_pointwise`) with the weight
@@ -39,12 +42,14 @@ struct ConvolutionGeometry {
 
 class PrepackedConvolution : public torch::CustomClassHolder {
  public:
-  enum class Kernel { kOneDnn, kNimbleDepthwise, kNimbleGemm };
+  enum class Kernel { kOneDnn, kNimbleDepthwise, kNimbleGemm, kNimbleWinograd };
   // The kernel for this weight and input, by a rule measured per vector extension of the
   // CPU this runs on (cpu_features.h; the measurements are in docs/cpu.md).
   static Kernel choose(c10::IntArrayRef weight_sizes, const ConvolutionGeometry& geometry,
                        c10::IntArrayRef input_sizes);
   static const char* kernel_name(Kernel kernel);
+  // Whether nimble_winograd computes this convolution: 3x3, stride 1, dilation 1, one group.
+  static bool winograd_applies(c10::IntArrayRef weight_sizes, const ConvolutionGeometry& geometry);
   // The kernel of that name; throws naming the names there are.
   static Kernel kernel_of_name(const std::string& name);
   // What tuned kernel choices are keyed by: the convolution's sizes and geometry,
@@ -92,9 +97,7 @@ class PrepackedConvolution : public torch::CustomClassHolder {
   void pack();
   nhwc::ConvolutionGeometry nhwc_geometry() const;
   at::Tensor run_onednn(const at::Tensor& input, const std::optional<at::Tensor>& other);
-  bool nimble_kernel() const {
-    return kernel_ == Kernel::kNimbleDepthwise || kernel_ == Kernel::kNimbleGemm;
-  }
+  bool nimble_kernel() const { return kernel_ != Kernel::kOneDnn; }
 
   at::Tensor weight_, bias_;
   std::vector<at::Tensor> sources_;

@@ -89,7 +89,8 @@ void PrepackedLinear::pack() {
     g.in_channels = w.size(0);
     g.out_channels = w.size(1);
     nhwc_ = std::make_unique<const NhwcConvolution>(
-        w.t().reshape({g.out_channels, g.in_channels, 1, 1}), bias_, g, /*depthwise=*/false);
+        w.t().reshape({g.out_channels, g.in_channels, 1, 1}), bias_, g,
+        NhwcConvolution::Kind::kGemm);
     return;
   }
   std::vector<c10::IValue> stack = {weight().t().contiguous(), rows_};  // oneDNN takes [out, in]

@@ -20,7 +20,8 @@ struct TunedConvolution {
 
   std::string to_string() const;
   // Throws naming what it cannot read: an unknown kernel or word, or parameters of the other
-  // kernel (gemm.* are nimble_gemm's, depthwise.* nimble_depthwise's, oneDNN has none).
+  // kernel (gemm.* are nimble_gemm's, depthwise.* nimble_depthwise's, oneDNN and Winograd have
+  // none).
   static TunedConvolution parse(const std::string& spec);
   static TunedConvolution of(const PrepackedConvolution& convolution);
 };

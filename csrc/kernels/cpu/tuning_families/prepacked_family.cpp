@@ -1,12 +1,14 @@
 // Family "prepacked": the kernels the CPU lowering runs (prepacked_convolution.h), as tuning
 // candidates: oneDNN on a weight reordered once, nimble's channels-last depthwise and
-// indirect-product kernels, each with its epilogue fused and the intra-op thread count as a knob,
-// and nimble's kernels with their parameters as knobs (kernel_parameters.h: the GEMM's tiling,
-// the depthwise kernel's blocking). Every parameter knob's first value (0, "rule") is the
-// kernel's own rule, and oneDNN runs only with them there, so the lowering's untuned choice is
-// one config (default_choices(), where tuning starts). A lowered replay prepared with a tuning
-// database runs each convolution on this family's best record for its shape, kernel, threads
-// and parameters (slot/lowering_choices.h), where the replay runs it faster than the rule's.
+// indirect-product kernels, and its Winograd kernel for 3x3 layers of stride 1 (which the
+// rule does not pick: a tuned replay may, per layer), each with its epilogue fused and the intra-op
+// thread count as a knob, and nimble's kernels with their parameters as knobs (kernel_parameters.h:
+// the GEMM's tiling, the depthwise kernel's blocking). Every parameter knob's first value (0,
+// "rule") is the kernel's own rule, and oneDNN and Winograd run only with them there, so the
+// lowering's untuned choice is one config (default_choices(), where tuning starts). A lowered
+// replay prepared with a tuning database runs each convolution on this family's best record for its
+// shape, kernel, threads and parameters (slot/lowering_choices.h), where the replay runs it faster
+// than the rule's.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
@@ -20,6 +22,13 @@ namespace nimble::kernels {
 namespace {
 
 using Kernel = PrepackedConvolution::Kernel;
+
+ConvolutionGeometry geometry_of(const TunableOp& op) {
+  return ConvolutionGeometry{{op.padding[0], op.padding[1]},
+                             {op.stride[0], op.stride[1]},
+                             {op.dilation[0], op.dilation[1]},
+                             op.groups};
+}
 
 // The parameter knobs of the op's nimble kernel, in knobs()'s order after kernel and threads.
 // A few values each, 0 (or "rule") first: the trace recorder (nimble/tuning/trace.py) measures
@@ -48,6 +57,8 @@ std::vector<std::string> kernel_names(const TunableOp& op) {
   if (at::hasMKLDNN()) out.emplace_back(PrepackedConvolution::kernel_name(Kernel::kOneDnn));
   out.emplace_back(PrepackedConvolution::kernel_name(op.depthwise() ? Kernel::kNimbleDepthwise
                                                                     : Kernel::kNimbleGemm));
+  if (PrepackedConvolution::winograd_applies({op.k, op.c / op.groups, op.r, op.s}, geometry_of(op)))
+    out.emplace_back(PrepackedConvolution::kernel_name(Kernel::kNimbleWinograd));
   return out;
 }
 
@@ -67,13 +78,9 @@ class Prepacked : public TunedKernel {
       weight_ = weight;
       bias_ = bias;
       packed_ = c10::make_intrusive<PrepackedConvolution>(
-          weight, bias, std::vector<at::Tensor>{weight, bias},
-          ConvolutionGeometry{{op_.padding[0], op_.padding[1]},
-                              {op_.stride[0], op_.stride[1]},
-                              {op_.dilation[0], op_.dilation[1]},
-                              op_.groups},
-          op_.epilogue, operands[0], op_.out_strides, std::make_shared<NonFiniteWeights>(), kernel_,
-          threads_, parameters_);
+          weight, bias, std::vector<at::Tensor>{weight, bias}, geometry_of(op_), op_.epilogue,
+          operands[0], op_.out_strides, std::make_shared<NonFiniteWeights>(), kernel_, threads_,
+          parameters_);
     }
     const std::optional<at::Tensor> residual =
         op_.epilogue.residual ? std::optional<at::Tensor>(operands.back()) : std::nullopt;
@@ -104,23 +111,27 @@ class PrepackedFamily : public KernelFamily {
     return out;
   }
   std::vector<KnobRule> rules(const TunableOp& op) const override {
-    // oneDNN has none of these parameters: its configs differing only in them are one.
-    if (!at::hasMKLDNN()) return {};
-    return {{"onednn_prepacked takes no kernel parameters", [](const std::vector<int64_t>& v) {
-               return v[0] != 0 ||
-                      std::all_of(v.begin() + 2, v.end(), [](int64_t x) { return x == 0; });
-             }}};
+    // oneDNN and Winograd have none of these parameters: their configs differing only in them
+    // are one.
+    const std::vector<std::string> names = kernel_names(op);
+    std::vector<KnobRule> out;
+    for (const Kernel kernel : {Kernel::kOneDnn, Kernel::kNimbleWinograd}) {
+      const std::string name = PrepackedConvolution::kernel_name(kernel);
+      const auto found = std::find(names.begin(), names.end(), name);
+      if (found == names.end()) continue;
+      const int64_t index = found - names.begin();
+      out.push_back({name + " takes no kernel parameters", [index](const std::vector<int64_t>& v) {
+                       return v[0] != index ||
+                              std::all_of(v.begin() + 2, v.end(), [](int64_t x) { return x == 0; });
+                     }});
+    }
+    return out;
   }
   std::vector<int> default_choices(const TunableOp& op) const override {
     // What the lowering runs untuned: the rule's kernel on every thread, the rule's parameters.
     const std::vector<std::string> names = kernel_names(op);
-    const std::string rule = PrepackedConvolution::kernel_name(
-        PrepackedConvolution::choose({op.k, op.c / op.groups, op.r, op.s},
-                                     ConvolutionGeometry{{op.padding[0], op.padding[1]},
-                                                         {op.stride[0], op.stride[1]},
-                                                         {op.dilation[0], op.dilation[1]},
-                                                         op.groups},
-                                     {op.n, op.c, op.h, op.w}));
+    const std::string rule = PrepackedConvolution::kernel_name(PrepackedConvolution::choose(
+        {op.k, op.c / op.groups, op.r, op.s}, geometry_of(op), {op.n, op.c, op.h, op.w}));
     const auto found = std::find(names.begin(), names.end(), rule);
     if (found == names.end()) return {};
     std::vector<int> out(knobs(op).size(), 0);
