@@ -2,6 +2,7 @@
 
     wrapper            Nimble: prepare, call, use_tuned, the public face
     prepare_options    prepare's keywords, spelled once, and the C++ builder's options
+    pipeline           prepare's stages, capture to executor, listed in one place
     structure          how example inputs and outputs are flattened and rebuilt
     capture            recording a model's ATen ops once (user_source: where in the user's code)
     build_replay       the hand-over of a recorded trace to the C++ program builder

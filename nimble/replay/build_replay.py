@@ -1,6 +1,8 @@
-"""The hand-over from the capture to C++: a recorded trace's ops, their arguments in schema
-order, given to the program builder (`ProgramBuilder`, csrc/program/program_builder.h), whose
-`finish` runs the passes, builds the program, plans its memory and returns the replay."""
+"""The hand-over, the one place a recorded trace goes from Python to C++ (prepare's pipeline:
+pipeline.py): the trace's ops, their arguments in schema order, given to the program builder
+(`ProgramBuilder`, csrc/program/program_builder.h), whose `finish(BuildOptions)` runs stages 2
+to 6 (passes, program, memory plan, stream plan, executor: csrc/runtime/replay_pipeline.h)
+and returns the replay."""
 
 from __future__ import annotations
 
@@ -30,12 +32,13 @@ def schema_returns(func, out) -> list:
     return list(out)
 
 
-def build_replay(ops, inputs, state, outputs, **options):
+def build_replay(ops, inputs, state, outputs, options):
     """Hands traced ops to the C++ program builder and returns the replay it builds.
 
     `inputs` are the tensors the caller's arguments replace on every replay, `state` the
     tensors used in place (parameters, buffers, optimizer state), `outputs` the tensors
-    handed back; `options` go to `ProgramBuilder.finish`."""
+    handed back; `options` (a `_C.BuildOptions`, PrepareOptions.build_options()) go to
+    `ProgramBuilder.finish`."""
     from .. import _C
 
     builder = _C.ProgramBuilder()
@@ -52,4 +55,4 @@ def build_replay(ops, inputs, state, outputs, **options):
             schema_returns(op.func, op.out),
         )
     builder.set_outputs(list(outputs))
-    return builder.finish(**options)
+    return builder.finish(options)

@@ -14,7 +14,7 @@ from .structure import ExampleCall, OutputStructure
 class InferenceReplay:
     """What `prepare()` builds by default: the module's forward as one replay."""
 
-    def __init__(self, module: torch.nn.Module, example: ExampleCall, options: dict) -> None:
+    def __init__(self, module: torch.nn.Module, example: ExampleCall, options) -> None:
         self.module = module
         self.example_inputs = example.static_inputs
         args, kwargs = example.static_args, example.static_kwargs
@@ -25,13 +25,13 @@ class InferenceReplay:
         self.side_effects = captured.side_effects
         self.outputs, output_tensors = OutputStructure.split(captured.result)
         # Eager's results, before a replay writes into the tensors it returns.
-        references = [t.detach().clone() for t in output_tensors] if options.get(
-            "lower_for_cpu") else []
+        references = ([t.detach().clone() for t in output_tensors]
+                      if options.lower_for_cpu else [])
         state = module_state(module)
 
-        def build(opts: dict):
+        def build(opts):
             return build_replay(captured.recorder.trace.ops, self.example_inputs, state,
-                                output_tensors, **opts)
+                                output_tensors, opts)
 
         def check(replay) -> None:
             # Nothing of nimble's own in the program: it is ATen's ops as captured, which the

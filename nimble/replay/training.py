@@ -81,7 +81,7 @@ class ForwardBackwardReplay:
         self,
         module: torch.nn.Module,
         example: ExampleCall,
-        options: dict,
+        options,
         copy_outputs: bool,
     ) -> None:
         self.module = module
@@ -135,7 +135,7 @@ class ForwardBackwardReplay:
         self.differentiable_outputs = differentiable
         self.example_gos = gos
         self.forward_replay = build_replay(
-            forward_ops, static_inputs, state, outs + saved, **options
+            forward_ops, static_inputs, state, outs + saved, options
         )
         kept = [(i, g) for i, g in enumerate(grads) if g is not None]
         # Gradient positions among the Function's inputs (after the owner): inputs, params.
@@ -146,7 +146,7 @@ class ForwardBackwardReplay:
             gos + saved + [static_inputs[i] for i in self.backward_input_positions],
             state,
             [g for _, g in kept],
-            **options,
+            options,
         )
         self.replays = [self.forward_replay, self.backward_replay]
         self.example_inputs = static_inputs

@@ -67,7 +67,7 @@ class WholeStepReplay:
         self,
         module: torch.nn.Module,
         example: ExampleCall,
-        options: dict,
+        options,
         loss_fn,
         optimizer: torch.optim.Optimizer,
         example_targets: Any,
@@ -80,7 +80,7 @@ class WholeStepReplay:
         self.loss_fn = loss_fn
         params = _gradient_targets(module, optimizer)
         # Backends that bake scalars in (a graph) capture again when one changes.
-        graph = bool(options.get("graph_twin")) or any(p.is_cuda for p in params)
+        graph = options.graph_twin or any(p.is_cuda for p in params)
         self.scalars = OptimizerScalars(optimizer, device_steps=graph)
         self.scalars.move_steps_to_device()
         self.copy_loss = copy_loss
@@ -151,7 +151,7 @@ class WholeStepReplay:
                 self.example_inputs,
                 state,
                 [loss] + list(grads),
-                **options,
+                options,
             )
             self.step_replay.register_scalars(self.scalars.places)
         except BaseException:

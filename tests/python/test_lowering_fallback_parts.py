@@ -15,6 +15,7 @@ from torch import nn
 import nimble
 from layout_fuzz import realistic_weights_
 from nimble.replay import inference, lowering_fallback
+from nimble.replay.prepare_options import with_changes
 from nimble.testing import assert_matches_eager
 from test_lowering_fallback import BrokenReplay
 
@@ -59,9 +60,9 @@ def _trace_ops(model, x) -> list[str]:
     seen = []
     real = inference.build_replay
 
-    def build_replay(ops, *args, **options):
+    def build_replay(ops, *args):
         seen[:] = [str(op.func._schema.name) for op in ops]
-        return real(ops, *args, **options)
+        return real(ops, *args)
 
     inference.build_replay = build_replay
     try:
@@ -76,13 +77,13 @@ def _break_when_lowered(monkeypatch, positions: set[int], how: str, builds: list
     (not in keep_aten_ops), as a lowering bug confined to those ops would."""
     real = inference.build_replay
 
-    def build_replay(ops, *args, **options):
+    def build_replay(ops, *args):
+        options = args[-1]
         builds.append(options)
-        broken = options.get("lower_for_cpu") and bool(
-            positions - set(options.get("keep_aten_ops", ())))
+        broken = options.lower_for_cpu and bool(positions - set(options.keep_aten_ops))
         if broken and how == "build":
             raise RuntimeError("nimble::convolution_prepacked: cannot pack (injected)")
-        replay = real(ops, *args, **options)
+        replay = real(ops, *args)
         return BrokenReplay(replay, how) if broken else replay
 
     monkeypatch.setattr(inference, "build_replay", build_replay)
@@ -157,8 +158,9 @@ def test_any_one_op_kept_as_aten_replays_equal(monkeypatch):
     real = inference.build_replay
     keep: set[int] = set()
 
-    def build_replay(ops, *args, **options):
-        return real(ops, *args, **{**options, "keep_aten_ops": keep})
+    def build_replay(ops, *args):
+        *head, options = args
+        return real(ops, *head, with_changes(options, keep_aten_ops=keep))
 
     monkeypatch.setattr(inference, "build_replay", build_replay)
     with torch.no_grad():
