@@ -1,8 +1,9 @@
 #pragma once
 // prepare's pipeline after the hand-over: the stages C++ runs on a recorded trace, in order.
-// The whole pipeline, capture included, is listed in nimble/replay/pipeline.py; the Python
-// capture hands its trace over in one place, nimble/replay/build_replay.py, which fills a
-// ProgramBuilder and calls `ProgramBuilder.finish(BuildOptions)`, bound to `build_replay`.
+// The whole pipeline, capture included, is listed in nimble/replay/pipeline.py (Python, since
+// the capture can only be Python), whose `hand_over` is the one place a trace goes to C++: it
+// fills a ProgramBuilder (nimble/replay/build_replay.py) and calls
+// `ProgramBuilder.finish(BuildOptions)`, bound to `build_replay` below.
 //
 //   stage                 in -> out                                  where
 //   2. passes             recorded ops -> recorded ops               ProgramBuilder::finish

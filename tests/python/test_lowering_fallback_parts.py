@@ -14,7 +14,7 @@ from torch import nn
 
 import nimble
 from layout_fuzz import realistic_weights_
-from nimble.replay import inference, lowering_fallback
+from nimble.replay import lowering_fallback, pipeline
 from nimble.replay.prepare_options import with_changes
 from nimble.testing import assert_matches_eager
 from test_lowering_fallback import BrokenReplay
@@ -58,35 +58,34 @@ def _names(fast) -> list[str]:
 def _trace_ops(model, x) -> list[str]:
     """The captured trace's op names, as prepare numbers them."""
     seen = []
-    real = inference.build_replay
+    real = pipeline.build_replay
 
-    def build_replay(ops, *args):
-        seen[:] = [str(op.func._schema.name) for op in ops]
-        return real(ops, *args)
+    def build_replay(part, options):
+        seen[:] = [str(op.func._schema.name) for op in part.ops]
+        return real(part, options)
 
-    inference.build_replay = build_replay
+    pipeline.build_replay = build_replay
     try:
         nimble.Nimble(model).prepare(x, streams=1, lower_for_cpu=False)
     finally:
-        inference.build_replay = real
+        pipeline.build_replay = real
     return seen
 
 
 def _break_when_lowered(monkeypatch, positions: set[int], how: str, builds: list) -> None:
     """Lowered programs misbehave while an op at one of the trace `positions` is lowered
     (not in keep_aten_ops), as a lowering bug confined to those ops would."""
-    real = inference.build_replay
+    real = pipeline.build_replay
 
-    def build_replay(ops, *args):
-        options = args[-1]
+    def build_replay(part, options):
         builds.append(options)
         broken = options.lower_for_cpu and bool(positions - set(options.keep_aten_ops))
         if broken and how == "build":
             raise RuntimeError("nimble::convolution_prepacked: cannot pack (injected)")
-        replay = real(ops, *args)
+        replay = real(part, options)
         return BrokenReplay(replay, how) if broken else replay
 
-    monkeypatch.setattr(inference, "build_replay", build_replay)
+    monkeypatch.setattr(pipeline, "build_replay", build_replay)
 
 
 @pytest.mark.parametrize("how", ["build", "raise", "differ"])
@@ -155,14 +154,13 @@ def test_any_one_op_kept_as_aten_replays_equal(monkeypatch):
     model = _model()
     x = torch.randn(1, 3, 16, 16)
     trace = _trace_ops(model, x)
-    real = inference.build_replay
+    real = pipeline.build_replay
     keep: set[int] = set()
 
-    def build_replay(ops, *args):
-        *head, options = args
-        return real(ops, *head, with_changes(options, keep_aten_ops=keep))
+    def build_replay(part, options):
+        return real(part, with_changes(options, keep_aten_ops=keep))
 
-    monkeypatch.setattr(inference, "build_replay", build_replay)
+    monkeypatch.setattr(pipeline, "build_replay", build_replay)
     with torch.no_grad():
         want = model(x)
         lowered = _names(nimble.Nimble(model).prepare(x, streams=1))
