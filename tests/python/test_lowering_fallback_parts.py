@@ -188,8 +188,7 @@ def test_the_bisection_finds_the_breaking_ops_within_its_bound(culprits):
 
     def build(options):
         tries.append(options)
-        kept = options.get("keep_aten_ops", set())
-        if options["lower_for_cpu"] and set(culprits) - kept:
+        if options.lower_for_cpu and set(culprits) - set(options.keep_aten_ops):
             raise RuntimeError(f"{trace[culprits[0]]}: broken (injected)")
         return options
 
@@ -197,8 +196,9 @@ def test_the_bisection_finds_the_breaking_ops_within_its_bound(culprits):
         return None
 
     with pytest.warns(UserWarning, match="keep ATen's op|keeps ATen's op") as caught:
-        replay = lowering_fallback.build_checked(build, {"lower_for_cpu": True}, check, trace)
-    assert replay["keep_aten_ops"] == set(culprits)
+        replay = lowering_fallback.build_checked(
+            build, with_changes(nimble._C.BuildOptions(), lower_for_cpu=True), check, trace)
+    assert replay.keep_aten_ops == set(culprits)
     message = str(caught[0].message)
     for i in culprits:
         assert f"aten::op{i} (op {i} of the trace)" in message
