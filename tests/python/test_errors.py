@@ -194,11 +194,12 @@ def test_prepare_keywords_are_checked_before_anything_runs():
 def test_the_builders_options_are_one_bound_type():
     """C++ reads prepare's options from one bound `_C.BuildOptions`, made by PrepareOptions;
     ProgramBuilder.finish takes it, and no keywords."""
+    from nimble import _C
     from nimble.replay.prepare_options import PrepareOptions, with_changes
 
     options = PrepareOptions(streams=3, out_variant_max_bytes=64, drop_noop_ops=False,
                              precompute_views=False, _graph_twin=True).build_options()
-    assert isinstance(options, nimble._C.BuildOptions)
+    assert isinstance(options, _C.BuildOptions)
     assert (options.streams, options.out_variant_max_bytes, options.drop_noop_ops,
             options.precompute_views, options.graph_twin) == (3, 64, False, False, True)
     auto = PrepareOptions(streams="auto", training=True).build_options()
@@ -209,4 +210,4 @@ def test_the_builders_options_are_one_bound_type():
     with pytest.raises(AttributeError, match="no field 'strems'"):
         with_changes(options, strems=2)
     with pytest.raises(TypeError):
-        nimble._C.ProgramBuilder().finish(streams=2)
+        _C.ProgramBuilder().finish(streams=2)

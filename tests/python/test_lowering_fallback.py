@@ -12,6 +12,7 @@ import torchvision
 from torch import nn
 
 import nimble
+from nimble import _C
 from layout_fuzz import assert_close_to_scale, realistic_weights_
 from nimble.replay import lowering_fallback, pipeline
 
@@ -128,7 +129,7 @@ def test_the_unlowered_replay_is_never_checked():
         calls.append(options)
         return object()
 
-    options = nimble._C.BuildOptions()
+    options = _C.BuildOptions()
     options.lower_for_cpu = False
     lowering_fallback.build_checked(build, options, lambda r: calls.append("run"))
     assert calls == [options]

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import nimble
+from nimble import _C
 from layout_fuzz import realistic_weights_
 from nimble.replay import lowering_fallback, pipeline
 from nimble.replay.prepare_options import with_changes
@@ -197,7 +198,7 @@ def test_the_bisection_finds_the_breaking_ops_within_its_bound(culprits):
 
     with pytest.warns(UserWarning, match="keep ATen's op|keeps ATen's op") as caught:
         replay = lowering_fallback.build_checked(
-            build, with_changes(nimble._C.BuildOptions(), lower_for_cpu=True), check, trace)
+            build, with_changes(_C.BuildOptions(), lower_for_cpu=True), check, trace)
     assert replay.keep_aten_ops == set(culprits)
     message = str(caught[0].message)
     for i in culprits:
