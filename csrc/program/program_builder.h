@@ -15,38 +15,13 @@
 #include <vector>
 
 #include "csrc/passes/cpu_lowering.h"
+#include "csrc/program/build_options.h"
 #include "csrc/program/folded_batchnorm.h"
 #include "csrc/program/program.h"
 #include "csrc/program/program_state.h"
 #include "csrc/program/recorded_op.h"
 
 namespace nimble {
-
-struct BuildOptions {
-  // Rewrite functional ops to their `.out` overload into preallocated buffers.
-  bool use_out_variants = true;
-  // Only ops whose results are at most this many bytes get `.out` buffers (0: any size).
-  // Buffers stay allocated between replays; larger results are better allocated and
-  // freed as eager does, which keeps the replay's peak memory at eager's.
-  int64_t out_variant_max_bytes = 0;
-  // Compute views of stable tensors once, at prepare.
-  bool precompute_views = true;
-  // Fold eval-mode batch norms into the convolutions before them.
-  bool fold_batchnorm = false;
-  // CPU inference: lower convolutions to prepacked oneDNN calls with fused post-ops
-  // (passes/cpu_lowering.h), folding batch norms into them first.
-  bool lower_for_cpu = false;
-  // Let `.out` buffers whose lifetimes cannot overlap share storage.
-  bool plan_memory = true;
-  // Drop copies and aliases readers cannot tell from their input (noop_elimination.h).
-  bool drop_noop_ops = true;
-  // With lower_for_cpu: kernels a tuning database chose, by convolution shape.
-  TunedConvolutions tuned_convolutions;
-  // Trace positions (RecordedOp::trace_position) of ops the CPU lowering and batch-norm
-  // folding leave as ATen's: the parts prepare found the lowering breaks
-  // (nimble/replay/lowering_fallback.py).
-  std::set<int> keep_aten_ops;
-};
 
 // The dispatcher's handle for an op overload; UnsupportedOp (errors.h) naming it if none.
 c10::OperatorHandle find_op(const std::string& qualified_name, const std::string& overload);

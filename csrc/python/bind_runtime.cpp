@@ -1,5 +1,6 @@
-// Binds the program builder and the replay to Python. The capture glue (nimble/replay/capture.py)
-// hands over the trace; everything after that happens here, in C++.
+// Binds the program builder, its options and the replay to Python. The capture glue hands the
+// trace over in one place (nimble/replay/build_replay.py, calling ProgramBuilder.finish);
+// everything after that is C++ (csrc/runtime/replay_pipeline.h).
 #include <ATen/ScalarOps.h>
 #include <pybind11/stl.h>
 #include <time.h>
@@ -20,6 +21,7 @@
 #include "csrc/runtime/cpu/cpu_executor.h"
 #include "csrc/runtime/cpu/work_sharing.h"
 #include "csrc/runtime/replay.h"
+#include "csrc/runtime/replay_pipeline.h"
 
 namespace py = pybind11;
 
@@ -100,6 +102,23 @@ void bind_runtime(py::module_& m) {
         "their cores are held elsewhere; returns the previous setting");
   m.def("_kernel_helper_pieces", &helper_pieces_for_test,
         "Tests: pieces of nimble's CPU kernels the helper threads have run in this process");
+  // prepare's options as C++ reads them, made by PrepareOptions.build_options()
+  // (nimble/replay/prepare_options.py); each field is documented in build_options.h.
+  py::class_<BuildOptions>(m, "BuildOptions")
+      .def(py::init<>())
+      .def("__copy__", [](const BuildOptions& o) { return o; })
+      .def_readwrite("use_out_variants", &BuildOptions::use_out_variants)
+      .def_readwrite("out_variant_max_bytes", &BuildOptions::out_variant_max_bytes)
+      .def_readwrite("precompute_views", &BuildOptions::precompute_views)
+      .def_readwrite("fold_batchnorm", &BuildOptions::fold_batchnorm)
+      .def_readwrite("lower_for_cpu", &BuildOptions::lower_for_cpu)
+      .def_readwrite("plan_memory", &BuildOptions::plan_memory)
+      .def_readwrite("drop_noop_ops", &BuildOptions::drop_noop_ops)
+      .def_readwrite("tuned_convolutions", &BuildOptions::tuned_convolutions)
+      .def_readwrite("keep_aten_ops", &BuildOptions::keep_aten_ops)
+      .def_readwrite("streams", &BuildOptions::streams)
+      .def_readwrite("cores", &BuildOptions::cores)
+      .def_readwrite("graph_twin", &BuildOptions::graph_twin);
   py::class_<ProgramBuilder>(m, "ProgramBuilder")
       .def(py::init<>())
       .def("add_input", &ProgramBuilder::add_input)
@@ -114,30 +133,10 @@ void bind_runtime(py::module_& m) {
       .def("set_outputs", &ProgramBuilder::set_outputs)
       .def(
           "finish",
-          [](ProgramBuilder& b, bool use_out_variants, bool precompute_views, bool fold_batchnorm,
-             bool plan_memory, int streams, int cores, int64_t out_variant_max_bytes,
-             bool drop_noop_ops, bool lower_for_cpu, bool graph_twin,
-             const TunedConvolutions& tuned_convolutions, const std::set<int>& keep_aten_ops) {
-            BuildOptions options;
-            options.drop_noop_ops = drop_noop_ops;
-            options.out_variant_max_bytes = out_variant_max_bytes;
-            options.plan_memory = plan_memory;
-            options.use_out_variants = use_out_variants;
-            options.precompute_views = precompute_views;
-            options.fold_batchnorm = fold_batchnorm;
-            options.lower_for_cpu = lower_for_cpu;
-            options.tuned_convolutions = tuned_convolutions;
-            options.keep_aten_ops = keep_aten_ops;
-            ExecutorOptions executor{streams, cores, plan_memory};
-            executor.graph_twin = graph_twin;
-            return std::make_shared<Replay>(b.finish(options), executor);
-          },
-          py::arg("use_out_variants") = true, py::arg("precompute_views") = true,
-          py::arg("fold_batchnorm") = false, py::arg("plan_memory") = true, py::arg("streams") = 1,
-          py::arg("cores") = 0, py::arg("out_variant_max_bytes") = 0,
-          py::arg("drop_noop_ops") = true, py::arg("lower_for_cpu") = false,
-          py::arg("graph_twin") = false, py::arg("tuned_convolutions") = TunedConvolutions{},
-          py::arg("keep_aten_ops") = std::set<int>{});
+          [](ProgramBuilder& b, const BuildOptions& options) { return build_replay(b, options); },
+          py::arg("options"),
+          "The hand-over from the capture: stages 2 to 6 of prepare's pipeline on the recorded "
+          "trace (csrc/runtime/replay_pipeline.h); returns the Replay.");
 
   py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
       .def(

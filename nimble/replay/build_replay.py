@@ -1,10 +1,29 @@
-"""The hand-over from the capture to C++: a recorded trace's ops, their arguments in schema
-order, given to the program builder (`ProgramBuilder`, csrc/program/program_builder.h), whose
-`finish` runs the passes, builds the program, plans its memory and returns the replay."""
+"""The hand-over, the one place a recorded trace goes from Python to C++ (prepare's pipeline:
+pipeline.py): the trace's ops, their arguments in schema order, given to the program builder
+(`ProgramBuilder`, csrc/program/program_builder.h), whose `finish(BuildOptions)` runs stages 2
+to 6 (passes, program, memory plan, stream plan, executor: csrc/runtime/replay_pipeline.h)
+and returns the replay."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
+
 from ..errors import UnsupportedOpError
+
+
+@dataclass
+class Handover:
+    """What one replay is built from: the recorded ops (capture.py's RecordedOp, in trace
+    order), the tensors the caller's arguments replace on every replay (`inputs`), the tensors
+    used in place (`state`: parameters, buffers, optimizer state) and those handed back
+    (`outputs`)."""
+
+    ops: list
+    inputs: list[torch.Tensor]
+    state: list[torch.Tensor]
+    outputs: list[torch.Tensor]
 
 
 def schema_arguments(func, args: tuple, kwargs: dict) -> list:
@@ -30,20 +49,17 @@ def schema_returns(func, out) -> list:
     return list(out)
 
 
-def build_replay(ops, inputs, state, outputs, **options):
-    """Hands traced ops to the C++ program builder and returns the replay it builds.
-
-    `inputs` are the tensors the caller's arguments replace on every replay, `state` the
-    tensors used in place (parameters, buffers, optimizer state), `outputs` the tensors
-    handed back; `options` go to `ProgramBuilder.finish`."""
+def build_replay(part: Handover, options):
+    """Hands `part` to the C++ program builder and returns the replay (`_C.Replay`) it builds
+    with `options` (a `_C.BuildOptions`, PrepareOptions.build_options())."""
     from .. import _C
 
     builder = _C.ProgramBuilder()
-    for tensor in inputs:
+    for tensor in part.inputs:
         builder.add_input(tensor)
-    for tensor in state:
+    for tensor in part.state:
         builder.add_state(tensor)
-    for op in ops:
+    for op in part.ops:
         schema = op.func._schema
         builder.add_op(
             schema.name,
@@ -51,5 +67,5 @@ def build_replay(ops, inputs, state, outputs, **options):
             schema_arguments(op.func, op.args, op.kwargs),
             schema_returns(op.func, op.out),
         )
-    builder.set_outputs(list(outputs))
-    return builder.finish(**options)
+    builder.set_outputs(list(part.outputs))
+    return builder.finish(options)

@@ -326,23 +326,28 @@ class Capture:
     recorder: Recorder
     result: Any
     side_effects: PythonSideEffects
+    snapshot: ModelSnapshot  # what the model, optimizer and inputs were before the capture
 
 
 def capture(
     module: torch.nn.Module,
-    snapshot: ModelSnapshot,
     record: Callable[[Recorder], T],
     warm_up: Callable[[], Any] | None = None,
+    *,
+    inputs: list[torch.Tensor] = (),
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> Capture:
     """The one capture sequence: `record` runs recorded until two runs in a row give the
     same trace, op by op, and the first of the two is kept; after MAX_RECORDED_RUNS runs the
     model is refused, naming the first op that differs. State a first run makes lazily shows
     as a first trace unlike the next, so a static model runs twice. `warm_up` (optional)
     runs eagerly first, for state the recorded runs must find made (optimizer state, which
-    the snapshot then adopts). The snapshot puts the model back after every run, whether it
-    succeeded or not. Refuses a module that replaced a parameter or buffer object on the
+    the snapshot then adopts; dropped again when the capture fails). A snapshot of the model,
+    `optimizer` and `inputs` puts them back after every run, whether it succeeded or not (it
+    copies values only as the recorder sees them written, unless an unrecorded warm-up runs). Refuses a module that replaced a parameter or buffer object on the
     way: the replay would update the old one. `record` must keep nothing itself: the kept
     run's result is returned."""
+    snapshot = ModelSnapshot(module, optimizer, inputs, copy_on_write=warm_up is None)
     identities = [id(t) for t in module_state(module)]
     # Which object each submodule has under each name: a forward that replaced one gets the
     # original back, as the model is left as it was found.
@@ -351,6 +356,7 @@ def capture(
     persistent = {identity: i for i, identity in enumerate(identities)}
     effects = PythonSideEffects(module)
     difference = None
+    failed = True
     try:
         if warm_up is not None:
             warm_up()
@@ -369,11 +375,14 @@ def capture(
                 if difference is None:
                     break
             previous = (recorder, result)
+        failed = False
     finally:
         replaced = [id(t) for t in module_state(module)] != identities
         for table, name, t in bindings:
             table[name] = t
         snapshot.restore()
+        if failed:
+            snapshot.drop_created_state()
     if difference is not None:
         raise NotStaticError(
             f"the model is not static: {MAX_RECORDED_RUNS} recorded runs did not give the "
@@ -387,4 +396,4 @@ def capture(
             "`self.buf.add_(1)` or `self.buf.copy_(...)` instead"
         )
     recorder, result = previous
-    return Capture(recorder, result, effects.after())
+    return Capture(recorder, result, effects.after(), snapshot)

@@ -5,48 +5,54 @@ from __future__ import annotations
 import torch
 
 from . import lowering_fallback
-from .build_replay import build_replay
+from .build_replay import Handover
 from .capture import capture
 from .model_snapshot import ModelSnapshot, module_state
 from .structure import ExampleCall, OutputStructure
 
 
 class InferenceReplay:
-    """What `prepare()` builds by default: the module's forward as one replay."""
+    """What `prepare()` builds by default: the module's forward as one replay. Built by
+    prepare's pipeline (pipeline.py): it captures here and hands its one part over there."""
 
-    def __init__(self, module: torch.nn.Module, example: ExampleCall, options: dict) -> None:
+    def __init__(self, module: torch.nn.Module, example: ExampleCall, options) -> None:
         self.module = module
         self.example_inputs = example.static_inputs
         args, kwargs = example.static_args, example.static_kwargs
 
-        snapshot = ModelSnapshot(module, inputs=self.example_inputs, copy_on_write=True)
         with torch.no_grad():
-            captured = capture(module, snapshot, lambda _: module(*args, **kwargs))
+            captured = capture(module, lambda _: module(*args, **kwargs),
+                               inputs=self.example_inputs)
         self.side_effects = captured.side_effects
         self.outputs, output_tensors = OutputStructure.split(captured.result)
         # Eager's results, before a replay writes into the tensors it returns.
-        references = [t.detach().clone() for t in output_tensors] if options.get(
-            "lower_for_cpu") else []
-        state = module_state(module)
+        self._references = ([t.detach().clone() for t in output_tensors]
+                            if options.lower_for_cpu else [])
+        ops = captured.recorder.trace.ops
+        self.parts = [Handover(ops, self.example_inputs, module_state(module), output_tensors)]
+        self.trace_ops = [str(op.func._schema.name) + (f".{op.func._schema.overload_name}"
+                                                       if op.func._schema.overload_name else "")
+                          for op in ops]
+        self.replays = []
 
-        def build(opts: dict):
-            return build_replay(captured.recorder.trace.ops, self.example_inputs, state,
-                                output_tensors, **opts)
+    def check(self, replay) -> None:
+        """Raises if a lowered `replay` differs from eager on the example (the pipeline then
+        keeps ATen's ops where the lowering breaks it: lowering_fallback.py)."""
+        # Nothing of nimble's own in the program: it is ATen's ops as captured, which the
+        # unlowered replay would run too (and an RNG op would draw other numbers than the
+        # recorded run did, a difference that is no error).
+        if not _lowered_op_names(replay):
+            return
+        with self.snapshot():
+            lowering_fallback.expect_outputs(replay, self.example_inputs, self._references,
+                                             lambda: _lowered_op_names(replay))
 
-        def check(replay) -> None:
-            # Nothing of nimble's own in the program: it is ATen's ops as captured, which the
-            # unlowered replay would run too (and an RNG op would draw other numbers than the
-            # recorded run did, a difference that is no error).
-            if not _lowered_op_names(replay):
-                return
-            with self.snapshot():
-                lowering_fallback.expect_outputs(replay, self.example_inputs, references,
-                                                 lambda: _lowered_op_names(replay))
+    def adopt(self, replays: list) -> None:
+        self.replays = replays
+        self._references = []  # checked: eager's outputs are not kept beyond prepare
 
-        trace_ops = [str(op.func._schema.name) + (f".{op.func._schema.overload_name}"
-                                                   if op.func._schema.overload_name else "")
-                     for op in captured.recorder.trace.ops]
-        self.replays = [lowering_fallback.build_checked(build, options, check, trace_ops)]
+    def abandon(self) -> None:
+        """Nothing to put back: a capture of a forward leaves the model as it found it."""
 
     def snapshot(self) -> ModelSnapshot:
         """What a run on `example_inputs` changes: the model, and the inputs it writes."""

@@ -18,28 +18,32 @@ import os
 import statistics
 from typing import Callable
 
+from .prepare_options import with_changes
+
 # As streams='auto' times its choice (streams.py): warm-ups that fill the memory pools, then
 # enough alternating rounds that a median per op holds still against the machine's noise.
 _WARM_UPS = 3
 _ROUNDS = 15
 
 
-def build_with_choices(build: Callable[[dict], object], options: dict, choices: dict):
+def build_with_choices(build: Callable[..., object], options, choices: dict):
     """The program `build(options)` makes with the database's `choices` (by convolution shape,
     `_C.kernels.lowering_choices`) that measured faster in it than the rule's kernels, and
     those choices, each with `kept` and, where the database's kernel is not the rule's,
     `default_ms` and `context_ms` (its shape's convolutions per call, summed, with the rule's
     kernel and with the database's)."""
+    if not choices:
+        return build(options), {}
     # The rule's program first: built alone when the database agrees with the rule. (A
     # program built after others were freed can run a few percent slower: glibc then serves
     # its large blocks from the heap instead of fresh mappings; docs/cpu.md, "Tuning the
     # lowering's kernels".)
-    default = build(dict(options, tuned_convolutions={}))
+    default = build(with_changes(options, tuned_convolutions={}))
     differing = _differing_ops(default.replays[0].ops(), choices)
     checked = {key: dict(choice, kept=True) for key, choice in choices.items()}
     if not differing:
         return default, checked
-    tuned = build(dict(options, tuned_convolutions=_kernels(choices)))
+    tuned = build(with_changes(options, tuned_convolutions=_kernels(choices)))
     if [op["name"] for op in default.replays[0].ops()] != [op["name"] for op in tuned.replays[0].ops()]:
         raise RuntimeError("lowered_tuning: the programs built with and without the tuned "
                            "kernels do not pair up op by op")
@@ -53,7 +57,7 @@ def build_with_choices(build: Callable[[dict], object], options: dict, choices: 
         return tuned, checked
     if not any(kept):
         return default, checked
-    return build(dict(options, tuned_convolutions=_kernels(
+    return build(with_changes(options, tuned_convolutions=_kernels(
         {k: c for k, c in checked.items() if c["kept"]}))), checked
 
 

@@ -11,6 +11,8 @@ from typing import Callable
 
 import torch
 
+from .prepare_options import with_changes
+
 # Lowered kernels reorder sums (blocked GEMMs, fused batch norms): float32 results differ from
 # eager by ~1e-6 of the output's scale on deep models. A wrong layout or a misread view differs
 # by the output's own scale, so the margin can be wide.
@@ -67,7 +69,7 @@ def _culprit(error: BaseException) -> str:
 MAX_CULPRITS = 2
 
 
-def build_checked(build: Callable[[dict], object], options: dict, check: Callable[[object], None],
+def build_checked(build: Callable[..., object], options, check: Callable[[object], None],
                   trace_ops: list[str] | None = None):
     """`build(options)` with the CPU lowering, kept if `check(replay)` passes (it raises
     `LoweringMismatch` or any error of the run).
@@ -79,7 +81,7 @@ def build_checked(build: Callable[[dict], object], options: dict, check: Callabl
     it. Up to MAX_CULPRITS such ops; past that, or without `trace_ops`, `build` without the
     lowering, after a one-line warning. Only the lowering is retried: an error of the
     unlowered build is the model's own and propagates."""
-    if not options.get("lower_for_cpu"):
+    if not options.lower_for_cpu:
         return build(options)
     replay, reason = _attempt(build, options, check)
     if replay is not None:
@@ -103,14 +105,14 @@ def build_checked(build: Callable[[dict], object], options: dict, check: Callabl
         f"(prepare(..., lower_for_cpu=False) does so without trying)",
         stacklevel=4,
     )
-    return build({**options, "lower_for_cpu": False, "tuned_convolutions": {}})
+    return build(with_changes(options, lower_for_cpu=False, tuned_convolutions={}))
 
 
-def _keeping(options: dict, positions) -> dict:
-    return {**options, "keep_aten_ops": set(options.get("keep_aten_ops", ())) | set(positions)}
+def _keeping(options, positions):
+    return with_changes(options, keep_aten_ops=set(options.keep_aten_ops) | set(positions))
 
 
-def _attempt(build, options: dict, check) -> tuple[object, str]:
+def _attempt(build, options, check) -> tuple[object, str]:
     """(the replay, "") if `options` build a replay that passes `check`; else (None, why)."""
     try:
         replay = build(options)
@@ -122,7 +124,7 @@ def _attempt(build, options: dict, check) -> tuple[object, str]:
         return None, _culprit(error)
 
 
-def _first_breaking(build, options: dict, check, count: int, kept: list[int]) -> int:
+def _first_breaking(build, options, check, count: int, kept: list[int]) -> int:
     """The trace position p such that lowering the ops before p (less `kept`) passes and
     lowering those before p + 1 fails: lowering op p breaks the model. Bisection, assuming
     that lowering nothing passes and lowering everything (less `kept`) fails; the programs

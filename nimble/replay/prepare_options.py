@@ -1,10 +1,11 @@
 """`PrepareOptions`: `Nimble.prepare`'s keywords, spelled once. prepare takes them as
 keywords (its signature is made from these fields), checks them here, keeps them to prepare
-again after a change, and hands `build_options()` to the program builder
-(`ProgramBuilder.finish`, C++'s `BuildOptions`)."""
+again after a change, and makes C++'s half, `_C.BuildOptions` (`build_options()`), which the
+hand-over gives the program builder (`ProgramBuilder.finish`, nimble/replay/build_replay.py)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import inspect
@@ -90,9 +91,13 @@ class PrepareOptions:
             return None
         return (self.tuned, False) if self.tuned is not None else self._lowered_with
 
-    def build_options(self) -> dict:
-        """The program builder's options (ProgramBuilder.finish; C++'s BuildOptions)."""
-        return dict(
+    def build_options(self):
+        """C++'s half of these options (`_C.BuildOptions`, csrc/program/build_options.h), which
+        the stages after the capture read (csrc/runtime/replay_pipeline.h)."""
+        from .. import _C
+
+        return with_changes(
+            _C.BuildOptions(),
             use_out_variants=self.use_out_variants,
             out_variant_max_bytes=self.out_variant_max_bytes,
             precompute_views=self.precompute_views,
@@ -104,11 +109,21 @@ class PrepareOptions:
             # The same for every device: the backend decides what a stream count means.
             streams=1 if self.streams == "auto" else self.streams,
             graph_twin=self._graph_twin,
-            tuned_convolutions={},
         )
 
     def replace(self, **changes) -> "PrepareOptions":
         return dataclasses.replace(self, **changes)
+
+
+def with_changes(options, **changes):
+    """A copy of a `_C.BuildOptions` with `changes` (field names) set; an unknown name is an
+    AttributeError."""
+    changed = copy.copy(options)
+    for name, value in changes.items():
+        if not hasattr(changed, name):
+            raise AttributeError(f"BuildOptions has no field {name!r}")
+        setattr(changed, name, value)
+    return changed
 
 
 def keyword_signature(prepare) -> inspect.Signature:

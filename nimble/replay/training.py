@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .build_replay import build_replay, schema_arguments
+from .build_replay import Handover, schema_arguments
 from .capture import capture, produced_tensors
 from ..errors import NotPreparedError
 from .model_snapshot import ModelSnapshot, module_state, unique
@@ -75,15 +75,14 @@ class _ForwardBackward(torch.autograd.Function):
 
 class ForwardBackwardReplay:
     """`prepare(training=True)`, the paper's mode: the forward and the backward are two
-    replays, joined by `_ForwardBackward`; the caller runs `.backward()` and the optimizer."""
+    replays, joined by `_ForwardBackward`; the caller runs `.backward()` and the optimizer.
+    Built by prepare's pipeline (pipeline.py): it captures here and hands its two parts
+    over there."""
 
-    def __init__(
-        self,
-        module: torch.nn.Module,
-        example: ExampleCall,
-        options: dict,
-        copy_outputs: bool,
-    ) -> None:
+    check = None  # nothing is lowered in training: each part is built as it is
+    trace_ops = None
+
+    def __init__(self, module: torch.nn.Module, example: ExampleCall, copy_outputs: bool) -> None:
         self.module = module
         self.params = [p for p in module.parameters() if p.requires_grad]
         static_args, static_kwargs = example.static_args, example.static_kwargs
@@ -112,7 +111,7 @@ class ForwardBackwardReplay:
             return num_forward, structure, outs, differentiable, gos, grads
 
         with torch.enable_grad():
-            captured = capture(module, ModelSnapshot(module, copy_on_write=True), record)
+            captured = capture(module, record)
         recorder = captured.recorder
         num_forward, self.outputs, outs, differentiable, gos, grads = captured.result
         self.side_effects = captured.side_effects
@@ -134,23 +133,26 @@ class ForwardBackwardReplay:
         self.num_user_outputs = len(outs)
         self.differentiable_outputs = differentiable
         self.example_gos = gos
-        self.forward_replay = build_replay(
-            forward_ops, static_inputs, state, outs + saved, **options
-        )
         kept = [(i, g) for i, g in enumerate(grads) if g is not None]
         # Gradient positions among the Function's inputs (after the owner): inputs, params.
         positions = list(range(self.num_inputs, self.num_inputs + len(self.params))) + wrt_inputs
         self.grad_positions = [positions[i] for i, _ in kept]
-        self.backward_replay = build_replay(
-            backward_ops,
-            gos + saved + [static_inputs[i] for i in self.backward_input_positions],
-            state,
-            [g for _, g in kept],
-            **options,
-        )
-        self.replays = [self.forward_replay, self.backward_replay]
+        self.parts = [
+            Handover(forward_ops, static_inputs, state, outs + saved),
+            Handover(backward_ops,
+                     gos + saved + [static_inputs[i] for i in self.backward_input_positions],
+                     state, [g for _, g in kept]),
+        ]
+        self.replays = []
         self.example_inputs = static_inputs
         self._trainable = TrainableParameters(module)
+
+    def adopt(self, replays: list) -> None:
+        self.forward_replay, self.backward_replay = replays
+        self.replays = replays
+
+    def abandon(self) -> None:
+        """Nothing to put back: the capture's snapshot put the model back after every run."""
 
     def run_example(self) -> None:
         outs = self.forward_replay.run(self.example_inputs, False, 0)

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .build_replay import build_replay, schema_arguments
+from .build_replay import Handover, schema_arguments
 from .capture import capture, produced_tensors
 from .model_snapshot import ModelSnapshot, module_state, unique
 from .model_watch import TrainableParameters
@@ -61,13 +61,17 @@ def _static_targets(example_targets: Any) -> tuple[torch.Tensor, ...]:
 
 class WholeStepReplay:
     """`prepare(training=True, loss_fn=..., optimizer=..., example_targets=...)`: forward,
-    loss, backward and the optimizer update as one replay, run by `step`."""
+    loss, backward and the optimizer update as one replay, run by `step`. Built by prepare's
+    pipeline (pipeline.py): it captures here and hands its one part over there."""
+
+    check = None  # nothing is lowered in training: the part is built as it is
+    trace_ops = None
 
     def __init__(
         self,
         module: torch.nn.Module,
         example: ExampleCall,
-        options: dict,
+        options,
         loss_fn,
         optimizer: torch.optim.Optimizer,
         example_targets: Any,
@@ -80,7 +84,7 @@ class WholeStepReplay:
         self.loss_fn = loss_fn
         params = _gradient_targets(module, optimizer)
         # Backends that bake scalars in (a graph) capture again when one changes.
-        graph = bool(options.get("graph_twin")) or any(p.is_cuda for p in params)
+        graph = options.graph_twin or any(p.is_cuda for p in params)
         self.scalars = OptimizerScalars(optimizer, device_steps=graph)
         self.scalars.move_steps_to_device()
         self.copy_loss = copy_loss
@@ -98,37 +102,37 @@ class WholeStepReplay:
             optimizer.step()
             self.scalars.move_steps_to_device()  # the state this step made
 
-        before = ModelSnapshot(module, optimizer)
-        # A failure (out of memory, an op the builder refuses) leaves the optimizer without
-        # the state the warm-up step made, as prepare found it.
+        def record(recorder):
+            step_tensors = [
+                v
+                for p in self.params
+                for v in optimizer.state[p].values()
+                if isinstance(v, torch.Tensor)
+            ]
+            with self.scalars.nudged(recorder.paused):
+                with recorder.paused():  # the host's numbers for the step, not part of it
+                    expected = self.scalars.expected_values()
+                with torch.enable_grad():
+                    loss = loss_fn(module(*static_args, **static_kwargs), *static_targets)
+                    grads = torch.autograd.grad(loss, self.params)
+                    for p, g in zip(self.params, grads):
+                        p.grad = g
+                    num_model_ops = len(recorder.trace.ops)
+                    with recorder.host_reads_allowed(step_tensors):
+                        optimizer.step()
+                ops = recorder.trace.ops
+                with recorder.paused():
+                    candidates = scalar_candidates(
+                        ops, num_model_ops, schema_arguments, produced_tensors(ops)
+                    )
+            return loss, grads, candidates, expected
+
+        # The capture drops the optimizer state the warm-up step made when it fails; so does
+        # a failure after it (out of memory, an op the builder refuses): prepare leaves the
+        # optimizer as it found it.
+        captured = capture(module, record, warm_up, optimizer=optimizer)
+        self._before = captured.snapshot
         try:
-
-            def record(recorder):
-                step_tensors = [
-                    v
-                    for p in self.params
-                    for v in optimizer.state[p].values()
-                    if isinstance(v, torch.Tensor)
-                ]
-                with self.scalars.nudged(recorder.paused):
-                    with recorder.paused():  # the host's numbers for the step, not part of it
-                        expected = self.scalars.expected_values()
-                    with torch.enable_grad():
-                        loss = loss_fn(module(*static_args, **static_kwargs), *static_targets)
-                        grads = torch.autograd.grad(loss, self.params)
-                        for p, g in zip(self.params, grads):
-                            p.grad = g
-                        num_model_ops = len(recorder.trace.ops)
-                        with recorder.host_reads_allowed(step_tensors):
-                            optimizer.step()
-                    ops = recorder.trace.ops
-                    with recorder.paused():
-                        candidates = scalar_candidates(
-                            ops, num_model_ops, schema_arguments, produced_tensors(ops)
-                        )
-                return loss, grads, candidates, expected
-
-            captured = capture(module, before, record, warm_up)
             ops = captured.recorder.trace.ops
             loss, grads, candidates, expected = captured.result
             self.scalars.find_places(candidates, expected)
@@ -146,16 +150,24 @@ class WholeStepReplay:
                 ]
             )
             self.example_inputs = example.static_inputs + list(static_targets)
-            self.step_replay = build_replay(
-                ops,
-                self.example_inputs,
-                state,
-                [loss] + list(grads),
-                **options,
-            )
+            self.parts = [Handover(ops, self.example_inputs, state, [loss] + list(grads))]
+        except BaseException:
+            self.abandon()
+            raise
+        self._targets = list(static_targets)
+        self.replays = []
+
+    def abandon(self) -> None:
+        """After a failure past the capture (out of memory, an op the builder refuses), the
+        optimizer is left without the state the warm-up step made, as prepare found it."""
+        self._before.drop_created_state()
+
+    def adopt(self, replays: list) -> None:
+        try:
+            (self.step_replay,) = replays
             self.step_replay.register_scalars(self.scalars.places)
         except BaseException:
-            before.drop_created_state()
+            self.abandon()
             raise
         # The numbers of this optimizer's next step, not the nudged ones of the capture, for
         # the runs before the first `step` (a stream choice, a timeline).
@@ -166,14 +178,14 @@ class WholeStepReplay:
         # step again each time): with the device form of Adam, only when the user changes
         # betas, eps or weight decay.
         self.recaptures = 0
-        self.replays = [self.step_replay]
-        self._trainable = TrainableParameters(module)
+        self.replays = replays
+        self._trainable = TrainableParameters(self.module)
         # An optimizer without state (never stepped) makes it on its first step: that step
         # runs eagerly, and its state then moves into the tensors the replay updates.
-        self.first_step_eager = any(not before.had_state(p) for p in self.params)
+        self.first_step_eager = any(not self._before.had_state(p) for p in self.params)
         if self.first_step_eager:
-            before.drop_created_state()
-        self._targets = list(static_targets)
+            self._before.drop_created_state()
+        self._before = None  # its copies of the model and optimizer state are not kept
 
     def snapshot(self) -> ModelSnapshot:
         """What a run on `example_inputs` changes: the model and the optimizer's state."""

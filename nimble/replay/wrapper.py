@@ -13,12 +13,10 @@ import torch
 from . import lowered_tuning, model_watch
 from ..errors import NotPreparedError, SideEffectError, StaleModelError
 from .cuda_training import check_training_devices
-from .capture import cycle_collector_paused
-from .inference import InferenceReplay
+from .pipeline import program_for
 from .prepare_options import PrepareOptions, keyword_signature
 from .streams import choose_streams
 from .structure import ExampleCall
-from .training import ForwardBackwardReplay
 from .whole_step import WholeStepReplay
 
 
@@ -113,10 +111,7 @@ class Nimble(torch.nn.Module):
         example = ExampleCall.of(example_inputs, example_kwargs, track_gradients=opts.training)
         if opts.training:
             check_training_devices(self.module, example)
-        lowered_choices = lowered_tuning.database_choices(opts.lowered_with)
-        with cycle_collector_paused():
-            program, lowered_choices = _build_program(
-                self.module, example, opts, example_targets, lowered_choices)
+        program, lowered_choices = program_for(self.module, example, opts, example_targets)
         if program.side_effects:
             if opts.side_effects == "error":
                 raise SideEffectError(
@@ -375,17 +370,3 @@ def _refuse_lazy_modules(module: torch.nn.Module) -> None:
             f"on an example input before prepare, which leaves the model as it finds it"
         )
 
-
-def _build_program(module, example, opts: PrepareOptions, example_targets, lowered_choices):
-    """The program prepare's options ask for, and the lowering's kernels it kept from
-    `lowered_choices` (a tuning database's, checked in the replay: lowered_tuning.py)."""
-    options = opts.build_options()
-    if not opts.training and lowered_choices:
-        return lowered_tuning.build_with_choices(
-            lambda o: InferenceReplay(module, example, o), options, lowered_choices)
-    if not opts.training:
-        return InferenceReplay(module, example, options), lowered_choices
-    if opts.optimizer is None:
-        return ForwardBackwardReplay(module, example, options, opts.copy_outputs), lowered_choices
-    return WholeStepReplay(module, example, options, opts.loss_fn, opts.optimizer,
-                           example_targets, copy_loss=opts.copy_outputs), lowered_choices

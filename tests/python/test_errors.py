@@ -189,3 +189,25 @@ def test_prepare_keywords_are_checked_before_anything_runs():
     # help() and editors see the keywords, spelled once in PrepareOptions
     keywords = inspect.signature(nimble.Nimble.prepare).parameters
     assert keywords["streams"].default == 1 and keywords["on_change"].default == "reprepare"
+
+
+def test_the_builders_options_are_one_bound_type():
+    """C++ reads prepare's options from one bound `_C.BuildOptions`, made by PrepareOptions;
+    ProgramBuilder.finish takes it, and no keywords."""
+    from nimble import _C
+    from nimble.replay.prepare_options import PrepareOptions, with_changes
+
+    options = PrepareOptions(streams=3, out_variant_max_bytes=64, drop_noop_ops=False,
+                             precompute_views=False, _graph_twin=True).build_options()
+    assert isinstance(options, _C.BuildOptions)
+    assert (options.streams, options.out_variant_max_bytes, options.drop_noop_ops,
+            options.precompute_views, options.graph_twin) == (3, 64, False, False, True)
+    auto = PrepareOptions(streams="auto", training=True).build_options()
+    assert auto.streams == 1 and not auto.lower_for_cpu and not auto.drop_noop_ops
+    changed = with_changes(options, keep_aten_ops={2}, tuned_convolutions={"k": "v"})
+    assert changed.keep_aten_ops == {2} and changed.tuned_convolutions == {"k": "v"}
+    assert options.keep_aten_ops == set() and options.tuned_convolutions == {}  # a copy
+    with pytest.raises(AttributeError, match="no field 'strems'"):
+        with_changes(options, strems=2)
+    with pytest.raises(TypeError):
+        _C.ProgramBuilder().finish(streams=2)

@@ -12,8 +12,9 @@ import torchvision
 from torch import nn
 
 import nimble
+from nimble import _C
 from layout_fuzz import assert_close_to_scale, realistic_weights_
-from nimble.replay import inference, lowering_fallback
+from nimble.replay import lowering_fallback, pipeline
 
 
 def _prepare_without_warnings(model, x):
@@ -80,15 +81,15 @@ class BrokenReplay:
 
 
 def _inject(monkeypatch, how: str) -> None:
-    real = inference.build_replay
+    real = pipeline.build_replay
 
-    def build_replay(*args, **options):
-        if options.get("lower_for_cpu") and how == "build":
+    def build_replay(part, options):
+        if options.lower_for_cpu and how == "build":
             raise RuntimeError("nimble::convolution_prepacked: cannot pack (injected)")
-        replay = real(*args, **options)
-        return BrokenReplay(replay, how) if options.get("lower_for_cpu") else replay
+        replay = real(part, options)
+        return BrokenReplay(replay, how) if options.lower_for_cpu else replay
 
-    monkeypatch.setattr(inference, "build_replay", build_replay)
+    monkeypatch.setattr(pipeline, "build_replay", build_replay)
 
 
 @pytest.mark.parametrize("how,named", [
@@ -128,8 +129,10 @@ def test_the_unlowered_replay_is_never_checked():
         calls.append(options)
         return object()
 
-    lowering_fallback.build_checked(build, {"lower_for_cpu": False}, lambda r: calls.append("run"))
-    assert calls == [{"lower_for_cpu": False}]
+    options = _C.BuildOptions()
+    options.lower_for_cpu = False
+    lowering_fallback.build_checked(build, options, lambda r: calls.append("run"))
+    assert calls == [options]
 
 
 def test_difference_is_relative_to_the_scale():

@@ -13,8 +13,10 @@ import torch
 from torch import nn
 
 import nimble
+from nimble import _C
 from layout_fuzz import realistic_weights_
-from nimble.replay import inference, lowering_fallback
+from nimble.replay import lowering_fallback, pipeline
+from nimble.replay.prepare_options import with_changes
 from nimble.testing import assert_matches_eager
 from test_lowering_fallback import BrokenReplay
 
@@ -57,35 +59,34 @@ def _names(fast) -> list[str]:
 def _trace_ops(model, x) -> list[str]:
     """The captured trace's op names, as prepare numbers them."""
     seen = []
-    real = inference.build_replay
+    real = pipeline.build_replay
 
-    def build_replay(ops, *args, **options):
-        seen[:] = [str(op.func._schema.name) for op in ops]
-        return real(ops, *args, **options)
+    def build_replay(part, options):
+        seen[:] = [str(op.func._schema.name) for op in part.ops]
+        return real(part, options)
 
-    inference.build_replay = build_replay
+    pipeline.build_replay = build_replay
     try:
         nimble.Nimble(model).prepare(x, streams=1, lower_for_cpu=False)
     finally:
-        inference.build_replay = real
+        pipeline.build_replay = real
     return seen
 
 
 def _break_when_lowered(monkeypatch, positions: set[int], how: str, builds: list) -> None:
     """Lowered programs misbehave while an op at one of the trace `positions` is lowered
     (not in keep_aten_ops), as a lowering bug confined to those ops would."""
-    real = inference.build_replay
+    real = pipeline.build_replay
 
-    def build_replay(ops, *args, **options):
+    def build_replay(part, options):
         builds.append(options)
-        broken = options.get("lower_for_cpu") and bool(
-            positions - set(options.get("keep_aten_ops", ())))
+        broken = options.lower_for_cpu and bool(positions - set(options.keep_aten_ops))
         if broken and how == "build":
             raise RuntimeError("nimble::convolution_prepacked: cannot pack (injected)")
-        replay = real(ops, *args, **options)
+        replay = real(part, options)
         return BrokenReplay(replay, how) if broken else replay
 
-    monkeypatch.setattr(inference, "build_replay", build_replay)
+    monkeypatch.setattr(pipeline, "build_replay", build_replay)
 
 
 @pytest.mark.parametrize("how", ["build", "raise", "differ"])
@@ -154,13 +155,13 @@ def test_any_one_op_kept_as_aten_replays_equal(monkeypatch):
     model = _model()
     x = torch.randn(1, 3, 16, 16)
     trace = _trace_ops(model, x)
-    real = inference.build_replay
+    real = pipeline.build_replay
     keep: set[int] = set()
 
-    def build_replay(ops, *args, **options):
-        return real(ops, *args, **{**options, "keep_aten_ops": keep})
+    def build_replay(part, options):
+        return real(part, with_changes(options, keep_aten_ops=keep))
 
-    monkeypatch.setattr(inference, "build_replay", build_replay)
+    monkeypatch.setattr(pipeline, "build_replay", build_replay)
     with torch.no_grad():
         want = model(x)
         lowered = _names(nimble.Nimble(model).prepare(x, streams=1))
@@ -188,8 +189,7 @@ def test_the_bisection_finds_the_breaking_ops_within_its_bound(culprits):
 
     def build(options):
         tries.append(options)
-        kept = options.get("keep_aten_ops", set())
-        if options["lower_for_cpu"] and set(culprits) - kept:
+        if options.lower_for_cpu and set(culprits) - set(options.keep_aten_ops):
             raise RuntimeError(f"{trace[culprits[0]]}: broken (injected)")
         return options
 
@@ -197,8 +197,9 @@ def test_the_bisection_finds_the_breaking_ops_within_its_bound(culprits):
         return None
 
     with pytest.warns(UserWarning, match="keep ATen's op|keeps ATen's op") as caught:
-        replay = lowering_fallback.build_checked(build, {"lower_for_cpu": True}, check, trace)
-    assert replay["keep_aten_ops"] == set(culprits)
+        replay = lowering_fallback.build_checked(
+            build, with_changes(_C.BuildOptions(), lower_for_cpu=True), check, trace)
+    assert replay.keep_aten_ops == set(culprits)
     message = str(caught[0].message)
     for i in culprits:
         assert f"aten::op{i} (op {i} of the trace)" in message

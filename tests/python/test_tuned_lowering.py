@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import nimble
+from nimble import _C
 from nimble import zoo
 from nimble.testing import assert_matches_eager
 
@@ -122,10 +123,10 @@ def test_a_databases_kernel_is_kept_only_where_the_replay_runs_it_faster():
     built = []
 
     def build(options):
-        built.append(dict(options["tuned_convolutions"]))
-        return FakeProgram(options["tuned_convolutions"], ns)
+        built.append(dict(options.tuned_convolutions))
+        return FakeProgram(options.tuned_convolutions, ns)
 
-    program, checked = build_with_choices(build, {"streams": 1}, choices)
+    program, checked = build_with_choices(build, _C.BuildOptions(), choices)
     assert program.kernels == {"A": "onednn_prepacked", "B": "nimble_depthwise", "C": "nimble_gemm"}
     # The rule's program, the database's, then one with A's choice (and C's, the rule's) alone.
     assert built == [{}, {k: c["spec"] for k, c in choices.items()},
@@ -135,7 +136,7 @@ def test_a_databases_kernel_is_kept_only_where_the_replay_runs_it_faster():
     assert checked["C"]["kept"] and "context_ms" not in checked["C"]
     # A database that agrees with the rule costs one build.
     built.clear()
-    program, _ = build_with_choices(build, {}, {"C": choices["C"]})
+    program, _ = build_with_choices(build, _C.BuildOptions(), {"C": choices["C"]})
     assert built == [{}] and program.kernels == FakeProgram.RULE
 
 

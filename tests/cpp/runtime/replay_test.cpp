@@ -11,6 +11,7 @@
 #include "csrc/errors.h"
 #include "csrc/program/program_builder.h"
 #include "csrc/runtime/op_call.h"
+#include "csrc/runtime/replay_pipeline.h"
 #include "tests/cpp/program/record_op.h"
 
 namespace nimble {
@@ -221,6 +222,34 @@ TEST(Replay, ScalarsChangeTheStateNotTheProgram) {
   replay.register_scalars({{0, 1, -1}});
   EXPECT_TRUE(at::allclose(replay.run({x2}, true)[0], x2 * 2.5));
   EXPECT_THROW(replay.set_scalars({1.0, 2.0}), BadInput);
+}
+
+// The stages after the hand-over (replay_pipeline.h): the executor is made as the one
+// options type asks (streams, cores, the graph twin; the pool with the memory plan).
+TEST(ReplayPipeline, BuildsTheReplayTheOptionsAskFor) {
+  at::NoGradGuard no_grad;
+  const at::Tensor x = at::randn({2, 3});
+  ProgramBuilder b;
+  b.add_input(x);
+  const at::Tensor y = record(b, "aten::sin", "", {x}).toTensor();
+  const at::Tensor z = record(b, "aten::cos", "", {y}).toTensor();
+  b.set_outputs({z});
+  BuildOptions options;
+  options.streams = 2;
+  options.cores = 3;
+  options.plan_memory = false;
+  options.graph_twin = true;
+  const ExecutorOptions executor = executor_options(options);
+  EXPECT_EQ(executor.streams, 2);
+  EXPECT_EQ(executor.cores, 3);
+  EXPECT_FALSE(executor.memory_pool);
+  EXPECT_TRUE(executor.graph_twin);
+  const std::shared_ptr<Replay> replay = build_replay(b, options);
+  EXPECT_EQ(replay->executor_options().streams, 2);
+  EXPECT_TRUE(replay->executor_options().graph_twin);
+  EXPECT_EQ(replay->program().buffer_bytes, replay->program().buffer_bytes_unplanned);
+  const at::Tensor fresh = at::randn({2, 3});
+  EXPECT_TRUE(at::allclose(replay->run({fresh}, true).at(0), at::cos(at::sin(fresh))));
 }
 
 }  // namespace

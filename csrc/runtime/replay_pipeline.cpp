@@ -1,0 +1,23 @@
+#include "csrc/runtime/replay_pipeline.h"
+
+#include <utility>
+
+namespace nimble {
+
+ExecutorOptions executor_options(const BuildOptions& options) {
+  ExecutorOptions executor;
+  executor.streams = options.streams;
+  executor.cores = options.cores;
+  // The private pool is the single-stream replay's memory plan.
+  executor.memory_pool = options.plan_memory;
+  executor.graph_twin = options.graph_twin;
+  return executor;
+}
+
+std::shared_ptr<Replay> build_replay(ProgramBuilder& recorded, const BuildOptions& options) {
+  BuiltProgram built = recorded.finish(options);  // passes -> program -> memory plan
+  return std::make_shared<Replay>(std::move(built),
+                                  executor_options(options));  // stream plan -> executor
+}
+
+}  // namespace nimble
