@@ -13,6 +13,7 @@
 #include "csrc/kernels/cpu/torch_ops/prepacked_linear.h"
 #include "csrc/kernels/cpu/torch_ops/prepacked_weights.h"
 #include "csrc/kernels/cpu/torch_ops/tuned_convolution.h"
+#include "csrc/passes/trace_passes.h"
 #include "csrc/program/program_builder.h"
 #include "csrc/program/undeclared_writes.h"
 #include "csrc/python/bindings.h"
@@ -130,7 +131,8 @@ void bind_runtime(py::module_& m) {
             options.keep_aten_ops = keep_aten_ops;
             ExecutorOptions executor{streams, cores, plan_memory};
             executor.graph_twin = graph_twin;
-            return std::make_shared<Replay>(b.finish(options), executor);
+            TracePassResults passes = run_trace_passes(b, options);
+            return std::make_shared<Replay>(b.finish(options, std::move(passes)), executor);
           },
           py::arg("use_out_variants") = true, py::arg("precompute_views") = true,
           py::arg("fold_batchnorm") = false, py::arg("plan_memory") = true, py::arg("streams") = 1,
