@@ -11,14 +11,9 @@
 #include <vector>
 
 #include "csrc/program/recorded_op.h"
+#include "csrc/program/trace_pass_results.h"
 
 namespace nimble {
-
-struct NoopOp {
-  int op = 0;         // index into the traced ops
-  at::Tensor result;  // its only result
-  at::Tensor source;  // the input readers of `result` may read instead
-};
 
 // `keep(result)`: results that must stay distinct tensors (program outputs).
 std::vector<NoopOp> find_noop_ops(const std::vector<RecordedOp>& ops,

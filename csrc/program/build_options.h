@@ -1,6 +1,6 @@
 #pragma once
 // The C++ half of prepare's options: what the stages after the capture read (the passes, the
-// program, the memory plan, the streams and the executor; csrc/runtime/replay_pipeline.h).
+// program, the memory plan, the streams and the executor; csrc/pipeline/replay_pipeline.h).
 // Python's `PrepareOptions` (nimble/replay/prepare_options.py) makes one; it is bound to
 // Python once, as `nimble._C.BuildOptions`, its fields read and written by name
 // (csrc/python/bind_runtime.cpp).

@@ -139,9 +139,57 @@ void ProgramBuilder::set_outputs(const std::vector<at::Tensor>& outputs) {
   for (const at::Tensor& t : outputs) outputs_.push_back(slot_of(t));
 }
 
+// The pass interface (passes/trace_passes.h).
+
+void ProgramBuilder::redirect_reads(const at::Tensor& from, const at::Tensor& to) {
+  const int old_slot = slot_by_impl_.at(from.unsafeGetTensorImpl());
+  const int new_slot = slot_by_impl_.at(to.unsafeGetTensorImpl());
+  slot_by_impl_[from.unsafeGetTensorImpl()] = new_slot;
+  std::replace(outputs_.begin(), outputs_.end(), old_slot, new_slot);
+}
+
+bool ProgramBuilder::on_cpu() const {
+  return std::all_of(slots_.begin(), slots_.end(), [](const SlotInfo& slot) {
+    return slot.dtype == c10::ScalarType::Undefined || slot.device.is_cpu();
+  });
+}
+
+void ProgramBuilder::renumber_rewritten_ops() {
+  for (SlotInfo& slot : slots_) {
+    if (slot.role == SlotRole::kTransient) slot.producer = -1;
+  }
+  // In trace order: a tensor a pass introduced is produced before it is read.
+  for (size_t i = 0; i < raw_ops_.size(); ++i) {
+    for (const c10::IValue& arg : raw_ops_[i].args)
+      for_each_tensor(arg, [&](const at::Tensor& t) {
+        if (t.defined()) slot_of(t);
+      });
+    for (const c10::IValue& ret : raw_ops_[i].returns)
+      for_each_tensor(ret, [&](const at::Tensor& t) {
+        if (!t.defined()) return;
+        auto known = slot_by_impl_.find(t.unsafeGetTensorImpl());
+        SlotInfo& slot = slots_[known != slot_by_impl_.end() ? known->second
+                                                             : new_slot(t, SlotRole::kTransient)];
+        if (slot.role == SlotRole::kTransient && slot.producer < 0)
+          slot.producer = static_cast<int>(i);
+      });
+  }
+}
+
+std::set<const void*> ProgramBuilder::output_storages() const {
+  std::set<const void*> storages;
+  for (int slot : outputs_) storages.insert(slots_[slot].storage);
+  return storages;
+}
+
+std::set<const void*> ProgramBuilder::input_storages() const {
+  std::set<const void*> storages;
+  for (int slot : inputs_) storages.insert(slots_[slot].storage);
+  return storages;
+}
+
 // Building: the stages of `finish`, in the order it runs them (program_builder.h says what
-// each guarantees; the trace rewrites are in trace_rewrites.cpp, the lowering of recorded
-// ops into program ops in op_lowering.cpp).
+// each guarantees; the lowering of recorded ops into program ops is in op_lowering.cpp).
 
 BuiltProgram ProgramBuilder::start_program() const {
   BuiltProgram built;
@@ -155,10 +203,23 @@ BuiltProgram ProgramBuilder::start_program() const {
   return built;
 }
 
-std::set<const void*> ProgramBuilder::output_storages() const {
-  std::set<const void*> storages;
-  for (int slot : outputs_) storages.insert(slots_[slot].storage);
-  return storages;
+std::vector<bool> ProgramBuilder::drop_noops(const std::vector<NoopOp>& noops, Program& program) {
+  std::vector<bool> dropped(raw_ops_.size(), false);
+  for (const NoopOp& noop : noops) {
+    const int source = slot_in(slot_by_impl_, noop.source);
+    slot_by_impl_[noop.result.unsafeGetTensorImpl()] = source;
+    dropped[noop.op] = true;
+    // Views of the result are computed on the source from now on: their slots alias the
+    // source's storage, for the dependencies and the memory plan alike (else a reader of
+    // such a view would not wait for the source's producer, and the view would keep
+    // pointing at the source's old memory when the pool moves it).
+    const void* result_storage = noop.result.storage().unsafeGetStorageImpl();
+    const void* source_storage = program.slots[source].storage;
+    for (SlotInfo& slot : program.slots) {
+      if (slot.storage == result_storage) slot.storage = source_storage;
+    }
+  }
+  return dropped;
 }
 
 namespace {
@@ -244,18 +305,12 @@ void plan_memory(Program& program, std::vector<c10::IValue>& values, bool share)
 
 }  // namespace
 
-BuiltProgram ProgramBuilder::finish(const BuildOptions& options) {
-  std::vector<FoldedBatchNorm> folds;
-  const bool lower_cpu = options.lower_for_cpu && on_cpu();
-  if (options.fold_batchnorm || lower_cpu) folds = fold_batchnorms(options.keep_aten_ops);
-  if (lower_cpu) lower_for_cpu(folds, options);
+BuiltProgram ProgramBuilder::finish(const BuildOptions& options, TracePassResults passes) {
   BuiltProgram built = start_program();
-  built.state.folds = std::move(folds);
+  built.state.folds = std::move(passes.folds);
   Program& program = built.program;
   const std::set<const void*> outputs = output_storages();
-  const std::vector<bool> dropped = options.drop_noop_ops
-                                        ? drop_noops(outputs, program)
-                                        : std::vector<bool>(raw_ops_.size(), false);
+  const std::vector<bool> dropped = drop_noops(passes.noops, program);
   const std::unordered_set<int> metadata_changed = metadata_changed_slots();
 
   // What runs at prepare (precomputed views, buffers, shared storages) runs as a replay's

@@ -6,6 +6,9 @@
 // (schema order) and its returned values, then the flattened outputs. Tensors are
 // identified by their TensorImpl, so the capture must keep every tensor it recorded
 // alive until `finish`.
+//
+// Between the two, the pass stage (passes/trace_passes.h) rewrites the recorded ops through
+// the builder's pass interface below; `finish` builds the program from what it left.
 #include <ATen/core/Tensor.h>
 
 #include <set>
@@ -14,12 +17,12 @@
 #include <unordered_set>
 #include <vector>
 
-#include "csrc/passes/cpu_lowering.h"
 #include "csrc/program/build_options.h"
 #include "csrc/program/folded_batchnorm.h"
 #include "csrc/program/program.h"
 #include "csrc/program/program_state.h"
 #include "csrc/program/recorded_op.h"
+#include "csrc/program/trace_pass_results.h"
 
 namespace nimble {
 
@@ -35,7 +38,23 @@ class ProgramBuilder {
   void add_op(const std::string& qualified_name, const std::string& overload,
               std::vector<c10::IValue> args, std::vector<c10::IValue> returns);
   void set_outputs(const std::vector<at::Tensor>& outputs);
-  BuiltProgram finish(const BuildOptions& options);
+
+  // The pass interface: what the pass stage reads and rewrites between recording and `finish`.
+  // The recorded ops, in trace order.
+  std::vector<RecordedOp>& recorded_ops() { return raw_ops_; }
+  // Whether every tensor the trace holds lives on the CPU.
+  bool on_cpu() const;
+  // The storages program outputs live on, and those of program inputs.
+  std::set<const void*> output_storages() const;
+  std::set<const void*> input_storages() const;
+  // Readers of `from` read `to` (its slot), program outputs included.
+  void redirect_reads(const at::Tensor& from, const at::Tensor& to);
+  // After a pass rewrote the recorded ops: tensors they introduced have slots (results as
+  // transients), and transient slots name the op that now produces them.
+  void renumber_rewritten_ops();
+
+  // The program of the recorded ops as the pass stage left them; `passes` is what it found.
+  BuiltProgram finish(const BuildOptions& options, TracePassResults passes = {});
 
  private:
   // Known slot, the slot of an identical alias (same storage, offset, sizes, strides and
@@ -43,29 +62,15 @@ class ProgramBuilder {
   int slot_of(const at::Tensor& tensor);
   int new_slot(const at::Tensor& tensor, SlotRole role);
 
-  // The stages of `finish`, in the order it runs them (the trace rewrites are defined in
-  // trace_rewrites.cpp, the lowering of recorded ops in op_lowering.cpp).
-  // Eval-mode batch norms after convolutions are gone from the recorded ops; readers of
-  // their outputs read the convolutions' outputs; producers match the remaining ops.
-  std::vector<FoldedBatchNorm> fold_batchnorms(const std::set<int>& keep_aten);
-  // Convolutions of a CPU program are prepacked oneDNN calls (passes/cpu_lowering.h).
-  void lower_for_cpu(const std::vector<FoldedBatchNorm>& folds, const BuildOptions& options);
-  // After a pass rewrote the recorded ops: tensors they introduced have slots (results as
-  // transients), and transient slots name the op that now produces them.
-  void renumber_rewritten_ops();
-  // Readers of `from` read `to` (its slot), program outputs included.
-  void redirect_reads(const at::Tensor& from, const at::Tensor& to);
-  // Whether every tensor the trace holds lives on the CPU.
-  bool on_cpu() const;
+  // The stages of `finish`, in the order it runs them (the lowering of recorded ops is
+  // defined in op_lowering.cpp).
   // The program's slots, inputs and outputs as recorded; every stable slot holds its
   // capture-time tensor; no ops yet.
   BuiltProgram start_program() const;
-  // The storages program outputs live on.
-  std::set<const void*> output_storages() const;
-  // Per recorded op, whether it is dropped as a no-op (passes/noop_elimination.h); readers
-  // of a dropped op's result read its source instead, and slots on its storage (views of
-  // it) count as on the source's.
-  std::vector<bool> drop_noops(const std::set<const void*>& output_storages, Program& program);
+  // Per recorded op, whether it is dropped as a no-op (`noops`, found by the pass stage);
+  // readers of a dropped op's result read its source instead, and slots on its storage (views
+  // of it) count as on the source's.
+  std::vector<bool> drop_noops(const std::vector<NoopOp>& noops, Program& program);
   // Slots whose sizes, strides or storage some op changes in place; UnsupportedOp if one is an
   // input, state or constant, which a replay would change again on every call.
   std::unordered_set<int> metadata_changed_slots() const;

@@ -1,6 +1,6 @@
 // Binds the program builder, its options and the replay to Python. The capture glue hands the
 // trace over in one place (nimble/replay/build_replay.py, calling ProgramBuilder.finish);
-// everything after that is C++ (csrc/runtime/replay_pipeline.h).
+// everything after that is C++ (csrc/pipeline/replay_pipeline.h).
 #include <ATen/ScalarOps.h>
 #include <pybind11/stl.h>
 #include <time.h>
@@ -21,7 +21,7 @@
 #include "csrc/runtime/cpu/cpu_executor.h"
 #include "csrc/runtime/cpu/work_sharing.h"
 #include "csrc/runtime/replay.h"
-#include "csrc/runtime/replay_pipeline.h"
+#include "csrc/pipeline/replay_pipeline.h"
 
 namespace py = pybind11;
 
@@ -136,7 +136,7 @@ void bind_runtime(py::module_& m) {
           [](ProgramBuilder& b, const BuildOptions& options) { return build_replay(b, options); },
           py::arg("options"),
           "The hand-over from the capture: stages 2 to 6 of prepare's pipeline on the recorded "
-          "trace (csrc/runtime/replay_pipeline.h); returns the Replay.");
+          "trace (csrc/pipeline/replay_pipeline.h); returns the Replay.");
 
   py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
       .def(

@@ -1,7 +1,7 @@
 """The hand-over, the one place a recorded trace goes from Python to C++ (prepare's pipeline:
 pipeline.py): the trace's ops, their arguments in schema order, given to the program builder
 (`ProgramBuilder`, csrc/program/program_builder.h), whose `finish(BuildOptions)` runs stages 2
-to 6 (passes, program, memory plan, stream plan, executor: csrc/runtime/replay_pipeline.h)
+to 6 (passes, program, memory plan, stream plan, executor: csrc/pipeline/replay_pipeline.h)
 and returns the replay."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ replays `Nimble` runs, each with the types it takes and makes.
     6. executor      Program, ProgramState, StreamPlan -> Executor      csrc/runtime/executor.h
 
 Stages 2 to 6 are C++, run in that order by one function, `build_replay` in
-csrc/runtime/replay_pipeline.h, which `hand_over` reaches through `ProgramBuilder.finish`: the
+csrc/pipeline/replay_pipeline.h, which `hand_over` reaches through `ProgramBuilder.finish`: the
 only place a trace goes from Python to C++. The list lives here, in Python, because stage 1 can
 only be Python (a TorchDispatchMode sees the ops; autograd and the optimizer run in Python)
 and what is captured differs by mode: the mode's program class (`CapturedProgram`) captures

@@ -93,7 +93,7 @@ class PrepareOptions:
 
     def build_options(self):
         """C++'s half of these options (`_C.BuildOptions`, csrc/program/build_options.h), which
-        the stages after the capture read (csrc/runtime/replay_pipeline.h)."""
+        the stages after the capture read (csrc/pipeline/replay_pipeline.h)."""
         from .. import _C
 
         return with_changes(

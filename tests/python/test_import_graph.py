@@ -154,13 +154,6 @@ def test_a_layer_that_imports_upward_is_named():
     assert found and {"nimble.replay.wrapper", "nimble.tuning.tune"} <= set(found[0])
 
 
-# Folder includes that close a loop today, each with the change that removes it. An entry
-# whose include is gone fails test_every_allowed_loop_edge_is_still_there: delete it then.
-ALLOWED_LOOP_EDGES = {
-    ("csrc/program", "csrc/passes"):
-        "ProgramBuilder runs the passes (program_builder.h, trace_rewrites.cpp); issue 42 item 2 "
-        "makes the passes a stage of their own",
-}
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"((?:csrc|tuning)/[^"]+)"', re.MULTILINE)
 CPP_SUFFIXES = {".h", ".cpp", ".inc", ".cu", ".cuh"}
 
@@ -189,18 +182,9 @@ def include_graph(root: Path) -> dict[str, set[str]]:
 
 
 def test_csrc_folders_include_each_other_without_a_loop():
-    graph = include_graph(ROOT)
-    for a, b in ALLOWED_LOOP_EDGES:
-        graph[a].discard(b)
-    found = cycles(graph)
+    found = cycles(include_graph(ROOT))
     assert not found, "include loops between the folders of csrc/:\n" + "\n".join(
         " -> ".join(c) for c in found)
-
-
-def test_every_allowed_loop_edge_is_still_there():
-    graph = include_graph(ROOT)
-    stale = [f"{a} -> {b}" for a, b in ALLOWED_LOOP_EDGES if b not in graph.get(a, set())]
-    assert not stale, f"no longer included, remove from ALLOWED_LOOP_EDGES: {stale}"
 
 
 def test_the_include_reader_names_a_loop_between_folders(tmp_path):

@@ -1,6 +1,7 @@
 """Every source file of the core (csrc/), the tuner (tuning/) and the Python package (nimble/)
 stays short enough for a reader to hold: a file that grows past the limit is split along its stages or
-concepts, as program/program_builder.cpp was into trace_rewrites.cpp and op_lowering.cpp."""
+concepts, as program/program_builder.cpp was into op_lowering.cpp (and its trace rewrites into
+passes/trace_passes.cpp)."""
 
 from pathlib import Path
 

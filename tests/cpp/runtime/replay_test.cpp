@@ -11,7 +11,7 @@
 #include "csrc/errors.h"
 #include "csrc/program/program_builder.h"
 #include "csrc/runtime/op_call.h"
-#include "csrc/runtime/replay_pipeline.h"
+#include "csrc/pipeline/replay_pipeline.h"
 #include "tests/cpp/program/record_op.h"
 
 namespace nimble {

@@ -6,7 +6,8 @@
 // `ProgramBuilder.finish(BuildOptions)`, bound to `build_replay` below.
 //
 //   stage                 in -> out                                  where
-//   2. passes             recorded ops -> recorded ops               ProgramBuilder::finish
+//   2. passes             recorded ops -> recorded ops,              run_trace_passes
+//                         TracePassResults                           (passes/trace_passes.h)
 //   3. program            recorded ops -> BuiltProgram               ProgramBuilder::finish
 //   4. memory plan        BuiltProgram -> BuiltProgram (buffers      ProgramBuilder::finish
 //                         sharing storage)                           (program/memory_plan.h)

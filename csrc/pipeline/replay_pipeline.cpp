@@ -1,6 +1,8 @@
-#include "csrc/runtime/replay_pipeline.h"
+#include "csrc/pipeline/replay_pipeline.h"
 
 #include <utility>
+
+#include "csrc/passes/trace_passes.h"
 
 namespace nimble {
 
@@ -15,7 +17,8 @@ ExecutorOptions executor_options(const BuildOptions& options) {
 }
 
 std::shared_ptr<Replay> build_replay(ProgramBuilder& recorded, const BuildOptions& options) {
-  BuiltProgram built = recorded.finish(options);  // passes -> program -> memory plan
+  TracePassResults passes = run_trace_passes(recorded, options);
+  BuiltProgram built = recorded.finish(options, std::move(passes));  // program -> memory plan
   return std::make_shared<Replay>(std::move(built),
                                   executor_options(options));  // stream plan -> executor
 }
