@@ -185,3 +185,25 @@ def test_command_line_compares_on_a_lowered_trace():
     for row in out["rows"]:
         assert row["unfinished_runs"] == 5
         assert len(row["time_to_99_spread_s"]) == 2
+
+
+def test_command_line_compare_on_a_model_records_its_lowered_trace_first(tmp_path):
+    path = tmp_path / "r18.jsonl.gz"
+    done = subprocess.run(
+        [sys.executable, "-m", "nimble", "tune", "--compare", "--model", "torchvision:resnet18",
+         "--image-size", "32", "--trace-sample", "0", "--record-trace", str(path),
+         "--schedulers", "sequential,dynatune", "--json", "--quiet", "--mcmc-steps", "100"],
+        capture_output=True, text=True, timeout=900, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    t = trace.load(str(path))
+    assert t["lowered"] and t["model"] == "torchvision:resnet18" and t["image_size"] == 32
+    # Sample 0: each task's start and its one-knob neighbourhood, nothing else.
+    for task in t["tasks"]:
+        assert task["configs"][0] == task["start"]
+        assert all(sum(a != b for a, b in zip(c, task["start"])) == 1
+                   for c in task["configs"][1:])
+    assert out["exhaustive_seconds"] == pytest.approx(trace.exhaustive_seconds(t))
+    assert sorted({r["seed"] for r in out["runs"]}) == [0, 1, 2, 3, 4]  # 5 seeds by default
+    for row in out["rows"]:
+        assert row["unfinished_runs"] == 5
