@@ -9,7 +9,8 @@ A model's own kernels (`--model`), measured on this machine, or a simulated mode
     python -m nimble tune --simulate --compare --seeds 5 --plot compare.png
     python -m nimble tune --models torchvision:resnet18,torchvision:mobilenet_v2 --workers 2
     python -m nimble tune --record-trace r18.jsonl --model torchvision:resnet18
-    python -m nimble tune --simulate --compare --trace r18.jsonl --seeds 5
+    python -m nimble tune --compare --trace r18.jsonl --seeds 5
+    python -m nimble tune --compare --model torchvision:resnet18 --image-size 32  # records first
 """
 
 from __future__ import annotations

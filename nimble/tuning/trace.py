@@ -2,7 +2,7 @@
 machine, saved as one JSON-lines file that the simulator replays (docs/tuning.md, "Traces").
 
     python -m nimble tune --record-trace resnet18.jsonl --model torchvision:resnet18
-    python -m nimble tune --simulate --compare --trace resnet18.jsonl --seeds 5
+    python -m nimble tune --compare --trace resnet18.jsonl --seeds 5
 
 The file's first line is a header object ({"nimble_trace": 1, "model", "device", ...}); every
 further line is one task: its key, weight, FLOPs, ATen's time, its knobs and, in parallel lists
