@@ -106,10 +106,13 @@ def test_budget_runs_out_and_schedulers_end_apart(compared):
         allocation = tuple(task["trials"] for task in run["tasks"])
         finals[run["seed"]][run["scheduler"] + " trials"] = allocation
     # Where the budget went, and so where each run ended, depends on the scheduler.
+    # (With about two batches a task in the budget, the gradient scheduler is still in its
+    # warm-up round, where it goes as round-robin does, so only some seeds tell those apart.)
     for seed, by in finals.items():
-        assert len({by[s + " trials"] for s in SCHEDULERS}) >= 3, seed
-    assert len({round(by[s], 6) for by in finals.values() for s in SCHEDULERS}) > 4
-    assert len({round(row["final_ms"], 6) for row in result["rows"]}) == len(SCHEDULERS)
+        assert len({by[s + " trials"] for s in SCHEDULERS}) >= 2, seed
+    assert len({by[s + " trials"] for by in finals.values() for s in SCHEDULERS}) > 10
+    assert len({round(by[s], 6) for by in finals.values() for s in SCHEDULERS}) > 8
+    assert len({round(row["final_ms"], 6) for row in result["rows"]}) >= 3
 
 
 def test_comparison_numbers_follow_from_the_trace(compared):
