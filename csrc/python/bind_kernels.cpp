@@ -215,8 +215,10 @@ void bind_kernels(py::module_& m) {
       py::arg("replay"),
       "A lowered replay's convolutions by lowered signature: tuning in context.");
 
-  py::class_<ReplayMeasurer>(k, "ReplayMeasurer",
-                             "A replay's tunable ops' measurers by signature, for a worker.")
+  py::class_<ReplayMeasurer> replay_measurer(
+      k, "ReplayMeasurer", "A replay's tunable ops' measurers by signature, for a worker.");
+  def_measure(replay_measurer);
+  replay_measurer
       .def(py::init([](const Replay& replay, double min_repeat_seconds, double timeout_seconds,
                        uint64_t seed) {
              return ReplayMeasurer(replay,
@@ -224,19 +226,6 @@ void bind_kernels(py::module_& m) {
            }),
            py::arg("replay"), py::arg("min_repeat_seconds") = 2e-3,
            py::arg("timeout_seconds") = 2.0, py::arg("seed") = 0)
-      .def(
-          "measure",
-          [](ReplayMeasurer& m, const std::string& signature,
-             const std::vector<tuning::Config>& configs, const py::dict& repeats) {
-            const tuning::RepeatSettings settings = repeat_settings_from_python(repeats);
-            std::vector<tuning::MeasureResult> results;
-            {
-              py::gil_scoped_release release;
-              results = m.measure(signature, configs, settings);
-            }
-            return measured_batch_to_python(results);
-          },
-          py::arg("signature"), py::arg("configs"), py::arg("repeats"))
       .def(
           "baseline_seconds",
           [](ReplayMeasurer& m, const std::string& signature, int repeats) {
@@ -321,6 +310,8 @@ void bind_kernels(py::module_& m) {
         return out;
       },
       py::arg("replay"), "(op, kernel) of every op that runs a tuned kernel.");
+
+  bind_context_trace(k);
 }
 
 }  // namespace nimble::python

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tuning/task/task.h"
@@ -38,7 +39,30 @@ std::unique_ptr<tuning::MeasurePool> python_measure_pool(const pybind11::object&
 pybind11::list measured_batch_to_python(const std::vector<tuning::MeasureResult>& results);
 tuning::RepeatSettings repeat_settings_from_python(const pybind11::dict& d);
 pybind11::dict repeat_settings_to_python(const tuning::RepeatSettings& r);
+// Binds `measure(signature, configs, repeats: dict)` of a class with such a method (measurers
+// by signature, for workers and the trace recorder), the GIL released while it measures.
+template <typename Class, typename... Options>
+void def_measure(pybind11::class_<Class, Options...>& cls) {
+  cls.def(
+      "measure",
+      [](Class& m, const std::string& signature, const std::vector<tuning::Config>& configs,
+         const pybind11::dict& repeats) {
+        const tuning::RepeatSettings settings = repeat_settings_from_python(repeats);
+        std::vector<tuning::MeasureResult> results;
+        {
+          pybind11::gil_scoped_release release;
+          results = m.measure(signature, configs, settings);
+        }
+        return measured_batch_to_python(results);
+      },
+      pybind11::arg("signature"), pybind11::arg("configs"), pybind11::arg("repeats"));
+}
 // Tasks defined in Python (python_tasks.cpp): dicts with name, flops, knobs, measure and
 // optional signature, group, weight, baseline_seconds, constraints.
 std::vector<tuning::Task> tasks_from_python(const pybind11::list& specs);
+// A knob space as a trace holds it (knob_space_to_python.cpp): {"knobs": [{name, kind, values or
+// labels, parent, parent_labels}], "configs": every valid config, "described": each as text}.
+pybind11::dict space_to_python(const tuning::KnobSpace& space);
+// nimble._C.kernels.ContextRecorder, the trace recorder's measurers of a lowered replay.
+void bind_context_trace(pybind11::module_& kernels);
 }  // namespace nimble::python

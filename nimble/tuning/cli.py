@@ -9,7 +9,8 @@ A model's own kernels (`--model`), measured on this machine, or a simulated mode
     python -m nimble tune --simulate --compare --seeds 5 --plot compare.png
     python -m nimble tune --models torchvision:resnet18,torchvision:mobilenet_v2 --workers 2
     python -m nimble tune --record-trace r18.jsonl --model torchvision:resnet18
-    python -m nimble tune --simulate --compare --trace r18.jsonl --seeds 5
+    python -m nimble tune --compare --trace r18.jsonl --seeds 5
+    python -m nimble tune --compare --model torchvision:resnet18 --image-size 32  # records first
 """
 
 from __future__ import annotations
@@ -86,8 +87,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --model: measure every configuration of every task once and write "
                         "the trace (docs/tuning.md, \"Traces\")")
     p.add_argument("--trace", default=None, metavar="FILE.jsonl",
-                   help="with --simulate --compare: replay this recorded trace instead of "
-                        "synthetic models (default budget: a third of exhausting it)")
+                   help="with --compare: replay this recorded trace instead of synthetic "
+                        "models or a recording (default budget: a third of exhausting it)")
+    p.add_argument("--trace-sample", type=int, default=12, metavar="N",
+                   help="with --record-trace or --model --compare: record the rule's "
+                        "configuration and its one-knob neighbourhood, N random configurations "
+                        "and their neighbours (-1: every configuration)")
+    p.add_argument("--unlowered", action="store_true",
+                   help="with --model --compare: tune the unlowered replay for real, each run "
+                        "from an empty database, instead of comparing on a trace of the lowered "
+                        "tasks")
     workers.add_arguments(p)
     return p
 
@@ -222,7 +231,7 @@ def main(argv: list[str]) -> int:
     if args.export or args.import_ or args.best:
         return _database_command(args)
 
-    if not args.simulate and not args.model and not args.models:
+    if not args.simulate and not args.model and not args.models and not args.trace:
         print("python -m nimble tune: give --model torchvision:NAME (real kernels), --simulate "
               "or --models A,B,C; see --help", file=sys.stderr)
         return 2
@@ -244,7 +253,7 @@ def main(argv: list[str]) -> int:
         print("python -m nimble tune: --compare runs in this process; drop --workers",
               file=sys.stderr)
         return 2
-    if args.record_trace or args.trace:
+    if args.record_trace or args.trace or (args.compare and args.model and not args.unlowered):
         from .trace import command
 
         return command(args, _common_kwargs)

@@ -2,7 +2,7 @@
 machine, saved as one JSON-lines file that the simulator replays (docs/tuning.md, "Traces").
 
     python -m nimble tune --record-trace resnet18.jsonl --model torchvision:resnet18
-    python -m nimble tune --simulate --compare --trace resnet18.jsonl --seeds 5
+    python -m nimble tune --compare --trace resnet18.jsonl --seeds 5
 
 The file's first line is a header object ({"nimble_trace": 1, "model", "device", ...}); every
 further line is one task: its key, weight, FLOPs, ATen's time, its knobs and, in parallel lists
@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -29,7 +30,7 @@ def _repeats(count: int) -> dict:
             "one_sample_cut_factor": 0.0, "confidence_z": 0.0}
 
 
-def _measure(measurer, signature: str, config: list[int], repeats: int) -> dict:
+def measure_point(measurer, signature: str, config: list[int], repeats: int) -> dict:
     """One configuration measured twice, once with one repeat and once with `repeats`: the
     difference of their costs is what a repeat costs, the rest (build, correctness check,
     warm-up) what any measurement of it costs."""
@@ -46,21 +47,28 @@ def _measure(measurer, signature: str, config: list[int], repeats: int) -> dict:
             "repeat_seconds": per_repeat, "error": "none"}
 
 
-def _rounded(value):
+def rounded(value):
     """Four significant digits: more than the machine's noise tells, and a third of the file."""
     return float(f"{value:.4g}") if isinstance(value, float) else value
 
 
 def record(model_name: str, path: str, *, batch: int = 1, image_size: int = 64,
-           progress: bool = True, **options) -> dict:
-    """Measures every configuration of every tuning task of zoo model `model_name` (the tasks
-    `python -m nimble tune --model` tunes) and writes the trace to `path`; returns its header."""
+           lowered: bool = True, sample: int = 12, progress: bool = True, **options) -> dict:
+    """Records zoo model `model_name`'s tuning tasks and writes the trace to `path`; returns its
+    header. `lowered` (the default): the tasks `nimble.tune` tunes on the replay `prepare` gives
+    on the CPU, timed in that replay, a subset of `sample` random configurations and the
+    neighbourhoods of the rule's and theirs (nimble/tuning/lowered_trace.py; -1: every one);
+    else every configuration of the unlowered replay's tasks, each kernel timed alone."""
     from .. import zoo
 
     model, example = zoo.build(model_name, batch=batch, image_size=image_size)
-    return record_model(model, example, path, progress=progress,
-                        header={"model": model_name, "batch": batch, "image_size": image_size},
-                        **options)
+    header = {"model": model_name, "batch": batch, "image_size": image_size}
+    if lowered:
+        from .lowered_trace import record_lowered
+
+        return record_lowered(model, example, path, sample=sample, progress=progress,
+                              header=header, **options)
+    return record_model(model, example, path, progress=progress, header=header, **options)
 
 
 def _prepared(model, example):
@@ -104,10 +112,10 @@ def record_model(model, example, path: str, *, repeats: int = 5, min_repeat_seco
         task["baseline_seconds"] = measurer.baseline_seconds(space["signature"], repeats)
         columns = {k: [] for k in PER_CONFIG}
         for config in space["configs"]:
-            point = _measure(measurer, space["signature"], config, repeats)
+            point = measure_point(measurer, space["signature"], config, repeats)
             columns["configs"].append(config)
             for key in PER_CONFIG[1:]:
-                columns[key].append(_rounded(point[key]))
+                columns[key].append(rounded(point[key]))
             if bar:
                 bar.set_postfix_str(space["name"], refresh=False)
                 bar.update()
@@ -185,28 +193,50 @@ def optimum_ms(trace: dict) -> float:
 
 
 def command(args, common_kwargs) -> int:
-    """`python -m nimble tune --record-trace FILE --model M` and
-    `python -m nimble tune --simulate --compare --trace FILE`."""
-    if args.record_trace:
+    """`python -m nimble tune --record-trace FILE --model M`, `... --compare --trace FILE` and
+    `... --compare --model M` (records the model's lowered tasks first, to --record-trace FILE
+    or a temporary file, then compares on that trace)."""
+    if args.record_trace or (args.compare and args.model and not args.trace):
         if not args.model:
             print("python -m nimble tune: --record-trace needs --model torchvision:NAME",
                   file=sys.stderr)
             return 2
-        header = record(args.model, args.record_trace, batch=args.batch,
-                        image_size=args.image_size, progress=not args.quiet)
-        print(f"recorded {header['config_count']} configurations of {header['task_count']} tasks of "
-              f"{args.model} in {header['record_seconds']:.0f} s to {args.record_trace}")
-        return 0
-    if not (args.simulate and args.compare):
-        print("python -m nimble tune: --trace goes with --simulate --compare", file=sys.stderr)
-        return 2
-    from .._C import tuning
+        if not args.compare:
+            header = _record_for(args, args.record_trace)
+            print(f"recorded {header['config_count']} configurations of {header['task_count']} "
+                  f"tasks of {args.model} in {header['record_seconds']:.0f} s to "
+                  f"{args.record_trace}")
+            return 0
+        import tempfile
 
+        with tempfile.TemporaryDirectory() as scratch:
+            path = args.record_trace or os.path.join(scratch, "trace.jsonl.gz")
+            header = _record_for(args, path)
+            if not args.quiet:
+                print(f"recorded {header['config_count']} configurations of "
+                      f"{header['task_count']} tasks in {header['record_seconds']:.0f} s",
+                      file=sys.stderr)
+            return compare_command(args, load(path), common_kwargs)
+    if not args.compare:
+        print("python -m nimble tune: --trace goes with --compare", file=sys.stderr)
+        return 2
     try:
         trace = load(args.trace)
     except (OSError, ValueError) as e:
         print(f"python -m nimble tune: --trace: {e}", file=sys.stderr)
         return 2
+    return compare_command(args, trace, common_kwargs)
+
+
+def _record_for(args, path: str) -> dict:
+    return record(args.model, path, batch=args.batch, image_size=args.image_size,
+                  sample=args.trace_sample, progress=not args.quiet)
+
+
+def compare_command(args, trace: dict, common_kwargs) -> int:
+    """Every scheduler on `trace`, one noise seed each (docs/tuning.md, "Comparing")."""
+    from .._C import tuning
+
     # The real tuner's slot (nimble/tuning/tune.py), the trace's costs being real ones; shorter
     # on a trace so small that its budget would hold fewer than 20 slots.
     budget = (args.budget_seconds if math.isfinite(args.budget_seconds)
@@ -219,17 +249,30 @@ def command(args, common_kwargs) -> int:
     result = tuning.compare(schedulers=schedulers, seeds=seeds, threads=args.threads, trace=trace,
                             **common_kwargs(args))
     wall = time.monotonic() - started
+    if args.plot:
+        from .curves import write_plot
+
+        write_plot(args.plot, {r["scheduler"]: r["remeasured_curve"] for r in result["runs"]
+                               if r["seed"] == seeds[0]}, title=str(trace.get("model", "trace")))
     if args.json:
+        runs = [{k: r[k] for k in ("scheduler", "seed", "time_to_95_s", "time_to_99_s",
+                                   "remeasured_final_ms", "cold_time_share", "stop_reason",
+                                   "tuning_seconds", "remeasured_curve")}
+                for r in result["runs"]]
         print(json.dumps({k: result[k] for k in ("rows", "table", "reference_ms", "budget_seconds")}
-                         | {"seeds": seeds, "wall_seconds": wall}))
+                         | {"seeds": seeds, "wall_seconds": wall, "runs": runs,
+                            "optimum_ms": optimum_ms(trace),
+                            "exhaustive_seconds": exhaustive_seconds(trace)}))
         return 0
     print(f"{len(schedulers)} schedulers on the trace of {trace.get('model', '?')} "
           f"({len(trace['tasks'])} tasks, {sum(len(t['configs']) for t in trace['tasks'])} "
-          f"configurations; exhausting it takes {exhaustive_seconds(trace):.0f} s), seeds "
+          f"configurations{', lowered, timed in the replay' if trace.get('lowered') else ''}; "
+          f"exhausting it takes {exhaustive_seconds(trace):.0f} s), seeds "
           f"{seeds[0]}..{seeds[-1]}, budget {result['budget_seconds']:.0f} s, "
           f"{args.slot_seconds:g} s slots; times to 95%/99% of {result['reference_ms']:.4f} ms, "
           f"the best re-measured final latency of any run (the trace's optimum: "
-          f"{optimum_ms(trace):.4f} ms); medians over seeds [fastest-slowest seed]")
+          f"{optimum_ms(trace):.4f} ms); medians over seeds [fastest-slowest seed]; cold time "
+          f"share: tuning time on candidates at least 2x slower than their task's best")
     print(result["table"], end="")
     print(f"({wall:.0f} s wall)")
     return 0

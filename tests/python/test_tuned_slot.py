@@ -303,7 +303,8 @@ def test_cli_compares_schedulers_on_a_model_with_bests_remeasured_side_by_side()
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run(
         [sys.executable, "-m", "nimble", "tune", "--model", "torchvision:squeezenet1_1",
-         "--image-size", "32", "--compare", "--schedulers", "sequential,round-robin",
+         "--image-size", "32", "--compare", "--unlowered", "--schedulers",
+         "sequential,round-robin",
          "--seeds", "2", "--budget-trials", "16", "--slot-seconds", "0.2", "--json"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr

@@ -50,7 +50,14 @@ KnobSpace trace_space(const TraceTask& task) {
   space.add_constraint("recorded in the trace", [recorded](const std::vector<int64_t>& values) {
     return recorded->count(values) > 0;
   });
+  if (!task.start.empty() && !space.valid(task.start))
+    throw std::invalid_argument("trace task '" + task.name + "': its start " +
+                                config_to_json(task.start) + " is not a recorded configuration");
   return space;
+}
+
+long trace_early_stop_trials(const TraceTask& task) {
+  return std::max<long>(16, static_cast<long>(task.points.size()) / 4);
 }
 
 double exhaustive_seconds(const Trace& trace, int repeats) {

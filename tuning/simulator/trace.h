@@ -41,6 +41,8 @@ struct TraceTask {
   double baseline_seconds = 0;  // the untuned kernel; infinity when none
   std::vector<TraceKnob> knobs;
   std::vector<TracePoint> points;
+  // The configuration that runs untuned (the lowering's rule), measured first; empty: none.
+  Config start;
 };
 
 struct Trace {
@@ -52,6 +54,11 @@ struct Trace {
 // The task's knob space, restricted to the recorded configurations (a constraint): the search
 // proposes only what the trace can answer. Throws std::invalid_argument naming what is wrong.
 KnobSpace trace_space(const TraceTask& task);
+
+// Trials without improvement after which a task of the trace is finished: a quarter of its
+// recorded configurations, at least 16. A recorded space is all the search can reach; waiting
+// the synthetic models' 200 flat trials in a space of 150 would only spend the budget on tails.
+long trace_early_stop_trials(const TraceTask& task);
 
 // Tuning seconds to measure every configuration of every task once with `repeats` repeats: what
 // finishing every task can at most take.

@@ -59,6 +59,8 @@ std::vector<Task> make_trace_model(const std::shared_ptr<const Trace>& trace, ui
     task.flops = t.flops;
     task.weight = t.weight;
     task.baseline_seconds = t.baseline_seconds;
+    task.start = t.start;
+    task.early_stop_trials = trace_early_stop_trials(t);
     task.measurer = std::make_shared<TraceMeasurer>(trace, i, noise_seed * 7919 + i);
     tasks.push_back(std::move(task));
   }

@@ -22,6 +22,10 @@ struct Task {
   // The config of what runs untuned, where the space has it (empty: none): measured first, so
   // that the search starts from the default and never reports a best below it.
   Config start;
+  // Trials without improvement after which this task is finished, where it is fewer than the
+  // run's early_stop_trials (0: the run's): a recorded space of 150 configurations must not wait
+  // 200 flat trials for its early stop.
+  long early_stop_trials = 0;
 };
 
 }  // namespace nimble::tuning

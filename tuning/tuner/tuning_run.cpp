@@ -155,9 +155,11 @@ RepeatSettings TuningRun::repeat_settings(size_t k) const {
 
 bool TuningRun::is_done(size_t i) const {
   const TaskTuner& t = *tuners_[i];
+  long early_stop = options_.early_stop_trials;
+  const long own = tasks_[i].early_stop_trials;
+  if (own > 0 && (early_stop <= 0 || own < early_stop)) early_stop = own;
   return t.exhausted() || t.all_cold() ||
-         (options_.early_stop_trials > 0 &&
-          t.trials_since_improvement() >= options_.early_stop_trials);
+         (early_stop > 0 && t.trials_since_improvement() >= early_stop);
 }
 
 double TuningRun::model_seconds() const {

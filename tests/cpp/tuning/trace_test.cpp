@@ -138,6 +138,36 @@ TEST(TraceSimulation, DefaultBudgetIsAThirdOfExhaustingTheTraceAndRunsOut) {
   EXPECT_LT(r.final_model_seconds, r.initial_model_seconds);
 }
 
+TEST(TraceSimulation, TasksStartAtTheRecordedRuleAndStopOnAQuarterOfTheirRecording) {
+  auto trace = std::make_shared<Trace>(*skewed_trace());
+  trace->tasks[0].start = {0, 2, 3, 0};
+  const std::vector<Task> tasks = make_trace_model(trace, 1);
+  EXPECT_EQ(tasks[0].start, (Config{0, 2, 3, 0}));
+  EXPECT_TRUE(tasks[1].start.empty());
+  // 72 recorded configurations: 18 trials without improvement, not the run's 200.
+  EXPECT_EQ(tasks[0].early_stop_trials, 18);
+  TraceTask few = grid_task("few", 1, 1, 1, 1);
+  few.points.resize(20);
+  EXPECT_EQ(trace_early_stop_trials(few), 16);
+  // A start that is not a recorded configuration is refused.
+  trace->tasks[0].start = {1, 0, 0, 0};
+  EXPECT_NO_THROW(trace_space(trace->tasks[0]));
+  trace->tasks[0].start = {0, 0, 0, 5};  // flat.z is inactive under grid: not valid
+  EXPECT_THROW(trace_space(trace->tasks[0]), std::invalid_argument);
+
+  SimulationOptions o = fast_options();
+  o.trace = trace;
+  trace->tasks[0].start = {0, 15, 0, 0};  // the slowest grid configuration
+  o.scheduler = "round-robin";
+  o.tuner.budget_seconds = 1e9;
+  const TuningReport r = run_simulation(o);
+  EXPECT_EQ(r.stop_reason, "all-tasks-finished");
+  // Tasks stopped on their flat tails, long before the run's 200 would have exhausted them.
+  long trials = 0;
+  for (const TaskSummary& t : r.tasks) trials += t.trials;
+  EXPECT_LT(trials, 4 * 72);
+}
+
 TEST(TraceSimulation, IdenticalSeedsGiveIdenticalRuns) {
   SimulationOptions o = fast_options();
   o.trace = skewed_trace();

@@ -1,0 +1,93 @@
+// nimble._C.kernels.ContextRecorder: a lowered replay's in-context measurers by task, for the
+// trace recorder (nimble/tuning/lowered_trace.py), which picks the configurations to record and
+// measures each one as the tuner would: in the replay, against the rule's kernel.
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <map>
+#include <memory>
+#include <stdexcept>
+
+#include "csrc/python/bindings.h"
+#include "csrc/slot/context_measurer.h"
+#include "tuning/measure/measure_pool.h"
+
+namespace py = pybind11;
+
+namespace nimble::python {
+namespace {
+
+class ContextRecorder {
+ public:
+  ContextRecorder(Replay& replay, const std::vector<at::Tensor>& inputs,
+                  const kernels::MeasureOptions& options)
+      : tasks_(slot::context_tasks(replay)) {
+    slot::capture_live(replay, inputs, tasks_);
+    for (const slot::ContextTask& t : tasks_)
+      measurers_.emplace(t.signature,
+                         std::make_shared<slot::ContextMeasurer>(replay, inputs, t, options));
+  }
+
+  // Each task as a trace holds it, before measurement: its key, weight, FLOPs, the rule's
+  // configuration ("start") and its space (space_to_python).
+  py::list tasks() const {
+    py::list out;
+    for (const slot::ContextTask& t : tasks_) {
+      py::dict d = space_to_python(t.space->knobs());
+      d["name"] = t.name;
+      d["signature"] = t.signature;
+      d["group"] = t.space->op().depthwise() ? "depthwise" : "conv";
+      d["flops"] = t.space->op().flops();
+      d["weight"] = static_cast<double>(t.sites.size());
+      d["start"] = t.space->default_config();
+      out.append(d);
+    }
+    return out;
+  }
+
+  std::vector<tuning::MeasureResult> measure(const std::string& signature,
+                                             const std::vector<tuning::Config>& configs,
+                                             const tuning::RepeatSettings& repeats) {
+    return find(signature).measure(configs, *tuning::make_repeat_policy(repeats));
+  }
+
+ private:
+  slot::ContextMeasurer& find(const std::string& signature) {
+    const auto it = measurers_.find(signature);
+    if (it == measurers_.end())
+      throw std::invalid_argument("this replay has no lowered convolution with signature " +
+                                  signature);
+    return *it->second;
+  }
+
+  std::vector<slot::ContextTask> tasks_;
+  std::map<std::string, std::shared_ptr<slot::ContextMeasurer>> measurers_;
+};
+
+}  // namespace
+
+void bind_context_trace(py::module_& k) {
+  py::class_<ContextRecorder> recorder(
+      k, "ContextRecorder",
+      "A lowered replay's convolutions as tuning tasks timed in the replay (as nimble.tune times "
+      "them), measured one configuration batch at a time: what nimble.tuning.lowered_trace "
+      "records. The replay runs on `inputs` while it measures; it must outlive the recorder.");
+  recorder
+      .def(py::init([](Replay& replay, const std::vector<at::Tensor>& inputs,
+                       double min_repeat_seconds, double timeout_seconds, uint64_t seed) {
+             kernels::MeasureOptions o;
+             o.min_repeat_seconds = min_repeat_seconds;
+             o.timeout_seconds = timeout_seconds;
+             o.seed = seed;
+             py::gil_scoped_release release;
+             return std::make_unique<ContextRecorder>(replay, inputs, o);
+           }),
+           py::arg("replay"), py::arg("inputs"), py::arg("min_repeat_seconds") = 2e-3,
+           py::arg("timeout_seconds") = 2.0, py::arg("seed") = 0, py::keep_alive<1, 2>())
+      .def("tasks", &ContextRecorder::tasks,
+           "Per lowered convolution shape: name, signature, group, flops, weight (occurrences), "
+           "start (the rule's configuration), knobs, configs (every valid one), described.");
+  def_measure(recorder);
+}
+
+}  // namespace nimble::python

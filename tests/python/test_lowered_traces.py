@@ -1,0 +1,212 @@
+"""Traces of a lowered replay's in-context tasks (docs/tuning.md, "Traces of the lowered
+replay"): the recorded subset is the rule's start, its neighbourhood and a random sample with
+theirs; the simulator's searches stay inside it; on the shipped trace (resnet18 at 32x32) the
+schedulers spend a budget that runs out, end in different places, and the comparison's numbers
+are the trace's own."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from nimble._C import tuning
+from nimble.tuning import trace
+from nimble.tuning.curves import time_to_reach
+from nimble.tuning.lowered_trace import record_lowered, subset
+
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+LOWERED = TRACES / "resnet18_32_lowered.jsonl.gz"
+FAST = dict(mcmc_steps=100, mcmc_samples=50, threads=2)
+SCHEDULERS = ["sequential", "round-robin", "gradient", "dynatune"]
+
+
+def _recorded(task: dict) -> dict:
+    return {tuple(c): s for c, s, e in zip(task["configs"], task["seconds"], task["error"])
+            if e == "none"}
+
+
+def _config_of(task: dict, described: str) -> tuple:
+    """A report's best_config ("knob=value ...") as the trace's knob indices."""
+    values = dict(part.split("=", 1) for part in described.split())
+    out = []
+    for knob in task["knobs"]:
+        choices = [str(v) for v in knob.get("values") or knob.get("labels")]
+        out.append(choices.index(values[knob["name"]]))
+    return tuple(out)
+
+
+def test_subset_is_the_start_its_neighbourhood_and_a_sample_with_theirs():
+    knobs = [{"name": "kernel", "kind": "choice", "labels": ["a", "b", "c"]},
+             {"name": "x", "kind": "int", "values": [0, 1, 2, 3, 4, 5]},
+             {"name": "y", "kind": "pow2", "values": [1, 2, 4, 8]}]
+    valid = [[k, x, y] for k in range(3) for x in range(6) for y in range(4) if x + y != 7]
+    task = {"signature": "s", "start": [0, 0, 0], "knobs": knobs, "configs": valid}
+    picked = subset(task, sample=3, seed=1)
+    assert picked[0] == [0, 0, 0]
+    assert len({tuple(c) for c in picked}) == len(picked)
+    assert all(c in valid for c in picked)
+    one_knob = [[k, 0, 0] for k in (1, 2)] + [[0, x, 0] for x in range(1, 6)] + \
+        [[0, 0, y] for y in range(1, 4)]
+    assert all(c in picked for c in one_knob)
+    assert len(picked) > 11
+    # The sample (seeded by the task's signature) and each one's valid one-step neighbours.
+    for c in random.Random("1:s").sample(valid, 3):
+        steps = ([[k, c[1], c[2]] for k in range(3)] +
+                 [[c[0], c[1] + d, c[2]] for d in (-1, 1)] + [[c[0], c[1], c[2] + d] for d in (-1, 1)])
+        assert all(n in picked for n in steps if n in valid), c
+    assert [0, 5, 3] not in picked or [0, 5, 3] in one_knob  # not everything
+    assert len(picked) < len(valid)
+    assert subset(task, sample=3, seed=1) == picked  # seeded
+    assert subset(task, sample=3, seed=2) != picked
+    assert len(subset(task, sample=-1, seed=0)) == len(valid)
+
+
+def test_shipped_lowered_trace_is_small_and_a_subset_starting_at_the_rule():
+    assert LOWERED.stat().st_size < 100_000
+    t = trace.load(str(LOWERED))
+    assert t["lowered"] and "random configurations" in t["subset"]
+    assert t["task_count"] == len(t["tasks"]) >= 10
+    for task in t["tasks"]:
+        assert task["knobs"][0]["labels"] == ["prepacked"]
+        assert task["configs"][0] == task["start"]
+        assert task["baseline_seconds"] == task["seconds"][0]  # the rule's own record
+        assert 16 < len(task["configs"]) < task["space_size"] / 3
+        assert len({tuple(c) for c in task["configs"]}) == len(task["configs"])
+
+
+@pytest.fixture(scope="module")
+def compared():
+    t = trace.load(str(LOWERED))
+    return t, tuning.compare(schedulers=SCHEDULERS, seeds=[0, 1, 2, 3, 4], trace=t,
+                             slot_seconds=0.5, **FAST)
+
+
+def test_budget_runs_out_and_schedulers_end_apart(compared):
+    t, result = compared
+    # A third of measuring every recorded configuration at the evaluator's minimum repeats.
+    assert result["budget_seconds"] == pytest.approx(trace.exhaustive_seconds(t, 2) / 3)
+    for row in result["rows"]:
+        assert row["unfinished_runs"] == 5, row
+    finals = {}
+    for run in result["runs"]:
+        assert run["stop_reason"] == "budget"
+        assert run["failed_time_share"] == 0  # nothing outside the recording was proposed
+        recorded_count = {x["signature"]: len(x["configs"]) for x in t["tasks"]}
+        for task in run["tasks"]:
+            assert task["trials"] <= recorded_count[task["signature"]]
+        finals.setdefault(run["seed"], {})[run["scheduler"]] = run["remeasured_final_ms"]
+        allocation = tuple(task["trials"] for task in run["tasks"])
+        finals[run["seed"]][run["scheduler"] + " trials"] = allocation
+    # Where the budget went, and so where each run ended, depends on the scheduler.
+    # (With about two batches a task in the budget, the gradient scheduler is still in its
+    # warm-up round, where it goes as round-robin does, so only some seeds tell those apart.)
+    for seed, by in finals.items():
+        assert len({by[s + " trials"] for s in SCHEDULERS}) >= 2, seed
+    assert len({by[s + " trials"] for by in finals.values() for s in SCHEDULERS}) > 10
+    assert len({round(by[s], 6) for by in finals.values() for s in SCHEDULERS}) > 8
+    assert len({round(row["final_ms"], 6) for row in result["rows"]}) >= 3
+
+
+def test_comparison_numbers_follow_from_the_trace(compared):
+    t, result = compared
+    recorded = {x["signature"]: _recorded(x) for x in t["tasks"]}
+    by_signature = {x["signature"]: x for x in t["tasks"]}
+    base = {x["signature"]: x["baseline_seconds"] for x in t["tasks"]}
+    weight = {x["signature"]: x["weight"] for x in t["tasks"]}
+    for run in result["runs"]:
+        curve = run["remeasured_curve"]
+        assert curve[0][2] == pytest.approx(1e3 * sum(weight[s] * base[s] for s in base))
+        final = 1e3 * sum(weight[x["signature"]] * min(base[x["signature"]], recorded[
+            x["signature"]][_config_of(by_signature[x["signature"]], x["best_config"])]
+            if x["best_config"] else math.inf) for x in run["tasks"])
+        assert run["remeasured_final_ms"] == pytest.approx(final)
+        assert run["time_to_99_s"] == time_to_reach(curve, result["reference_ms"] / 0.99)
+        assert run["time_to_95_s"] == time_to_reach(curve, result["reference_ms"] / 0.95)
+    assert result["reference_ms"] == pytest.approx(
+        min(r["remeasured_final_ms"] for r in result["runs"]))
+    assert result["reference_ms"] >= trace.optimum_ms(t) * (1 - 1e-9)
+    for row in result["rows"]:
+        mine = [r for r in result["runs"] if r["scheduler"] == row["scheduler"]]
+        cold = sorted(r["cold_time_share"] for r in mine)
+        assert row["cold_time_share"] == pytest.approx(cold[2])
+
+
+def test_tasks_finish_on_a_quarter_of_their_recording_without_improvement():
+    """No flat 200-trial tails: given all the time it wants, a task stops after a quarter of
+    its recorded configurations (at least 16) without improvement, not at 200."""
+    t = trace.load(str(LOWERED))
+    result = tuning.compare(schedulers=["round-robin"], seeds=[0], trace=t, slot_seconds=0.5,
+                            budget_seconds=1e9, early_stop_trials=200, **FAST)
+    run = result["runs"][0]
+    assert run["stop_reason"] == "all-tasks-finished"
+    counts = {x["signature"]: len(x["configs"]) for x in t["tasks"]}
+    stopped_early = [x for x in run["tasks"] if x["trials"] < counts[x["signature"]]]
+    assert stopped_early
+    for task in stopped_early:
+        assert task["trials"] < 200
+
+
+def test_recording_a_small_lowered_model_in_context(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(16, 16, 3, padding=1)).eval()
+    x = torch.randn(1, 3, 8, 8)
+    path = tmp_path / "small.jsonl"
+    header = record_lowered(model, x, str(path), sample=2, repeats=2, min_repeat_seconds=1e-4,
+                            progress=False)
+    t = trace.load(str(path))
+    assert t["lowered"] and header["task_count"] == len(t["tasks"]) == 2
+    assert header["config_count"] < header["space_config_count"]
+    for task in t["tasks"]:
+        assert task["configs"][0] == task["start"]
+        assert task["signature"].startswith("lowered ")
+        assert all(e == "none" for e in task["error"]), task["error"]
+        assert all(s > 0 for s in task["seconds"])
+        # What a measurement cost: replays of the whole model, never nothing.
+        assert all(a >= 0 and b >= 0 and a + 2 * b > 0
+                   for a, b in zip(task["setup_seconds"], task["repeat_seconds"]))
+    result = tuning.compare(schedulers=["dynatune"], seeds=[0], trace=t, slot_seconds=0.01, **FAST)
+    assert result["runs"][0]["stop_reason"] == "budget"
+
+
+def test_command_line_compares_on_a_lowered_trace():
+    done = subprocess.run(
+        [sys.executable, "-m", "nimble", "tune", "--compare", "--trace", str(LOWERED),
+         "--seeds", "5", "--json", "--mcmc-steps", "100"],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert [r["scheduler"] for r in out["rows"]] == tuning.scheduler_names()
+    assert out["budget_seconds"] <= out["exhaustive_seconds"] / 3
+    for row in out["rows"]:
+        assert row["unfinished_runs"] == 5
+        assert len(row["time_to_99_spread_s"]) == 2
+
+
+def test_command_line_compare_on_a_model_records_its_lowered_trace_first(tmp_path):
+    path = tmp_path / "r18.jsonl.gz"
+    done = subprocess.run(
+        [sys.executable, "-m", "nimble", "tune", "--compare", "--model", "torchvision:resnet18",
+         "--image-size", "32", "--trace-sample", "0", "--record-trace", str(path),
+         "--schedulers", "sequential,dynatune", "--json", "--quiet", "--mcmc-steps", "100"],
+        capture_output=True, text=True, timeout=900, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    t = trace.load(str(path))
+    assert t["lowered"] and t["model"] == "torchvision:resnet18" and t["image_size"] == 32
+    # Sample 0: each task's start and its one-knob neighbourhood, nothing else.
+    for task in t["tasks"]:
+        assert task["configs"][0] == task["start"]
+        assert all(sum(a != b for a, b in zip(c, task["start"])) == 1
+                   for c in task["configs"][1:])
+    assert out["exhaustive_seconds"] == pytest.approx(trace.exhaustive_seconds(t))
+    assert sorted({r["seed"] for r in out["runs"]}) == [0, 1, 2, 3, 4]  # 5 seeds by default
+    for row in out["rows"]:
+        assert row["unfinished_runs"] == 5
