@@ -6,7 +6,7 @@ replays `Nimble` runs, each with the types it takes and makes.
                      RecordedOp; the run's result), then Handover parts  mode's program class
        hand-over     Handover, _C.BuildOptions -> _C.Replay             `hand_over` below, through
                                                                         build_replay.py
-    2. passes        recorded ops -> recorded ops                       csrc/passes/
+    2. passes        recorded ops -> recorded ops, TracePassResults     csrc/passes/trace_passes.h
     3. program       recorded ops -> BuiltProgram (Program, state)      ProgramBuilder::finish
     4. memory plan   BuiltProgram -> buffers sharing storage            csrc/program/memory_plan.h
     5. stream plan   Program -> StreamPlan                              csrc/runtime/stream_plan.h

@@ -3,7 +3,7 @@ for dense 3x3 convolutions of stride 1) as the lowered convolution runs it
 (PrepackedConvolution with the kernel forced): random shapes (channels 1..67, maps 1..40 of odd
 and even sizes, padding 0 or 1, batch 1..3, residual, every fused activation) against eager's
 conv2d on one thread and on two, with each vector extension this CPU has; the geometries it
-refuses; and whole lowered models with NIMBLE_WINOGRAD=1, the rule's switch for it.
+refuses; and the rule that picks it in whole lowered models, with NIMBLE_WINOGRAD's override.
 
 The C++ suite (tests/cpp/kernels/nhwc_winograd_test.cpp) bounds its float error against a
 double-precision reference; here assert_matches_eager's tolerance (relative to the output's
@@ -126,21 +126,24 @@ print(sorted(op["kernel"].split(" ")[0] for op in fast.replay.ops() if "kernel" 
 
 
 @pytest.mark.skipif("avx2" not in CPU_FLAGS, reason="without AVX2 oneDNN takes every layer")
-def test_the_rule_picks_it_for_every_3x3_layer_of_stride_1_only_where_asked():
-    """NIMBLE_WINOGRAD=1 (the place the rule will pick it, once timed): resnet18's 3x3 layers
-    of stride 1 run on it, its strided and 1x1 layers on nimble_gemm, and the replay gives
-    eager's result, also after weights and a folded batch norm's statistics are written in
-    place (the transformed weights are packed again); without it the rule is unchanged."""
+def test_the_rule_picks_it_by_input_channels_and_output_pixels_and_the_switch_overrides():
+    """The rule (unset or NIMBLE_WINOGRAD=auto): resnet18's 3x3 layers of stride 1 with at
+    least 32 input channels and 16 output pixels (batch x map) run on it, the others (layer4's
+    2x2 maps at batch 2: 8 pixels) on nimble_gemm; NIMBLE_WINOGRAD=1 picks it for all 13, 0
+    for none. Each replay gives eager's result, also after weights and a folded batch norm's
+    statistics are written in place (the transformed weights are packed again)."""
     runs = {}
-    for asked in ("1", "0"):
-        env = {**os.environ, "NIMBLE_WINOGRAD": asked}
+    for asked in ("1", "0", "auto", None):
+        env = {k: v for k, v in os.environ.items() if k != "NIMBLE_WINOGRAD"}
+        if asked is not None:
+            env["NIMBLE_WINOGRAD"] = asked
         done = subprocess.run([sys.executable, "-c", LOWERED_MODEL], env=env,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-        runs[asked] = eval(done.stdout.strip().splitlines()[-1])
-    winograd = [k for k in runs["1"] if k.startswith("nimble_winograd")]
-    assert len(winograd) == 13, runs["1"]  # 16 3x3 layers, 3 of them of stride 2
-    assert not any(k.startswith("nimble_winograd") for k in runs["0"]), runs["0"]
+        kernels = eval(done.stdout.strip().splitlines()[-1])
+        runs[asked] = sum(k.startswith("nimble_winograd") for k in kernels)
+    # 16 3x3 layers, 3 of them of stride 2; 3 of the 13 on layer4's 2x2 maps.
+    assert runs == {"1": 13, "0": 0, "auto": 10, None: 10}, runs
 
 
 def test_an_unknown_switch_value_is_refused_by_name():
@@ -150,5 +153,5 @@ def test_an_unknown_switch_value_is_refused_by_name():
     done = subprocess.run([sys.executable, "-c", LOWERED_MODEL], env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "NIMBLE_WINOGRAD: expected 0 or 1, got 'yes'" in done.stderr
+    assert "NIMBLE_WINOGRAD: expected 0, 1 or auto, got 'yes'" in done.stderr
     assert not any(k.startswith("nimble_") for k in eval(done.stdout.strip().splitlines()[-1]))

@@ -38,15 +38,19 @@ int64_t output_pixels(c10::IntArrayRef input, c10::IntArrayRef weight,
   return pixels;
 }
 
-// NIMBLE_WINOGRAD=1: the rule picks nimble_winograd wherever it applies (choose() says why
-// only then). Read once, on first use; a value other than 0 or 1 throws.
-bool winograd_asked() {
-  static const bool asked = [] {
+// NIMBLE_WINOGRAD: unset (or "auto") the rule below decides; "1" picks nimble_winograd wherever
+// it applies, "0" nowhere (to time whole models each way). Read once, on first use; another
+// value throws.
+enum class WinogradAsked { kRule, kEverywhere, kNowhere };
+WinogradAsked winograd_asked() {
+  static const WinogradAsked asked = [] {
     const char* value = std::getenv("NIMBLE_WINOGRAD");
-    if (value == nullptr || *value == '\0' || std::strcmp(value, "0") == 0) return false;
-    TORCH_CHECK(std::strcmp(value, "1") == 0, "NIMBLE_WINOGRAD: expected 0 or 1, got '", value,
-                "'");
-    return true;
+    if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0)
+      return WinogradAsked::kRule;
+    if (std::strcmp(value, "0") == 0) return WinogradAsked::kNowhere;
+    TORCH_CHECK(std::strcmp(value, "1") == 0, "NIMBLE_WINOGRAD: expected 0, 1 or auto, got '",
+                value, "'");
+    return WinogradAsked::kEverywhere;
   }();
   return asked;
 }
@@ -83,13 +87,18 @@ PrepackedConvolution::Kernel PrepackedConvolution::choose(c10::IntArrayRef weigh
   const bool depthwise = groups > 1 && weight_sizes[1] == 1 && groups == input_sizes[1] &&
                          weight_sizes[0] == input_sizes[1];
   if (depthwise) return Kernel::kNimbleDepthwise;
-  // nimble_winograd (F(2x2, 3x3): 2.25x fewer multiply-adds, plus transforms) is where the
-  // peers' Winograd kernels beat nimble_gemm on 3x3 layers of large maps (resnet18 at 224x224,
-  // issue 46), but whether and from what map size it beats nimble_gemm here is not measured
-  // on a quiet machine yet (docs/cpu.md, "Winograd"): until it is, the rule picks it only
-  // where NIMBLE_WINOGRAD=1 asks (to time whole models with it), and a tuned replay per layer
-  // where the tuner measured it faster. The measured condition goes here.
-  if (winograd_asked() && winograd_applies(weight_sizes, geometry)) return Kernel::kNimbleWinograd;
+  // nimble_winograd (F(2x2, 3x3): 2.25x fewer multiply-adds, plus transforms) against
+  // nimble_gemm per 3x3 stride-1 layer, two threads, AVX-512, alternating calls
+  // (docs/cpu.md, "Winograd"): 1.3x-2.0x from 32 input channels on maps of 7x7 to 112x112 at
+  // batch 1 and 8, 1.05x-1.2x on 4x4 to 16x16 maps at batch 1; slower with few input
+  // channels (3 or 16: 0.63x-0.97x, the transforms are most of the work) and on a 2x2 map
+  // at batch 1 (0.75x: 16/9 of the weight bytes read for one tile).
+  const WinogradAsked winograd = winograd_asked();
+  if (winograd != WinogradAsked::kNowhere && winograd_applies(weight_sizes, geometry) &&
+      (winograd == WinogradAsked::kEverywhere ||
+       (input_sizes[1] >= 32 &&
+        input_sizes[0] * output_pixels(input_sizes, weight_sizes, geometry) >= 16)))
+    return Kernel::kNimbleWinograd;
   if (groups == 1 || weight_sizes[0] / groups > 8) return Kernel::kNimbleGemm;
   if (geometry.padding.size() != 2 || geometry.stride.size() != 2 || geometry.dilation.size() != 2)
     return Kernel::kOneDnn;
