@@ -254,7 +254,7 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     if args.record_trace or args.trace or (args.compare and args.model and not args.unlowered):
-        from .trace import command
+        from .trace_command import command
 
         return command(args, _common_kwargs)
     try:

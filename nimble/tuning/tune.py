@@ -70,7 +70,13 @@ class TuningProgress:
         count = f"trials {event['trials']}" if self.by_seconds else f"t={seconds:.0f} s"
         bar.set_postfix_str(f"{count}, {describe_slot(event)}, model {event['model_ms']:.3f} ms "
                             f"(untuned {self.first_ms:.3f} ms)", refresh=False)
-        bar.update((seconds if self.by_seconds else event["trials"]) - bar.n)
+        from tqdm import TqdmWarning
+
+        with warnings.catch_warnings():
+            # The last slot ends past the budget: tqdm warns that it clamps the bar at full,
+            # which is what the bar should show.
+            warnings.simplefilter("ignore", category=TqdmWarning)
+            bar.update((seconds if self.by_seconds else event["trials"]) - bar.n)
 
     def done(self) -> None:
         for bar in self.bars:
