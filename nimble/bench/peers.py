@@ -280,28 +280,38 @@ def print_report(rows: list[dict], out=None) -> None:
         _print_patterns(row, names, out)
 
 
+def _columns(row: dict) -> list[tuple[str, str | None]]:
+    """(title, key) of each timing a row holds: back to back, alternating, then its patterns;
+    key None is the alternating run, whose fields carry no key (`nimble_ms`)."""
+    return [("back to back", "b2b"), ("alternating", None)] + [
+        (key, key) for key in row.get("patterns", [])]
+
+
+def _ms(row: dict, name: str, key: str | None, p99: bool = False) -> float:
+    return row[f"{name}{f'_{key}' if key else ''}{'_p99' if p99 else ''}_ms"]
+
+
+def _versus_best_peer(row: dict, key: str | None) -> str:
+    """The faster peer's median over nimble's in timing `key` ("no peer" without one)."""
+    peers = [p for p in ("onnxruntime", "openvino") if f"{p}_ms" in row]
+    if not peers:
+        return "no peer"
+    return f"{min(_ms(row, p, key) for p in peers) / _ms(row, 'nimble', key):.2f}x"
+
+
 def _print_patterns(row: dict, names: list[str], out) -> None:
     """Median and 99th percentile of every runtime in each pattern, back to back first, and
     nimble's median against the faster peer's."""
     shown = [name for name in names if f"{name}_ms" in row]
-    columns = [("back to back", "b2b"), ("alternating", None)] + [
-        (key, key) for key in row.get("patterns", [])]
+    columns = _columns(row)
     print(f"  {'median / p99 ms':18s} " + " ".join(f"{title:>19s}" for title, _ in columns),
           file=out)
     for name in shown:
-        cells = []
-        for _, key in columns:
-            median = row[f"{name}_{key}_ms" if key else f"{name}_ms"]
-            p99 = row[f"{name}_{key}_p99_ms" if key else f"{name}_p99_ms"]
-            cells.append(f"{median:9.3f} /{p99:8.3f}")
+        cells = [f"{_ms(row, name, key):9.3f} /{_ms(row, name, key, p99=True):8.3f}"
+                 for _, key in columns]
         print(f"  {name:18s} " + " ".join(f"{c:>19s}" for c in cells), file=out)
-    peers = [name for name in shown if name in ("onnxruntime", "openvino")]
-    if "nimble" in shown and peers:
-        ratios = []
-        for title, key in columns:
-            suffix = f"_{key}_ms" if key else "_ms"
-            best = min(row[f"{peer}{suffix}"] for peer in peers)
-            ratios.append(f"{best / row[f'nimble{suffix}']:.2f}x")
+    if "nimble" in shown and any(p in shown for p in ("onnxruntime", "openvino")):
+        ratios = [_versus_best_peer(row, key) for _, key in columns]
         print(f"  {'nimble vs best peer':18s} " + " ".join(f"{r:>19s}" for r in ratios),
               file=out)
 
@@ -310,22 +320,13 @@ def print_summary(rows: list[dict], out=None) -> None:
     """One line per measured row (model, batch, image): nimble's median against the faster
     peer's in every pattern (above 1.00x: nimble faster), and nimble's own 99th percentile
     against its median in each."""
-    columns = [("back to back", "b2b"), ("alternating", None)] + [
-        (key, key) for key in (rows[0].get("patterns", []) if rows else [])]
-    print(f"\nnimble against the faster peer (its p99 / median in brackets):", file=out)
+    columns = _columns(rows[0]) if rows else []
+    print("\nnimble against the faster peer (its p99 / median in brackets):", file=out)
     print(f"  {'model':32s} {'batch':>5s} {'image':>5s} "
           + " ".join(f"{title:>18s}" for title, _ in columns), file=out)
     for row in rows:
-        present = [p for p in ("onnxruntime", "openvino") if f"{p}_ms" in row]
-        cells = []
-        for _, key in columns:
-            suffix = f"_{key}_ms" if key else "_ms"
-            p99 = f"_{key}_p99_ms" if key else "_p99_ms"
-            if f"nimble{suffix}" not in row:
-                cells.append("-")
-                continue
-            ratio = (f"{min(row[p + suffix] for p in present) / row['nimble' + suffix]:.2f}x"
-                     if present else "no peer")
-            cells.append(f"{ratio} ({row['nimble' + p99] / row['nimble' + suffix]:.2f})")
+        cells = [f"{_versus_best_peer(row, key)} "
+                 f"({_ms(row, 'nimble', key, p99=True) / _ms(row, 'nimble', key):.2f})"
+                 if "nimble_ms" in row else "-" for _, key in columns]
         print(f"  {row['model']:32s} {row['batch']:5d} {row['image_size']:5d} "
               + " ".join(f"{c:>18s}" for c in cells), file=out)
