@@ -9,7 +9,9 @@
 #include <stdexcept>
 
 #include "csrc/python/bindings.h"
+#include "csrc/slot/context_confirmation.h"
 #include "csrc/slot/context_measurer.h"
+#include "csrc/slot/program_tasks.h"
 #include "tuning/measure/measure_pool.h"
 
 namespace py = pybind11;
@@ -88,6 +90,52 @@ void bind_context_trace(py::module_& k) {
            "Per lowered convolution shape: name, signature, group, flops, weight (occurrences), "
            "start (the rule's configuration), knobs, configs (every valid one), described.");
   def_measure(recorder);
+
+  k.def(
+      "confirm_in_context",
+      [](Replay& replay, const std::vector<at::Tensor>& inputs, const std::string& database,
+         double budget_seconds, int candidates, int rounds, int repeats, double timeout_seconds,
+         const py::object& each) {
+        tuning::TuningDatabase db(database);
+        slot::ConfirmOptions o;
+        o.device = slot::device_key(c10::DeviceType::CPU);
+        o.candidates = candidates;
+        o.rounds = rounds;
+        o.repeats = repeats;
+        o.budget_seconds = budget_seconds;
+        kernels::MeasureOptions measure;
+        measure.timeout_seconds = timeout_seconds;
+        const auto to_dict = [](const slot::ConfirmedTask& t) {
+          using namespace pybind11::literals;
+          return py::dict("name"_a = t.name, "signature"_a = t.signature, "weight"_a = t.weight,
+                          "claimed_ms"_a = t.claimed_seconds * 1e3,
+                          "rule_ms"_a = t.rule_seconds * 1e3, "best_ms"_a = t.best_seconds * 1e3,
+                          "best_config"_a = t.best, "compared"_a = t.compared);
+        };
+        std::vector<slot::ConfirmedTask> confirmed;
+        {
+          py::gil_scoped_release release;
+          confirmed = slot::confirm_in_context(replay, inputs, db, o, measure,
+                                               [&](const slot::ConfirmedTask& t) {
+                                                 py::gil_scoped_acquire gil;
+                                                 if (PyErr_CheckSignals() != 0)
+                                                   throw py::error_already_set();
+                                                 if (!each.is_none()) each(to_dict(t));
+                                               });
+        }
+        py::list out;
+        for (const slot::ConfirmedTask& t : confirmed) out.append(to_dict(t));
+        return out;
+      },
+      py::arg("replay"), py::arg("inputs"), py::arg("database"), py::arg("budget_seconds"),
+      py::arg("candidates") = 3, py::arg("rounds") = 8, py::arg("repeats") = 2,
+      py::arg("timeout_seconds") = 2.0, py::arg("each") = py::none(),
+      "Re-times, in the lowered `replay` on `inputs`, each task's fastest search records "
+      "(`candidates` distinct configurations) and the rule's configuration in turn, `rounds` "
+      "rounds, the largest claimed gain first until `budget_seconds` are spent, and appends "
+      "their medians to `database` (run 'confirmed in context', which lowering_choices "
+      "prefers). Returns per task re-timed: name, signature, weight, claimed_ms (the search's "
+      "fastest), rule_ms, best_ms, best_config, compared; `each` gets each as it is done.");
 }
 
 }  // namespace nimble::python

@@ -4,12 +4,14 @@
 
 #include <regex>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "csrc/kernels/cpu/torch_ops/tuned_convolution.h"
 #include "csrc/kernels/cpu/tuning_families/cpu_families.h"
 #include "csrc/kernels/kernel_family.h"
 #include "csrc/kernels/kernel_space.h"
+#include "csrc/slot/context_confirmation.h"
 
 namespace nimble::slot {
 namespace {
@@ -124,17 +126,24 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
         if (!record.result.ok() || space.empty() || !space.knobs().valid(record.config)) continue;
         const kernels::KernelFamily& family = space.family(record.config);
         if (family.name() != "prepacked") continue;
-        const double seconds = record.result.mean_seconds();
+        // A record re-timed side by side with the rule's (context_confirmation.h) beats the
+        // search's, whose fastest is the luckiest of hundreds of short timings; its median
+        // holds against the rounds a busy machine slowed.
+        const bool confirmed = in_context && record.run == kConfirmedRun;
+        const double seconds =
+            confirmed ? median_seconds(record.result.seconds) : record.result.mean_seconds();
         const auto found = out.find(key);
         if (found != out.end() &&
-            std::make_pair(!found->second.in_context, found->second.seconds) <=
-                std::make_pair(!in_context, seconds))
+            std::make_tuple(!found->second.in_context, !found->second.confirmed,
+                            found->second.seconds) <=
+                std::make_tuple(!in_context, !confirmed, seconds))
           continue;
         const kernels::KnobValues knobs(space.knobs(), record.config, "prepacked.");
         LoweringChoice choice{knobs.label("kernel"),
                               knobs.value("threads"),
                               seconds,
                               in_context,
+                              confirmed,
                               signature,
                               kernels::prepacked_parameters(*op, knobs),
                               ""};

@@ -21,6 +21,7 @@ struct LoweringChoice {
   int64_t threads = 0;      // intra-op threads (0: the caller's)
   double seconds = 0;       // the record's mean time per call
   bool in_context = false;  // timed in the lowered replay
+  bool confirmed = false;   // re-timed side by side with the rule's (context_confirmation.h)
   std::string signature;
   kernels::nhwc::KernelParameters parameters;  // nimble's kernels' (the rule's where 0)
   // All three as the lowering takes them (TunedConvolution's spec, cpu_lowering.h), threads
@@ -47,7 +48,9 @@ kernels::KernelSpace lowered_space(const kernels::TunableOp& op);
 
 // Per shape key, the fastest successful "prepacked" record on `device` (any device's
 // records, the fastest overall, with `any_device`). A record timed in the lowered replay
-// (lowered_signature) beats any timed alone, whatever their times: they are not comparable.
+// (lowered_signature) beats any timed alone, whatever their times: they are not comparable;
+// among those, one re-timed side by side with the rule's (context_confirmation.h, ranked by
+// its median) beats the search's.
 std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatabase& database,
                                                        const std::string& device, bool any_device);
 

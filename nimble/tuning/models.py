@@ -105,6 +105,7 @@ def tune_model(args) -> int:
             "cold_time_share": report["cold_time_share"],
             "failed_time_share": report["failed_time_share"],
             "curve": report["curve"], "tasks": report["tasks"], "bound": bound, "cost": cost,
+            **{k: v for k, v in report.items() if k.startswith("confirm")},
             "peers": peers, **speed,
         }))
         return 0
@@ -115,6 +116,12 @@ def tune_model(args) -> int:
     print("estimated latency of the tunable ops (sum of weight x best time per task):")
     print_curve(report)
     print(format_cost(cost))
+    if report.get("confirmed"):
+        print(f"re-timed against the rule's kernels, in turn in the replay "
+              f"({report['confirm_seconds']:.0f} s): {len(report['confirmed'])} tasks, their "
+              f"convolutions {report['confirmed_rule_ms']:.3f} ms with the rule's, "
+              f"{report['confirmed_best_ms']:.3f} ms with the best re-timed (the search had "
+              f"{report['confirmed_claimed_ms']:.3f} ms)")
     _print_bound(fast)
     print(f"\nthe replay prepare gives (CPU lowering {'on' if speed['lowered'] else 'off'}), "
           f"side by side: untuned {speed['untuned_ms']:.3f} ms, with tuned={database} "

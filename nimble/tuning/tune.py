@@ -9,8 +9,10 @@ A lowered replay (the CPU default) is tuned where it runs: one task per lowered 
 shape, over the lowering's kernels (the "prepacked" family: nimble's channels-last kernels with
 their parameters, and oneDNN's, each with its epilogue fused) and their thread counts, each
 candidate put in place of its convolutions in the replay and timed there, op by op
-(csrc/slot/context_measurer.h). `prepare(tuned=db)` then runs, per convolution shape, the
-fastest the database holds where the whole replay runs faster with it. An unlowered replay's
+(csrc/slot/context_measurer.h). The last CONFIRM_SHARE of the budget re-times each task's
+fastest few against the rule's kernel, in turn in the replay (`confirm`), and `prepare(tuned=db)`
+runs, per convolution shape, the fastest of those re-timed records (else the search's), where
+the replay runs it faster than the rule's. An unlowered replay's
 ops (and a lowered one tuned on Ray workers, which rebuild the model unlowered) are measured
 alone, as ATen runs them, every kernel family against ATen: nimble's NCHW templates and
 PyTorch's own backends, and the lowering's kernels.
@@ -29,6 +31,10 @@ import warnings
 
 from ..replay.tunable import inference_replay
 
+# The share of an in-context tuning budget kept for re-timing each task's best against the
+# rule's (confirm): the search's fastest is the luckiest of hundreds of short timings.
+CONFIRM_SHARE = 0.15
+
 
 class TuningProgress:
     """Tuning progress on stderr through tqdm: a bar toward the budget (tuning seconds when
@@ -41,6 +47,7 @@ class TuningProgress:
         self.bars = []
         self.first_ms = None
         self.baseline_label = "timing ATen's kernels"
+        self.confirm_bar = None
 
     def _bar(self, **kwargs):
         from tqdm import tqdm
@@ -77,6 +84,14 @@ class TuningProgress:
             # which is what the bar should show.
             warnings.simplefilter("ignore", category=TqdmWarning)
             bar.update((seconds if self.by_seconds else event["trials"]) - bar.n)
+
+    def confirmed(self, task: dict) -> None:
+        if self.confirm_bar is None:
+            self.confirm_bar = self._bar(desc="re-timing the best against the rule", unit="task")
+        self.confirm_bar.set_postfix_str(
+            f"{task['name']}: {task['best_ms']:.4f} ms against {task['rule_ms']:.4f} "
+            f"(search: {task['claimed_ms']:.4f})", refresh=False)
+        self.confirm_bar.update()
 
     def done(self) -> None:
         for bar in self.bars:
@@ -183,10 +198,12 @@ def tune(
     # Tuning in context runs the replay on its example inputs: what that changes (inputs the
     # model writes, its state) is put back after.
     restored = in_context.snapshot() if in_context else contextlib.nullcontext()
+    # In context, the end of the budget re-times each task's best against the rule's (confirm).
+    search_seconds = budget_seconds * (1 - CONFIRM_SHARE) if in_context else budget_seconds
     try:
         with restored:
-            return kernels.tune(
-                replay, scheduler=scheduler, budget_seconds=budget_seconds,
+            report = kernels.tune(
+                replay, scheduler=scheduler, budget_seconds=search_seconds,
                 budget_trials=budget_trials, slot_seconds=slot_seconds,
                 early_stop_trials=early_stop_trials, survey_stop=survey_stop, database=database,
                 resume=resume, seed=seed, progress=shown.slot if shown else None,
@@ -195,11 +212,39 @@ def tune(
                 if group else None,
                 inputs=in_context.example_inputs if in_context else None, **options,
             )
+            if in_context:
+                confirm(report, replay, in_context.example_inputs, database,
+                        budget_seconds - search_seconds, shown,
+                        options.get("timeout_seconds", 2.0))
+            return report
     finally:
         if shown:
             shown.done()
         if group:
             group.close()
+
+
+def confirm(report: dict, replay, inputs, database: str, seconds: float, shown=None,
+            timeout_seconds: float = 2.0) -> None:
+    """Re-times each in-context task's fastest search records against the rule's kernel, in
+    turn in the replay (csrc/slot/context_confirmation.h), for `seconds`, the largest claimed
+    gain first. Adds to `report`: `confirmed` (per task: name, signature, weight, claimed_ms,
+    rule_ms, best_ms, best_config, compared), `confirm_seconds`, and `confirmed_rule_ms` /
+    `confirmed_best_ms` / `confirmed_claimed_ms`, the re-timed tasks' convolutions per call
+    (weight x time, summed) with the rule's kernels, with the re-timed best and as the search
+    claimed."""
+    import time
+
+    from .._C import kernels
+
+    started = time.monotonic()
+    each = shown.confirmed if shown else None
+    done = kernels.confirm_in_context(replay, inputs, database, seconds, each=each,
+                                      timeout_seconds=timeout_seconds)
+    report["confirmed"] = done
+    report["confirm_seconds"] = time.monotonic() - started
+    for key in ("rule_ms", "best_ms", "claimed_ms"):
+        report[f"confirmed_{key}"] = sum(t["weight"] * t[key] for t in done)
 
 
 def _unlowered_twin(fast):
