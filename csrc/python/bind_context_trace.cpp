@@ -128,14 +128,17 @@ void bind_context_trace(py::module_& k) {
         return out;
       },
       py::arg("replay"), py::arg("inputs"), py::arg("database"), py::arg("budget_seconds"),
-      py::arg("candidates") = 3, py::arg("rounds") = 8, py::arg("repeats") = 2,
+      py::arg("candidates") = 3, py::arg("rounds") = 10, py::arg("repeats") = 2,
       py::arg("timeout_seconds") = 2.0, py::arg("each") = py::none(),
       "Re-times, in the lowered `replay` on `inputs`, each task's fastest search records "
       "(`candidates` distinct configurations) and the rule's configuration in turn, `rounds` "
       "rounds, the largest claimed gain first until `budget_seconds` are spent, and appends "
-      "their medians to `database` (run 'confirmed in context', which lowering_choices "
-      "prefers). Returns per task re-timed: name, signature, weight, claimed_ms (the search's "
-      "fastest), rule_ms, best_ms, best_config, compared; `each` gets each as it is done.");
+      "them to `database`: the rule's and each candidate faster than it in at least 80% of the "
+      "rounds by at least 2% (median of its time over the rule's in the same round) as run "
+      "'confirmed in context', which lowering_choices prefers, the others as 'not confirmed in "
+      "context'. Returns per task re-timed: name, signature, weight, claimed_ms (the search's "
+      "fastest), rule_ms, best_ms (the winner's, else the rule's), best_config, compared; `each` "
+      "gets each as it is done.");
 }
 
 }  // namespace nimble::python

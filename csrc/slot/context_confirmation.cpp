@@ -31,7 +31,7 @@ std::optional<Claim> claim_of(ContextTask task, const tuning::TuningDatabase& da
   const tuning::Config rule = task.space->default_config();
   std::map<tuning::Config, double> fastest;
   for (const tuning::DatabaseRecord& record : database.records(task.signature, options.device)) {
-    if (record.run == kConfirmedRun || !record.result.ok() ||
+    if (record.run == kConfirmedRun || record.run == kRefutedRun || !record.result.ok() ||
         !task.space->knobs().valid(record.config))
       continue;
     const double seconds = record.result.mean_seconds();
@@ -87,18 +87,36 @@ ConfirmedTask confirm(Replay& replay, const std::vector<at::Tensor>& inputs, con
   out.signature = claim.task.signature;
   out.weight = static_cast<int>(claim.task.sites.size());
   out.claimed_seconds = claim.claimed_seconds;
+  if (failed[0] || samples[0].empty()) return out;  // the rule's own kernel failed: nothing
+  out.rule_seconds = median_seconds(samples[0]);
+  out.best = claim.configs[0];
+  out.best_seconds = out.rule_seconds;
+  double best_ratio = 1;
   const double recorded_at = static_cast<double>(std::time(nullptr));
   for (size_t i = 0; i < n; ++i) {
-    if (failed[i] || samples[i].empty()) continue;
-    const double seconds = median_seconds(samples[i]);
+    if (failed[i] || samples[i].size() != samples[0].size()) continue;
     ++out.compared;
-    if (i == 0) out.rule_seconds = seconds;
-    if (out.best.empty() || seconds < out.best_seconds) {
+    // Each round's time against the rule's in the same round: what a busy machine does to
+    // both cancels. A candidate beats the rule where it was faster in most rounds, by a margin.
+    std::vector<double> ratios;
+    int faster = 0;
+    for (size_t r = 0; r < samples[i].size(); ++r) {
+      ratios.push_back(samples[i][r] / samples[0][r]);
+      faster += samples[i][r] < samples[0][r] ? 1 : 0;
+    }
+    const double ratio = median_seconds(ratios);
+    const double seconds = median_seconds(samples[i]);
+    const bool beats = i > 0 && ratio < 1 - options.min_gain && seconds < out.rule_seconds &&
+                       faster >= options.faster_share * static_cast<double>(ratios.size());
+    if (beats && ratio < best_ratio) {
+      best_ratio = ratio;
       out.best = claim.configs[i];
       out.best_seconds = seconds;
     }
     tuning::DatabaseRecord record;
-    record.run = kConfirmedRun;
+    // The rule's and each winner's times are what lowering_choices ranks; a candidate that did
+    // not beat the rule is kept for the record under another run, which ranks below them.
+    record.run = i == 0 || beats ? kConfirmedRun : kRefutedRun;
     record.signature = claim.task.signature;
     record.device = options.device;
     record.config = claim.configs[i];
