@@ -192,14 +192,14 @@ def tune(
     busy = None if group else busy_warning()
     if busy:
         warnings.warn(busy, RuntimeWarning, stacklevel=2)
-    shown = TuningProgress(budget_seconds, budget_trials) if progress else None
+    # In context, the end of the budget re-times each task's best against the rule's (confirm).
+    search_seconds = budget_seconds * (1 - CONFIRM_SHARE) if in_context else budget_seconds
+    shown = TuningProgress(search_seconds, budget_trials) if progress else None
     if shown and in_context:
         shown.baseline_label = "timing the rule's kernels in the replay"
     # Tuning in context runs the replay on its example inputs: what that changes (inputs the
     # model writes, its state) is put back after.
     restored = in_context.snapshot() if in_context else contextlib.nullcontext()
-    # In context, the end of the budget re-times each task's best against the rule's (confirm).
-    search_seconds = budget_seconds * (1 - CONFIRM_SHARE) if in_context else budget_seconds
     try:
         with restored:
             report = kernels.tune(
