@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--early-stop-trials", type=int, default=200,
                    help="a task without improvement for this many trials is finished")
     p.add_argument("--c", type=float, default=None,
-                   help="DynaTune's UCB constant (default 3e-5; rewards are shares of the model's "
+                   help="DynaTune's UCB constant (default 0.01; rewards are shares of the model's "
                         "initial latency, so one value fits models of any speed)")
     p.add_argument("--survey-stop", action="store_true",
                    help="stop when the improvement rate falls below --phi (Trimmer)")

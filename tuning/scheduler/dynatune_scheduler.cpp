@@ -1,6 +1,7 @@
 #include "tuning/scheduler/dynatune_scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace nimble::tuning {
 
@@ -20,13 +21,34 @@ std::optional<double> DynaTuneScheduler::expected_gain_ms(const SchedulerView& v
   return predicted_reduction_ms(view, task);
 }
 
+std::optional<double> DynaTuneScheduler::first_slot_reduction(const SchedulerView& view) const {
+  std::optional<double> largest;
+  for (const TaskProgress& t : view.tasks) {
+    if (t.slots == 0 || !(t.baseline_seconds > 0) || !std::isfinite(t.baseline_seconds) ||
+        t.best_seconds_per_slot == nullptr || t.best_seconds_per_slot->empty())
+      continue;
+    const double share = 1 - t.best_seconds_per_slot->front() / t.baseline_seconds;
+    largest = std::max(largest.value_or(0.0), std::clamp(share, 0.0, 1.0));
+  }
+  return largest;
+}
+
 double DynaTuneScheduler::upper_confidence_bound(const SchedulerView& view, size_t task) const {
   const TaskProgress& t = view.tasks[task];
-  if (t.slots == 0) return std::numeric_limits<double>::infinity();
   const double round = static_cast<double>(std::max<long>(view.slot, 1));
   const double initial_ms = std::max(view.initial_model_seconds * 1e3, 1e-12);
+  // The reward's range: no slot removes more than the task's latency at stake now.
+  const double range =
+      options_.bonus_scaled_by_stake ? t.weight * t.best_seconds * 1e3 / initial_ms : 1.0;
+  if (t.slots == 0) {
+    const std::optional<double> share =
+        options_.finite_untried_bound ? first_slot_reduction(view) : std::nullopt;
+    if (!share) return std::numeric_limits<double>::infinity();
+    return t.weight * t.best_seconds * 1e3 * *share / initial_ms +
+           range * std::sqrt(options_.c * std::log(round));
+  }
   return predicted_reduction_ms(view, task) / initial_ms +
-         std::sqrt(options_.c * std::log(round) / static_cast<double>(t.slots));
+         range * std::sqrt(options_.c * std::log(round) / static_cast<double>(t.slots));
 }
 
 std::optional<size_t> DynaTuneScheduler::choose(const SchedulerView& view) {
@@ -36,9 +58,10 @@ std::optional<size_t> DynaTuneScheduler::choose(const SchedulerView& view) {
   // The warm-up round: every untuned task's bound is infinite, and the paper leaves their order
   // open. Index order put a model's heaviest task wherever the program has it; taking the most
   // latency at stake first makes the model's latency fall fastest while the round lasts.
+  const bool untried_unbounded = !options_.finite_untried_bound || !first_slot_reduction(view);
   for (const size_t i : live) {
     const TaskProgress& t = view.tasks[i];
-    if (t.slots == 0 && t.weight * t.best_seconds > best) {
+    if (untried_unbounded && t.slots == 0 && t.weight * t.best_seconds > best) {
       best = t.weight * t.best_seconds;
       pick = i;
     }

@@ -19,15 +19,28 @@
 namespace nimble::tuning {
 
 struct DynaTuneOptions {
-  // Exploration constant, rewards being shares of the initial model latency. Chosen on the
-  // simulator's seeds 0-9 and checked on ten other seeds and on real models
-  // (docs/numbers.md, "The tuner on the simulator").
-  double c = 3e-5;
+  // Exploration constant, rewards being shares of the initial model latency and the bonus
+  // scaled by each task's stake (below). Chosen on the lowered traces of resnet18 and
+  // mobilenet_v2, seeds 0-4, and checked on seeds 5-9 and on googlenet and shufflenet_v2
+  // (docs/numbers.md, "Schedulers on real kernels"); 3e-5 before the scaling.
+  double c = 0.01;
   // A warm-up slot ends at its first batch that does not improve its task's best. A first
   // slot only has to take a task's easy early gains and start its curve for the belief; on a
   // model of many small tasks a full slot each made the warm-up round most of the time to
   // 99% (chosen on mnasnet0_5 and mobilenet_v3_small, docs/numbers.md "Warm-up slots").
   bool warm_up_ends_when_flat = true;
+  // An untried task's bound: the paper's gamma, infinite, makes the warm-up a full round over
+  // every task before any belief is used; on a budget that holds about one round (a real
+  // model's 15-30 tasks, a third of what finishing them takes) the bandit never decides. Once
+  // one task has been tried, an untried one's bound is instead optimistic and finite: its
+  // latency at stake times the largest reduction any task's first slot achieved (a share of
+  // its start), plus the bonus of a task tried once (docs/tuning.md, "DynaTune").
+  bool finite_untried_bound = true;
+  // The exploration bonus times the reward's range, the task's latency at stake (weight x
+  // current latency, a share of the initial model latency), as Hoeffding's bound for rewards in
+  // [0, range] has it. Unscaled, a bonus of 1% of the model went to a task with 0.3% at stake
+  // as much as to one with 20%: on flat beliefs DynaTune became round-robin over tiny tasks.
+  bool bonus_scaled_by_stake = true;
   BeliefOptions belief;
 };
 
@@ -43,6 +56,9 @@ class DynaTuneScheduler : public TaskScheduler {
   // Predicted weighted latency reduction (ms) of one more slot of `task`, from its belief.
   double predicted_reduction_ms(const SchedulerView& view, size_t task) const;
   double upper_confidence_bound(const SchedulerView& view, size_t task) const;
+  // The largest share of its start's latency any tried task's first slot removed; nothing
+  // before a task with a known start has been tried.
+  std::optional<double> first_slot_reduction(const SchedulerView& view) const;
   const std::vector<BeliefPrediction>& beliefs() const { return beliefs_; }
 
  private:

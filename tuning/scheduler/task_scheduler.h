@@ -14,7 +14,8 @@ struct TaskProgress {
   std::string group;
   double flops = 0;
   double weight = 1;
-  double best_seconds = 0;  // the task's contribution per occurrence (baseline until tuned)
+  double best_seconds = 0;      // the task's contribution per occurrence (baseline until tuned)
+  double baseline_seconds = 0;  // the task's start's (0: unknown)
   long trials = 0;
   long slots = 0;  // slots given to the task so far
   long last_slot_trials = 0;

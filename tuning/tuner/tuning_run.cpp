@@ -177,6 +177,7 @@ SchedulerView TuningRun::refreshed_view(bool skip_busy) {
     p.flops = tasks_[i].flops;
     p.weight = tasks_[i].weight;
     p.best_seconds = task_seconds(tasks_[i], *tuners_[i]);
+    p.baseline_seconds = tasks_[i].baseline_seconds;
     p.trials = tuners_[i]->trials();
     p.slots = slots_[i];
     p.last_slot_trials = last_slot_trials_[i];

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "tuning/scheduler/dynatune_scheduler.h"
@@ -174,10 +175,13 @@ TEST(DynaTuneScheduler, DecisionsDoNotDependOnTheModelsScale) {
       state.give_slot(i, 40);
       s.observe(i, state.view(model_seconds));
     }
+    // The bonus's range (weight x latency at stake, a share of the model) is a share too.
+    const auto range = [&](size_t i) { return state.tasks[i].best_seconds / model_seconds; };
     EXPECT_NEAR(s.upper_confidence_bound(state.view(model_seconds), 2) -
                     s.upper_confidence_bound(state.view(model_seconds), 0),
                 s.predicted_reduction_ms(state.view(model_seconds), 2) / (10 * scale) -
-                    s.predicted_reduction_ms(state.view(model_seconds), 0) / (10 * scale),
+                    s.predicted_reduction_ms(state.view(model_seconds), 0) / (10 * scale) +
+                    (range(2) - range(0)) * std::sqrt(o.c * std::log(3.0)),
                 1e-12)
         << scale;
     EXPECT_EQ(s.choose(state.view(model_seconds)), 2u) << scale;
@@ -249,10 +253,66 @@ TEST(DynaTuneScheduler, ExplorationBonusShrinksWithSlotsGiven) {
   state.tasks[0].slots = 1;
   state.tasks[1].slots = 9;
   state.slot = 10;
-  // No beliefs yet (no history): only the bonus sqrt(C ln t / c_k) counts.
-  EXPECT_NEAR(s.upper_confidence_bound(state.view(), 0), std::sqrt(2 * std::log(10.0) / 1), 1e-12);
-  EXPECT_NEAR(s.upper_confidence_bound(state.view(), 1), std::sqrt(2 * std::log(10.0) / 9), 1e-12);
+  // No beliefs yet (no history): only the bonus sqrt(C ln t / c_k) counts, times the range of
+  // the reward (each task holds 1 ms of the 10 ms model).
+  EXPECT_NEAR(s.upper_confidence_bound(state.view(), 0), 0.1 * std::sqrt(2 * std::log(10.0) / 1),
+              1e-12);
+  EXPECT_NEAR(s.upper_confidence_bound(state.view(), 1), 0.1 * std::sqrt(2 * std::log(10.0) / 9),
+              1e-12);
   EXPECT_EQ(s.choose(state.view()), 0u);
+}
+
+// A slot cannot remove more than the task's latency at stake: a task with a tenth of another's
+// stake gets a tenth of its bonus, and with no belief to tell them apart the larger one is
+// tuned, however often it was. Unscaled, the task tuned less often would win.
+TEST(DynaTuneScheduler, ExplorationBonusIsScaledByTheTasksStake) {
+  State state(2);
+  state.tasks[0].best_seconds = 4e-3;
+  state.tasks[0].slots = 4;
+  state.tasks[1].best_seconds = 0.4e-3;
+  state.tasks[1].slots = 1;
+  state.slot = 5;
+  DynaTuneOptions o;
+  DynaTuneScheduler s(o, 0);
+  EXPECT_NEAR(s.upper_confidence_bound(state.view(), 0), 0.4 * std::sqrt(o.c * std::log(5.0) / 4),
+              1e-12);
+  EXPECT_NEAR(s.upper_confidence_bound(state.view(), 1), 0.04 * std::sqrt(o.c * std::log(5.0) / 1),
+              1e-12);
+  EXPECT_EQ(s.choose(state.view()), 0u);
+  o.bonus_scaled_by_stake = false;
+  EXPECT_EQ(DynaTuneScheduler(o, 0).choose(state.view()), 1u);
+}
+
+// Once a task has been tried, an untried one is bounded by its stake times the largest share
+// of its start any first slot removed, plus a once-tried task's bonus: not infinity, so a small
+// untried task waits while a large one promises more.
+TEST(DynaTuneScheduler, AnUntriedTaskIsBoundedByTheLargestFirstSlotReduction) {
+  State state(3);
+  for (auto& t : state.tasks) t.baseline_seconds = 2e-3;
+  state.tasks[0].best_seconds = 8e-3;  // 0.8 of the 10 ms model at stake, tried once
+  state.tasks[0].baseline_seconds = 10e-3;
+  state.give_slot(0, 8);  // its first slot removed a fifth: 10 ms -> 8 ms
+  state.tasks[1].best_seconds = 0.2e-3;
+  state.tasks[2].best_seconds = 2e-3;
+  state.tasks[2].baseline_seconds = std::numeric_limits<double>::infinity();  // unknown
+  DynaTuneOptions o;
+  DynaTuneScheduler s(o, 0);
+  EXPECT_NEAR(*s.first_slot_reduction(state.view()), 0.2, 1e-12);
+  const double bonus = std::sqrt(o.c * std::log(1.0));
+  EXPECT_NEAR(s.upper_confidence_bound(state.view(), 1), 0.02 * 0.2 + 0.02 * bonus, 1e-12);
+  EXPECT_NEAR(s.upper_confidence_bound(state.view(), 2), 0.2 * 0.2 + 0.2 * bonus, 1e-12);
+  state.slot = 3;
+  EXPECT_GT(s.upper_confidence_bound(state.view(), 0), s.upper_confidence_bound(state.view(), 1));
+  EXPECT_EQ(s.choose(state.view()), 0u);
+  // The paper's infinite gamma: every untried task before any tried one.
+  o.finite_untried_bound = false;
+  DynaTuneScheduler paper(o, 0);
+  EXPECT_TRUE(std::isinf(paper.upper_confidence_bound(state.view(), 1)));
+  EXPECT_EQ(paper.choose(state.view()), 2u);
+  // Before any task with a known start was tried, untried tasks have no bound either.
+  State fresh(2);
+  EXPECT_FALSE(s.first_slot_reduction(fresh.view()).has_value());
+  EXPECT_EQ(s.choose(fresh.view()), 0u);
 }
 
 }  // namespace
