@@ -3,7 +3,7 @@
 // kernel is measured against, and what runs after a kernel that does not fuse it.
 #include <ATen/core/Tensor.h>
 
-#include "csrc/kernels/epilogue.h"
+#include "csrc/program/epilogue.h"
 
 namespace nimble::kernels {
 

@@ -50,37 +50,15 @@ std::string join(const std::vector<int64_t>& v) {
   return out.str();
 }
 
-bool is_op(const OpNode& node, const char* name) { return node.name == name; }
-
 bool constant_equals(const Arg& arg, double value) {
   return arg.kind == Arg::Kind::kConstant && arg.constant.isScalar() &&
          arg.constant.toScalar().toDouble() == value;
-}
-
-bool reads_storage(const Program& program, const OpNode& node, const void* storage) {
-  for (int slot : node.reads)
-    if (program.slots[slot].storage == storage) return true;
-  return false;
 }
 
 bool writes_storage(const Program& program, const OpNode& node, const void* storage) {
   for (int slot : node.writes)
     if (program.slots[slot].storage == storage) return true;
   return false;
-}
-
-// The next op after `from` that reads `storage`, or -1.
-int next_reader(const Program& program, int from, const void* storage) {
-  for (int j = from + 1; j < static_cast<int>(program.ops.size()); ++j)
-    if (reads_storage(program, program.ops[j], storage)) return j;
-  return -1;
-}
-
-// Whether op `reader` is the only op that reads `storage`.
-bool only_reader(const Program& program, int reader, const void* storage) {
-  for (int m = 0; m < static_cast<int>(program.ops.size()); ++m)
-    if (m != reader && reads_storage(program, program.ops[m], storage)) return false;
-  return true;
 }
 
 // Whether the dependencies order op `from` before op `to` (a path of edges).
@@ -104,73 +82,38 @@ bool ordered(const Program& program, int from, int to) {
   return false;
 }
 
-// Is `node` an in-place op on exactly `slot` (its first argument) that writes nothing else? A
-// stable slot (an .out buffer) is passed as the tensor itself, a constant argument; an in-place
-// op writes its first argument, so writing only `slot` makes that argument `slot`.
-bool in_place_on(const OpNode& node, int slot) {
-  if (node.args.empty() || node.writes.size() != 1 || node.writes[0] != slot) return false;
-  const Arg& self = node.args[0];
-  return self.kind == Arg::Kind::kSlot
-             ? self.slot == slot
-             : self.kind == Arg::Kind::kConstant && self.constant.isTensor();
-}
-
-void absorb_epilogue(const Program& program, TunableSite& site) {
-  const OpNode& conv = program.ops[site.index];
-  // An out variant's result is its buffer (the one slot it writes), which only in-place ops
-  // may take over: a functional reader's result would be the buffer, alive past the buffer's
-  // planned lifetime, so a later buffer sharing its storage could overwrite it.
+// The epilogue the pass stage found for the site's op (Program::epilogues), where the built
+// program allows it: the op's result is the one slot it returns, or its `.out` buffer, and the
+// residual is a transient slot whose writes before the op are ordered before it in any schedule
+// (and none comes between the op and the add).
+void take_epilogue(const Program& program, TunableSite& site) {
+  const auto found =
+      std::lower_bound(program.epilogues.begin(), program.epilogues.end(), site.index,
+                       [](const OpEpilogue& e, int index) { return e.op < index; });
+  if (found == program.epilogues.end() || found->op != site.index) return;
+  const OpNode& op = program.ops[site.index];
+  // An out variant's result is its buffer, which only in-place ops may take over: a functional
+  // reader's result would be the buffer, alive past the buffer's planned lifetime, so a later
+  // buffer sharing its storage could overwrite it.
   const bool into_buffer = site.op.out_variant;
-  if (into_buffer ? conv.writes.size() != 1 : conv.outputs.size() != 1) return;
-  const int out = into_buffer ? conv.writes[0] : conv.outputs[0].slot;
-  const void* storage = program.slots[out].storage;
-  if (storage == nullptr ||
+  if (into_buffer && found->takes_over_result) return;
+  if (into_buffer ? op.writes.size() != 1 : op.outputs.size() != 1) return;
+  const int out = into_buffer ? op.writes[0] : op.outputs[0].slot;
+  if (program.slots[out].storage == nullptr ||
       program.slots[out].role != (into_buffer ? SlotRole::kBuffer : SlotRole::kTransient))
     return;
-  int j = next_reader(program, site.index, storage);
-  if (j < 0) return;
-  const OpNode* node = &program.ops[j];
-  if (is_op(*node, "aten::add_.Tensor") && in_place_on(*node, out) && node->args.size() == 3 &&
-      node->args[1].kind == Arg::Kind::kSlot && constant_equals(node->args[2], 1)) {
-    const int other = node->args[1].slot;
-    const SlotInfo& o = program.slots[other];
-    // Every write of the residual before the convolution must be ordered before it in any
-    // schedule, and none may come between the convolution and the add.
-    bool ok = o.sizes == program.slots[out].sizes && o.strides == program.slots[out].strides &&
-              o.dtype == program.slots[out].dtype && o.storage != storage && o.storage != nullptr;
-    for (int m = 0; ok && m < j; ++m) {
-      if (m == site.index || !writes_storage(program, program.ops[m], o.storage)) continue;
-      ok = m < site.index && ordered(program, m, site.index);
+  if (found->epilogue.residual) {
+    const SlotInfo& residual = program.slots[found->residual_slot];
+    if (residual.is_stable()) return;  // only one the replay fills in is handed to the kernel
+    const int add = found->absorbed.front();
+    for (int m = 0; m < add; ++m) {
+      if (m == site.index || !writes_storage(program, program.ops[m], residual.storage)) continue;
+      if (m > site.index || !ordered(program, m, site.index)) return;
     }
-    if (!ok) return;
-    site.op.epilogue.residual = true;
-    site.residual_slot = other;
-    site.absorbed.push_back(j);
-    j = next_reader(program, j, storage);
-    if (j < 0) return;
-    node = &program.ops[j];
+    site.residual_slot = found->residual_slot;
   }
-  // A functional activation (a functionalized graph's) may take the convolution's result as
-  // its own when it is the result's only reader and the result is not returned.
-  const bool functional =
-      (is_op(*node, "aten::relu") || is_op(*node, "aten::hardtanh")) && !into_buffer &&
-      !site.op.epilogue.residual && node->args[0].kind == Arg::Kind::kSlot &&
-      node->args[0].slot == out && only_reader(program, j, storage) &&
-      std::find(program.outputs.begin(), program.outputs.end(), out) == program.outputs.end();
-  if ((is_op(*node, "aten::relu_") && in_place_on(*node, out) && node->args.size() == 1) ||
-      (functional && is_op(*node, "aten::relu") && node->args.size() == 1)) {
-    site.op.epilogue.activation = Activation::kRelu;
-    site.absorbed.push_back(j);
-  } else if (((is_op(*node, "aten::hardtanh_") && in_place_on(*node, out)) ||
-              (functional && is_op(*node, "aten::hardtanh"))) &&
-             node->args.size() == 3 && node->args[1].kind == Arg::Kind::kConstant &&
-             node->args[2].kind == Arg::Kind::kConstant && node->args[1].constant.isScalar() &&
-             node->args[2].constant.isScalar()) {
-    site.op.epilogue.activation = Activation::kClamp;
-    site.op.epilogue.lo = node->args[1].constant.toScalar().toDouble();
-    site.op.epilogue.hi = node->args[2].constant.toScalar().toDouble();
-    site.absorbed.push_back(j);
-  }
+  site.op.epilogue = found->epilogue;
+  site.absorbed = found->absorbed;
 }
 
 }  // namespace
@@ -238,7 +181,7 @@ at::Tensor TunableOp::empty_output() const {
 namespace {
 
 // aten::addmm(bias [k], input [n, c], weight.t()) with beta = alpha = 1, functional or out.
-std::optional<TunableSite> linear_site(const Program& program, int index, bool fuse) {
+std::optional<TunableSite> linear_site(const Program& program, int index) {
   const OpNode& node = program.ops.at(index);
   const bool out_variant = node.name == "aten::addmm.out";
   if (!(node.name == "aten::addmm" && node.args.size() == 5 && node.outputs.size() == 1) &&
@@ -277,16 +220,16 @@ std::optional<TunableSite> linear_site(const Program& program, int index, bool f
   TunableSite site;
   site.op = std::move(op);
   site.index = index;
-  if (fuse) absorb_epilogue(program, site);
+  take_epilogue(program, site);
   return site;
 }
 
 }  // namespace
 
-std::optional<TunableSite> tunable_site(const Program& program, int index, bool fuse) {
+std::optional<TunableSite> tunable_site(const Program& program, int index) {
   const OpNode& node = program.ops.at(index);
   if (node.name == "aten::addmm" || node.name == "aten::addmm.out")
-    return linear_site(program, index, fuse);
+    return linear_site(program, index);
   if (node.name != "aten::convolution" || node.args.size() != 9 || node.outputs.size() != 1)
     return std::nullopt;
   const auto& a = node.args;
@@ -330,7 +273,7 @@ std::optional<TunableSite> tunable_site(const Program& program, int index, bool 
   TunableSite site;
   site.op = std::move(op);
   site.index = index;
-  if (fuse) absorb_epilogue(program, site);
+  take_epilogue(program, site);
   return site;
 }
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "csrc/kernels/epilogue.h"
+#include "csrc/program/epilogue.h"
 #include "csrc/program/program.h"
 
 namespace nimble::kernels {
@@ -61,9 +61,9 @@ struct TunableOp {
   at::Tensor empty_output() const;
 };
 
-// A tunable op where it sits in a program: the convolution op, the in-place ops right after
-// it that its epilogue absorbs (they become no-ops when a kernel is bound), and the slot of
-// the residual the epilogue adds.
+// A tunable op where it sits in a program: the convolution op, the ops right after it that its
+// epilogue absorbs (they become no-ops when a kernel is bound), and the slot of the residual
+// the epilogue adds.
 struct TunableSite {
   TunableOp op;
   int index = -1;
@@ -72,12 +72,12 @@ struct TunableSite {
 };
 
 // The op at `index` of `program` as a tunable op; nullopt when no kernel family could
-// replace it (another op, a transposed or 1-D/3-D convolution, a dtype other than float).
-// With `fuse`, in-place residual adds and activations that follow it (or a functional
-// activation that is its result's only reader) are absorbed where no other op can tell (nothing
-// reads the result before them, the residual is ready before the convolution in every schedule the
-// dependencies allow and unchanged until the add).
-std::optional<TunableSite> tunable_site(const Program& program, int index, bool fuse = true);
+// replace it (another op, a transposed or 1-D/3-D convolution, a dtype other than float). Its
+// epilogue is the one the pass stage found (Program::epilogues, passes/slot_epilogues.h), where
+// the built program allows it: a functional activation does not take over an `.out` buffer,
+// and the residual is a transient slot ready before the op in every schedule the dependencies
+// allow and unchanged until the add.
+std::optional<TunableSite> tunable_site(const Program& program, int index);
 
 // `base` seen with other sizes and strides, sharing its version counter as autograd's views
 // do: a replay runs below the ADInplaceOrView key, where as_strided alone starts a new one,

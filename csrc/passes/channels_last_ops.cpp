@@ -85,9 +85,9 @@ class ChannelsLastLowering {
       return false;
     // Gelu stays ATen's (the batch norm's op takes its activation by name, without gelu's
     // approximation).
-    const std::optional<kernels::Epilogue> fused = activation_of(op);
-    if (!fused || fused->activation == kernels::Activation::kGeluErf ||
-        fused->activation == kernels::Activation::kGeluTanh)
+    const std::optional<Epilogue> fused = activation_of(op);
+    if (!fused || fused->activation == Activation::kGeluErf ||
+        fused->activation == Activation::kGeluTanh)
       return false;
     if (writes_first_argument(op)) return true;
     return channels_last_float(op.returns[0]) && !access_.read_after(result, index) &&
@@ -116,8 +116,8 @@ class ChannelsLastLowering {
     const std::optional<size_t> next = access_.next_reader(result, i);
     if (next && !drop_[*next] && fuses_activation(ops_[*next], result, *next)) {
       const RecordedOp& activate = ops_[*next];
-      const kernels::Epilogue fused = *activation_of(activate);
-      activation = kernels::activation_name(fused.activation);
+      const Epilogue fused = *activation_of(activate);
+      activation = activation_name(fused.activation);
       lo = fused.lo;
       hi = fused.hi;
       if (!writes_first_argument(activate)) {

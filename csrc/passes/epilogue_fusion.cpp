@@ -8,9 +8,6 @@ namespace nimble {
 
 namespace {
 
-using kernels::Activation;
-using kernels::Epilogue;
-
 bool is_residual_add(const RecordedOp& op) {
   const auto& name = op.handle.operator_name();
   if ((name.name != "aten::add" && name.name != "aten::add_") || name.overload_name != "Tensor")
@@ -59,7 +56,7 @@ std::optional<Epilogue> activation_of(const RecordedOp& op) {
   if (name.name.rfind("aten::", 0) != 0) return std::nullopt;
   std::string base = name.name.substr(6);
   if (!base.empty() && base.back() == '_') base.pop_back();
-  const std::optional<Activation> activation = kernels::activation_of_aten_name(base);
+  const std::optional<Activation> activation = activation_of_aten_name(base);
   if (!activation) return std::nullopt;
   Epilogue epilogue;
   epilogue.activation = *activation;

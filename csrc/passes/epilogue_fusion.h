@@ -1,6 +1,6 @@
 #pragma once
 // The ops after a lowered product that the CPU lowering fuses into it (cpu_lowering.h): a
-// residual add (alpha 1, same shape), then one activation (kernels/epilogue.h's, each one
+// residual add (alpha 1, same shape), then one activation (program/epilogue.h's, each one
 // oneDNN runs as a post-op), each only where nothing else reads what it replaces.
 #include <optional>
 #include <vector>
@@ -12,7 +12,7 @@
 namespace nimble {
 
 // The activation `op` computes (an epilogue without a residual), if it is one a kernel fuses.
-std::optional<kernels::Epilogue> activation_of(const RecordedOp& op);
+std::optional<Epilogue> activation_of(const RecordedOp& op);
 
 // Extends `product` with the residual add and the activation that follow it, marking the
 // ops it takes in `taken`. With `through_views`, a view of the product's result that only

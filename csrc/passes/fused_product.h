@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "csrc/kernels/epilogue.h"
+#include "csrc/program/epilogue.h"
 
 namespace nimble {
 
@@ -14,7 +14,7 @@ struct FusedProduct {
   size_t product = 0;         // the convolution or matrix product
   std::vector<size_t> fused;  // the ops after it that it replaces, ascending
   at::Tensor input, other;    // what the fused op reads: the activation, the residual
-  kernels::Epilogue epilogue;
+  Epilogue epilogue;
   at::Tensor result;                // what the last replaced op returned
   std::vector<at::Tensor> aliases;  // what in-place ops returned for it, if other tensors
   size_t last() const { return fused.empty() ? product : fused.back(); }

@@ -115,7 +115,7 @@ std::optional<FusedLinear> lower_linear(const std::vector<RecordedOp>& ops, size
     linear.fused.clear();
     linear.aliases.clear();
     linear.other = at::Tensor();
-    linear.epilogue = kernels::Epilogue();
+    linear.epilogue = Epilogue();
     linear.result = op.returns[0].toTensor();
   }
   taken[index] = true;

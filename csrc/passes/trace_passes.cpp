@@ -9,6 +9,7 @@
 #include "csrc/passes/batchnorm_folding.h"
 #include "csrc/passes/cpu_lowering.h"
 #include "csrc/passes/noop_elimination.h"
+#include "csrc/passes/slot_epilogues.h"
 
 namespace nimble {
 namespace {
@@ -57,15 +58,12 @@ TracePassResults run_trace_passes(ProgramBuilder& builder, const BuildOptions& o
   if (options.fold_batchnorm || lower_cpu)
     results.folds = fold_batchnorms(builder, options.keep_aten_ops);
   if (lower_cpu) lower_for_cpu(builder, results.folds, options);
-  if (options.drop_noop_ops) {
-    // An output on the result's storage (the result or a view of it) must not become a view
-    // of the source: returned without a copy, it would let the caller write a parameter or an
-    // input.
-    const std::set<const void*> outputs = builder.output_storages();
-    results.noops = find_noop_ops(builder.recorded_ops(), [&](const at::Tensor& t) {
-      return outputs.count(t.storage().unsafeGetStorageImpl()) > 0;
-    });
-  }
+  const std::set<const void*> outputs = builder.output_storages();
+  const auto is_output = [&](const at::Tensor& t) { return on_storage(outputs, t); };
+  // An output on the result's storage (the result or a view of it) must not become a view of
+  // the source: returned without a copy, it would let the caller write a parameter or an input.
+  if (options.drop_noop_ops) results.noops = find_noop_ops(builder.recorded_ops(), is_output);
+  results.slot_epilogues = find_slot_epilogues(builder.recorded_ops(), results.noops, is_output);
   return results;
 }
 

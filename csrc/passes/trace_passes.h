@@ -4,7 +4,8 @@
 // in this order: eval-mode batch norms folded into the convolutions before them
 // (batchnorm_folding.h), a CPU program's convolutions and linear layers lowered to prepacked
 // calls (cpu_lowering.h), copies and aliases no reader can tell from their input found
-// (noop_elimination.h). Readers of what a pass removed read what replaces it.
+// (noop_elimination.h); last, on what is left, the epilogues the tuned-kernel slot may fuse
+// (slot_epilogues.h). Readers of what a pass removed read what replaces it.
 #include "csrc/program/program_builder.h"
 #include "csrc/program/trace_pass_results.h"
 

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "csrc/program/epilogue.h"
+
 namespace nimble {
 
 enum class SlotRole {
@@ -71,6 +73,18 @@ struct OpNode {
   std::vector<int> writes;      // slots written in place or produced
 };
 
+// The epilogue a tuned kernel for op `op` may do (passes/slot_epilogues.h): the ops it
+// absorbs become no-ops when one is bound.
+struct OpEpilogue {
+  int op = -1;
+  Epilogue epilogue;
+  std::vector<int> absorbed;  // ascending
+  int residual_slot = -1;     // with epilogue.residual
+  // Its activation is a functional op that takes the op's result over as its own, which a
+  // result the op returns allows and an `.out` buffer does not.
+  bool takes_over_result = false;
+};
+
 struct Program {
   std::vector<OpNode> ops;
   std::vector<SlotInfo> slots;
@@ -92,6 +106,8 @@ struct Program {
   // computed once at prepare (a view of stable tensors, an allocation). Lets callers find
   // the op behind a traced call, e.g. to update its scalar arguments.
   std::vector<int> op_of_traced;
+  // By op, ascending: what the pass stage found for the tuned-kernel slot.
+  std::vector<OpEpilogue> epilogues;
 
   size_t num_ops() const { return ops.size(); }
 };

@@ -222,6 +222,22 @@ std::vector<bool> ProgramBuilder::drop_noops(const std::vector<NoopOp>& noops, P
   return dropped;
 }
 
+std::vector<OpEpilogue> ProgramBuilder::place_epilogues(const std::vector<TraceEpilogue>& found,
+                                                        const Program& program) const {
+  std::vector<OpEpilogue> placed;
+  for (const TraceEpilogue& e : found) {
+    OpEpilogue op;
+    op.op = program.op_of_traced[e.op];
+    op.epilogue = e.epilogue;
+    op.takes_over_result = e.takes_over_result;
+    for (int absorbed : e.absorbed) op.absorbed.push_back(program.op_of_traced[absorbed]);
+    if (op.op < 0 || std::count(op.absorbed.begin(), op.absorbed.end(), -1) > 0) continue;
+    if (e.epilogue.residual) op.residual_slot = slot_in(slot_by_impl_, e.residual);
+    placed.push_back(std::move(op));
+  }
+  return placed;
+}
+
 namespace {
 
 // Every transient slot that some op reads and that is no program output is released by
@@ -318,6 +334,7 @@ BuiltProgram ProgramBuilder::finish(const BuildOptions& options, TracePassResult
   c10::impl::ExcludeDispatchKeyGuard no_python(c10::DispatchKey::Python);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   lower_ops(built, dropped, metadata_changed, outputs, options);
+  program.epilogues = place_epilogues(passes.slot_epilogues, program);
   assign_releases(program);
   program.dependencies = compute_dependencies(program);
   classify_inputs_and_outputs(program);

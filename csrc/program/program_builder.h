@@ -81,6 +81,9 @@ class ProgramBuilder {
   void lower_ops(BuiltProgram& built, const std::vector<bool>& dropped,
                  const std::unordered_set<int>& metadata_changed,
                  const std::set<const void*>& output_storages, const BuildOptions& options) const;
+  // The pass stage's epilogues in program ops and slots; none whose ops the program left out.
+  std::vector<OpEpilogue> place_epilogues(const std::vector<TraceEpilogue>& found,
+                                          const Program& program) const;
 
   std::vector<RecordedOp> raw_ops_;
   std::vector<SlotInfo> slots_;

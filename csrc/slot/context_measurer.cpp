@@ -116,7 +116,7 @@ std::vector<ContextTask> context_tasks(const Replay& replay) {
     const int arg = packed_argument(program.ops[i]);
     if (arg < 0) continue;
     auto packed = program.ops[i].args[arg].constant.toCustomClass<PrepackedConvolution>();
-    const std::string epilogue = kernels::describe(packed->epilogue());
+    const std::string epilogue = describe(packed->epilogue());
     const std::string signature = lowered_signature(packed->key(), epilogue);
     const auto found = by_signature.find(signature);
     if (found != by_signature.end()) {

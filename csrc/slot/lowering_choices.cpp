@@ -96,9 +96,9 @@ std::optional<kernels::TunableOp> convolution_of_signature(const std::string& si
   op.out_strides = numbers(m[19]);
   op.epilogue.residual = m[20].matched;
   if (signature.find(" +relu") != std::string::npos) {
-    op.epilogue.activation = kernels::Activation::kRelu;
+    op.epilogue.activation = Activation::kRelu;
   } else if (m[21].matched) {
-    op.epilogue.activation = kernels::Activation::kClamp;
+    op.epilogue.activation = Activation::kClamp;
     op.epilogue.lo = std::stod(m[21].str());
     op.epilogue.hi = std::stod(m[22].str());
   }

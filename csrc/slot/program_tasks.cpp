@@ -26,8 +26,8 @@ std::string task_name(const kernels::TunableOp& op) {
   }
   if (op.n > 1) out << " n" << op.n;
   if (op.epilogue.residual) out << " +res";
-  if (op.epilogue.activation == kernels::Activation::kRelu) out << " +relu";
-  if (op.epilogue.activation == kernels::Activation::kClamp) out << " +clamp";
+  if (op.epilogue.activation == Activation::kRelu) out << " +relu";
+  if (op.epilogue.activation == Activation::kClamp) out << " +clamp";
   return out.str();
 }
 

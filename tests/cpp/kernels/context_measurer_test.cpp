@@ -77,8 +77,8 @@ Lowered two_convolutions() {
   b.add_input(l.x);
   at::Tensor y = l.x;
   for (const at::Tensor& w : {l.w1, l.w2}) {
-    kernels::Epilogue relu;
-    relu.activation = kernels::Activation::kRelu;
+    Epilogue relu;
+    relu.activation = Activation::kRelu;
     auto packed = c10::make_intrusive<PrepackedConvolution>(
         w, at::Tensor(), std::vector<at::Tensor>{w},
         kernels::ConvolutionGeometry{{1, 1}, {1, 1}, {1, 1}, 1}, relu, y, std::vector<int64_t>{},

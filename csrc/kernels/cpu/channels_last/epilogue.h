@@ -3,12 +3,12 @@
 // (depthwise_convolution.h, gemm_convolution.h): a residual add, then one activation,
 // applied to a run of results right after the kernel stored them (they are still in L1).
 // Torch-free: the kernels work on raw float arrays. The epilogue is the one every kernel takes
-// (kernels/epilogue.h); its `residual` flag is the caller's to read: these take the residual
+// (program/epilogue.h); its `residual` flag is the caller's to read: these take the residual
 // as a pointer.
 #include <cstdint>
 
 #include "csrc/kernels/cpu/channels_last/isa.h"
-#include "csrc/kernels/epilogue.h"
+#include "csrc/program/epilogue.h"
 
 namespace nimble::kernels::nhwc {
 

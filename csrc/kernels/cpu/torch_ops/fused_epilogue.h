@@ -1,6 +1,6 @@
 #pragma once
 // What runs after a lowered convolution or matrix product (prepacked_convolution.h,
-// prepacked_linear.h): the epilogue (kernels/epilogue.h) in oneDNN's post-op terms, and
+// prepacked_linear.h): the epilogue (program/epilogue.h) in oneDNN's post-op terms, and
 // whether its activation may be fused at all.
 #include <ATen/core/Tensor.h>
 
@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "csrc/kernels/epilogue.h"
+#include "csrc/program/epilogue.h"
 
 namespace nimble::kernels {
 

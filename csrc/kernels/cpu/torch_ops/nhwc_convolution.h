@@ -15,7 +15,7 @@
 #include "csrc/kernels/cpu/channels_last/depthwise_convolution.h"
 #include "csrc/kernels/cpu/channels_last/gemm_convolution.h"
 #include "csrc/kernels/cpu/channels_last/winograd_convolution.h"
-#include "csrc/kernels/epilogue.h"
+#include "csrc/program/epilogue.h"
 
 namespace nimble::kernels {
 

@@ -12,7 +12,7 @@
 //   mean_hw_nhwc(self, keepdim)  (over the pixels: mean(self, [2, 3], keepdim))
 //
 // Each returns a new channels_last tensor equal to its ATen op's (batch_norm_nhwc: the
-// inference batch norm, then `activation` as activation_name (kernels/epilogue.h) names it, with
+// inference batch norm, then `activation` as activation_name (program/epilogue.h) names it, with
 // `lo`, `hi` its bounds or slope). An input that is not dense channels_last float (a layout the
 // plan did not foresee) runs ATen's op instead, so the result is right whatever comes. (cat_nhwc
 // and channel_shuffle_nhwc take inputs that are slices of a wider tensor's channels too.)

@@ -305,7 +305,7 @@ std::string PrepackedConvolution::describe() const {
   std::ostringstream out;
   out << (nhwc_ ? nhwc_->describe() : kernel_name(kernel_))
       << " weight=" << join(weight_.sizes().vec()) << " stride=" << join(geometry_.stride)
-      << " groups=" << geometry_.groups << " epilogue=" << kernels::describe(epilogue_);
+      << " groups=" << geometry_.groups << " epilogue=" << nimble::describe(epilogue_);
   if (threads_ > 0) out << " threads=" << threads_;
   if (nhwc_ && !parameters_.is_rule()) out << " " << parameters_.to_string();
   return out.str();

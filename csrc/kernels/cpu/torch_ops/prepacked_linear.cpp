@@ -184,7 +184,7 @@ std::string PrepackedLinear::describe() const {
   std::ostringstream out;
   out << kernel_name(kernel_) << " rows=" << rows_ << " in=" << w.size(0) << " out=" << w.size(1)
       << " bias=" << (bias_.defined() ? "yes" : "no")
-      << " epilogue=" << kernels::describe(epilogue_);
+      << " epilogue=" << nimble::describe(epilogue_);
   return out.str();
 }
 

@@ -1,8 +1,8 @@
-#include "csrc/kernels/epilogue.h"
+#include "csrc/program/epilogue.h"
 
 #include <array>
 
-namespace nimble::kernels {
+namespace nimble {
 
 namespace {
 
@@ -58,4 +58,4 @@ std::string describe(const Epilogue& epilogue) {
   return out.empty() ? "none" : out;
 }
 
-}  // namespace nimble::kernels
+}  // namespace nimble

@@ -1,16 +1,17 @@
 #pragma once
 // What a program does to a convolution's or matrix product's result right after it, that a
 // kernel does before (or as) it stores the result: add a residual of the result's shape, then
-// one activation. The passes find it (passes/epilogue_fusion.h, the tuned-kernel slot's
-// tunable_op.h), and every kernel takes it as it is: nimble's channels-last kernels
-// (cpu/channels_last/epilogue.h), the lowering's oneDNN calls (cpu/torch_ops/fused_epilogue.h),
-// the NCHW tuning families and the CUDA families. Torch-free.
+// one activation. Part of the IR: the passes find it (passes/epilogue_fusion.h for the CPU
+// lowering, passes/slot_epilogues.h for the tuned-kernel slot, recorded on the Program), and
+// every kernel takes it as it is: nimble's channels-last kernels (cpu/channels_last/epilogue.h),
+// the lowering's oneDNN calls (cpu/torch_ops/fused_epilogue.h), the NCHW tuning families and
+// the CUDA families. Torch-free.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
-namespace nimble::kernels {
+namespace nimble {
 
 enum class Activation : int8_t {
   kNone,
@@ -62,4 +63,4 @@ std::optional<Activation> activation_of_aten_name(std::string_view name);
 // "none", "add", "relu", "add+hardtanh", ...
 std::string describe(const Epilogue& epilogue);
 
-}  // namespace nimble::kernels
+}  // namespace nimble
