@@ -8,7 +8,7 @@ initialisations, whose near-zero logits would pass any comparison.
 
 Slow (hours on 2 cores, the large models at 224 most of it): runs with NIMBLE_LOWERING_ZOO=1;
 `python -m tests.python.test_lowering_zoo [--zoo torchvision|timm] [--sizes 32 64 224]
-[--models a b]` prints a table. test_lowering_zoo_sample.py runs a sample in CI.
+[--models a b]` prints a table. CI runs `CI_SAMPLE`, small models at each size.
 """
 
 from __future__ import annotations
@@ -90,16 +90,31 @@ _CASES = [("torchvision", n, s) for n in classification_models() for s in SIZES[
 _CASES += [("timm", n, s) for n in TIMM_MODELS for s in SIZES["timm"]]
 
 
-@pytest.mark.skipif(os.environ.get("NIMBLE_LOWERING_ZOO") != "1",
-                    reason="slow: NIMBLE_LOWERING_ZOO=1 runs the zoos lowered")
-@pytest.mark.parametrize("zoo,name,size", _CASES)
-def test_zoo_model_lowered_equals_eager(zoo, name, size):
+# Cheap ones (seconds each) at every size of each zoo (test_timm_zoo.py runs more of timm's at
+# 64, tiny_vit among them).
+CI_SAMPLE = [("torchvision", "squeezenet1_1", 32), ("torchvision", "shufflenet_v2_x0_5", 64),
+             ("torchvision", "mnasnet0_5", 224), ("timm", "lcnet_050", 224)]
+
+
+def _expect_lowered_equal(zoo: str, name: str, size: int) -> None:
     if zoo == "timm":
         pytest.importorskip("timm")
     outcome, detail = check(name, size, zoo)
     if outcome == "skip":
         pytest.skip(detail)
     assert outcome == "ok", detail
+
+
+@pytest.mark.parametrize("zoo,name,size", CI_SAMPLE)
+def test_zoo_sample_lowered_equals_eager(zoo, name, size):
+    _expect_lowered_equal(zoo, name, size)
+
+
+@pytest.mark.skipif(os.environ.get("NIMBLE_LOWERING_ZOO") != "1",
+                    reason="slow: NIMBLE_LOWERING_ZOO=1 runs the zoos lowered")
+@pytest.mark.parametrize("zoo,name,size", _CASES)
+def test_zoo_model_lowered_equals_eager(zoo, name, size):
+    _expect_lowered_equal(zoo, name, size)
 
 
 def main(argv: list[str] | None = None) -> int:
