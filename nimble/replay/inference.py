@@ -18,6 +18,8 @@ class InferenceReplay:
     def __init__(self, module: torch.nn.Module, example: ExampleCall, options) -> None:
         self.module = module
         self.example_inputs = example.static_inputs
+        self._example = example
+        self._float64: list | None = None  # computed where a lowered replay first differs
         args, kwargs = example.static_args, example.static_kwargs
 
         with torch.no_grad():
@@ -44,12 +46,24 @@ class InferenceReplay:
         if not _lowered_op_names(replay):
             return
         with self.snapshot():
-            lowering_fallback.expect_outputs(replay, self.example_inputs, self._references,
-                                             lambda: _lowered_op_names(replay))
+            outputs = list(replay.run(self.example_inputs, False))
+        # Out of the snapshot: the float64 reference runs on the example as captured.
+        lowering_fallback.expect_outputs(outputs, self._references,
+                                         lambda: _lowered_op_names(replay),
+                                         self._float64_references)
+
+    def _float64_references(self) -> list | None:
+        """Eager's outputs in float64, once: what tells float32's own rounding from an error
+        of the lowering, where the lowered replay differs from eager."""
+        if self._float64 is None:
+            self._float64 = lowering_fallback.float64_outputs(
+                self.module, self._example.static_args, self._example.static_kwargs) or []
+        return self._float64 or None
 
     def adopt(self, replays: list) -> None:
         self.replays = replays
         self._references = []  # checked: eager's outputs are not kept beyond prepare
+        self._float64 = []
 
     def abandon(self) -> None:
         """Nothing to put back: a capture of a forward leaves the model as it found it."""

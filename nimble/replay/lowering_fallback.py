@@ -5,18 +5,28 @@ naming what failed. An optimisation must never turn a working model into an erro
 
 from __future__ import annotations
 
+import copy
 import re
 import warnings
 from typing import Callable
 
 import torch
+from torch.utils._pytree import tree_map
 
 from .prepare_options import with_changes
+from .structure import OutputStructure
 
 # Lowered kernels reorder sums (blocked GEMMs, fused batch norms): float32 results differ from
 # eager by ~1e-6 of the output's scale on deep models. A wrong layout or a misread view differs
 # by the output's own scale, so the margin can be wide.
 RELATIVE_TOLERANCE = 1e-3
+# Some models are ill-conditioned in float32 (timm's tiny_vit: eager is 3e-3 of its scale off
+# the same model in float64), and any other order of the same sums differs from eager by as
+# much. Where the lowered result differs from eager, it is judged against a float64 reference
+# instead: it may be off it by this many times eager's own float32 error. The lowering's
+# blocked sums measured up to 3x eager's error on an ill-conditioned model; a wrong layout or
+# a misread view is off by the output's own scale.
+FLOAT32_ERROR_FACTOR = 4.0
 
 _OP_NAME = re.compile(r"\b(?:aten|nimble|prims|torchvision)::\w+(?:\.\w+)?")
 
@@ -140,18 +150,61 @@ def _first_breaking(build, options, check, count: int, kept: list[int]) -> int:
     return fails - 1
 
 
+def float64_outputs(module: torch.nn.Module, args: tuple, kwargs: dict) -> list | None:
+    """The output tensors of a float64 copy of `module` on the float64 of the arguments' float
+    tensors, in `OutputStructure.split`'s order; None where the model cannot run so."""
+
+    def to_double(value):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value.detach().double()
+        return value
+
+    try:
+        double = copy.deepcopy(module).double()
+        double_args, double_kwargs = tree_map(to_double, (tuple(args), dict(kwargs)))
+        with torch.no_grad():
+            result = double(*double_args, **double_kwargs)
+    except Exception:  # noqa: BLE001 - copying or running in float64 failed: no second opinion
+        return None
+    return [t.detach() for t in OutputStructure.split(result)[1]]
+
+
+def within_float32_error(output, eager, reference, tolerance: float = RELATIVE_TOLERANCE) -> bool:
+    """Whether `output` is off the float64 `reference` by at most FLOAT32_ERROR_FACTOR times
+    eager's own error there, or by `tolerance` of the reference's scale (largest magnitudes
+    over eager's finite entries)."""
+    if not (isinstance(output, torch.Tensor) and isinstance(reference, torch.Tensor)
+            and output.shape == eager.shape == reference.shape and eager.is_floating_point()):
+        return False
+    finite = torch.isfinite(eager)
+    if not torch.equal(finite, torch.isfinite(output)):
+        return False
+    reference = reference.double()[finite]
+    if reference.numel() == 0:
+        return True
+    own = (eager.double()[finite] - reference).abs().max().item()
+    error = (output.double()[finite] - reference).abs().max().item()
+    return error <= max(FLOAT32_ERROR_FACTOR * own, tolerance * reference.abs().max().item())
+
+
 class LoweringMismatch(Exception):
     """The lowered replay's result on the example differs from eager's."""
 
 
-def expect_outputs(replay, inputs: list, references: list, op_names: Callable[[], list]) -> None:
-    """Runs `replay` on `inputs`; raises LoweringMismatch naming the lowered ops if its
-    outputs differ from `references`."""
-    outputs = replay.run(inputs, False)
-    found = difference(list(outputs), references)
+def expect_outputs(outputs: list, references: list, op_names: Callable[[], list],
+                   float64_references: Callable[[], list | None] = lambda: None) -> None:
+    """Raises LoweringMismatch naming the lowered ops if a lowered replay's `outputs` differ
+    from `references` (eager's), unless `float64_references()` (called only then) shows the
+    differences to be float32's own rounding (`within_float32_error`)."""
+    found = difference(outputs, references)
     if found is None:
         return
     index, relative = found
+    exact = float64_references()
+    if exact is not None and len(exact) == len(references) and all(
+            difference([out], [ref]) is None or within_float32_error(out, ref, ref64)
+            for out, ref, ref64 in zip(outputs, references, exact)):
+        return
     raise LoweringMismatch(
         f"output {index} differs from eager by {relative:.3g} of its scale; lowered ops: "
         f"{', '.join(op_names()) or 'none'}"

@@ -146,3 +146,70 @@ def test_difference_is_relative_to_the_scale():
     assert lowering_fallback.difference([torch.tensor([float("nan")])], [torch.tensor([1.0])])
     assert lowering_fallback.difference([torch.tensor([1, 2])], [torch.tensor([1, 3])])
     assert lowering_fallback.difference([torch.ones(2)], [torch.ones(3)])
+
+
+class _IllConditioned(nn.Module):
+    """Zero-mean weights on inputs of about 3e4 plus noise: the output, of order one, is what
+    is left of sums of terms of order 1e3, and float32's rounding of those sums is ~3e-3 of it
+    whatever their order (eager's own error against float64)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear, self.conv = nn.Linear(256, 64), nn.Conv2d(16, 16, 3, padding=1)
+        with torch.no_grad():
+            w = torch.randn(64, 256) / 16
+            self.linear.weight.copy_(w - w.mean(1, keepdim=True))
+            w = torch.randn(16, 16, 3, 3) / 12
+            self.conv.weight.copy_(w - w.mean((1, 2, 3), keepdim=True))
+
+    def forward(self, x):
+        return self.conv(self.linear(x).reshape(-1, 16, 2, 2))
+
+
+def _ill_conditioned_input(seed: int) -> torch.Tensor:
+    return 3e4 + torch.randn(8, 256, generator=torch.Generator().manual_seed(seed))
+
+
+def test_float32_rounding_of_an_ill_conditioned_model_is_not_blamed_on_the_lowering():
+    """The lowered result differs from eager by more than the check's tolerance, but no more
+    from float64 than eager does: the lowering is kept, without a warning."""
+    model, x = _IllConditioned().eval(), _ill_conditioned_input(0)
+    with torch.no_grad():
+        fast = _prepare_without_warnings(model, x)
+        assert "nimble::convolution_prepacked" in _lowered_ops(fast)
+        x = _ill_conditioned_input(1)
+        want, exact = model(x), lowering_fallback.float64_outputs(model, (x,), {})[0]
+        got = fast(x)
+        scale = exact.abs().max().item()
+        assert (want.double() - exact).abs().max().item() > 1e-3 * scale, "not ill-conditioned"
+        assert lowering_fallback.difference([got], [want]) is not None, "eager's check passes"
+        assert lowering_fallback.within_float32_error(got, want, exact)
+
+
+def test_an_ill_conditioned_model_whose_lowering_is_wrong_still_falls_back(monkeypatch):
+    _inject(monkeypatch, "differ")
+    model, x = _IllConditioned().eval(), _ill_conditioned_input(0)
+    with torch.no_grad(), pytest.warns(UserWarning, match="CPU lowering failed"):
+        fast = nimble.Nimble(model).prepare(x, streams=1)
+    assert not _lowered_ops(fast)
+
+
+def test_the_float64_reference_runs_only_where_eager_differs(monkeypatch):
+    def refuse(*args):
+        raise AssertionError("float64 reference computed for a lowering that matches eager")
+
+    monkeypatch.setattr(lowering_fallback, "float64_outputs", refuse)
+    with torch.no_grad():
+        _prepare_without_warnings(_small_net(), torch.randn(2, 3, 16, 16))
+
+
+def test_within_float32_error_is_relative_to_eagers_own_error():
+    exact = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    eager = (exact + torch.tensor([0.01, 0.0, 0.0], dtype=torch.float64)).float()
+    check = lowering_fallback.within_float32_error
+    assert check(exact.float() + torch.tensor([0.0, 0.03, 0.0]), eager, exact)  # 3x eager's
+    assert not check(exact.float() + torch.tensor([0.0, 0.05, 0.0]), eager, exact)
+    assert check(exact.float() + 1e-3, exact.float(), exact)  # the tolerance, where eager is exact
+    assert not check(exact.float()[:2], eager, exact)
+    assert not check(torch.tensor([float("nan"), -2.0, 0.5]), eager, exact)

@@ -35,7 +35,8 @@ def _compare(name: str, batch: int, image_size: int) -> None:
         with torch.no_grad():
             expected = model(x)
         got = fast(x)
-        assert_matches_eager(got, expected, what=f"{name} call {call}")
+        # tiny_vit is ill-conditioned in float32: there the replay is judged against float64.
+        assert_matches_eager(got, expected, what=f"{name} call {call}", model=model, inputs=(x,))
         assert torch.equal(fast(x), got), f"{name}: two replays of one input differ"
 
 
