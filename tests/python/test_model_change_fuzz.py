@@ -355,8 +355,11 @@ def _call(fast, model, x, sequence, applied, on_change, outcomes, tolerance) -> 
             assert eager_error is not None, (sequence, applied, repr(e))
             return "both failed"
     assert eager_error is None, (sequence, applied, "the replay ran where eager failed", eager_error)
+    # Judged as prepare's lowering check judges (lowering_fallback.py): where the model drifted
+    # ill-conditioned (resnet18's batch norms, see TOLERANCE), a difference from eager passes
+    # if the replay is within float32's own error of the model run in float64.
     assert_matches_eager(got, want, tolerance=tolerance, equal_nan=True,
-                         what=f"sequence {sequence} {applied}")
+                         what=f"sequence {sequence} {applied}", model=model, inputs=(x,))
     scale = float(want.nan_to_num().abs().max())
     outcomes["worst"] = max(outcomes["worst"], float((got - want).nan_to_num().abs().max()) / scale)
     last = outcomes.pop("last", None)
