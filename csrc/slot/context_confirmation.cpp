@@ -1,21 +1,17 @@
 #include "csrc/slot/context_confirmation.h"
 
 #include <algorithm>
-#include <chrono>
 #include <ctime>
 #include <map>
 #include <optional>
 #include <utility>
 
+#include "csrc/runtime/cpu/steady_ns.h"
 #include "csrc/slot/context_measurer.h"
 #include "tuning/measure/adaptive_evaluator.h"
 
 namespace nimble::slot {
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // A task with what its search claimed: the rule's configuration first, then the fastest
 // distinct others by their fastest record.
@@ -140,7 +136,7 @@ std::vector<ConfirmedTask> confirm_in_context(
     Replay& replay, const std::vector<at::Tensor>& inputs, tuning::TuningDatabase& database,
     const ConfirmOptions& options, const kernels::MeasureOptions& measure,
     const std::function<void(const ConfirmedTask&)>& each) {
-  const double started = now_seconds();
+  const int64_t started = steady_ns();
   std::vector<ContextTask> tasks = context_tasks(replay);
   std::vector<Claim> claims;
   for (ContextTask& task : tasks) {
@@ -156,7 +152,7 @@ std::vector<ConfirmedTask> confirm_in_context(
   std::stable_sort(claims.begin(), claims.end(),
                    [](const Claim& a, const Claim& b) { return a.gain_seconds > b.gain_seconds; });
   for (const Claim& claim : claims) {
-    if (now_seconds() - started >= options.budget_seconds) break;
+    if (static_cast<double>(steady_ns() - started) * 1e-9 >= options.budget_seconds) break;
     std::vector<tuning::DatabaseRecord> records;
     out.push_back(confirm(replay, inputs, claim, options, measure, records));
     database.append(records);
