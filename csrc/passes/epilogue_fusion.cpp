@@ -12,10 +12,7 @@ bool is_residual_add(const RecordedOp& op) {
   const auto& name = op.handle.operator_name();
   if ((name.name != "aten::add" && name.name != "aten::add_") || name.overload_name != "Tensor")
     return false;
-  const c10::IValue& alpha = op.args[2];
-  const bool unit =
-      (alpha.isInt() && alpha.toInt() == 1) || (alpha.isDouble() && alpha.toDouble() == 1.0);
-  if (!unit || !op.args[0].isTensor() || !op.args[1].isTensor()) return false;
+  if (!is_one(op.args[2]) || !op.args[0].isTensor() || !op.args[1].isTensor()) return false;
   const at::Tensor& a = op.args[0].toTensor();
   const at::Tensor& b = op.args[1].toTensor();
   return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&

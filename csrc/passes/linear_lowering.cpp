@@ -4,14 +4,11 @@
 
 #include "csrc/kernels/cpu/torch_ops/prepacked_linear.h"
 #include "csrc/passes/epilogue_fusion.h"
+#include "csrc/passes/op_patterns.h"
 
 namespace nimble {
 
 namespace {
-
-bool is_one(const c10::IValue& v) {
-  return (v.isInt() && v.toInt() == 1) || (v.isDouble() && v.toDouble() == 1.0);
-}
 
 bool float_on_cpu(const at::Tensor& t, int64_t dim) {
   return t.defined() && t.dim() == dim && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
@@ -81,8 +78,7 @@ std::optional<FusedLinear> lower_linear(const std::vector<RecordedOp>& ops, size
     return std::nullopt;
   FusedLinear linear;
   at::Tensor mat2;
-  if (name.name == "aten::addmm" && op.args.size() == 5 && is_one(op.args[3]) &&
-      is_one(op.args[4])) {
+  if (is_plain_addmm(op)) {
     linear.bias = op.args[0].toTensor();
     linear.input = op.args[1].toTensor();
     mat2 = op.args[2].toTensor();

@@ -10,6 +10,17 @@ inline bool named(const RecordedOp& op, const char* name, const char* overload =
          op.handle.operator_name().overload_name == overload;
 }
 
+// A scalar argument equal to one (an alpha or beta recorded as an int or a double).
+inline bool is_one(const c10::IValue& v) {
+  return (v.isInt() && v.toInt() == 1) || (v.isDouble() && v.toDouble() == 1.0);
+}
+
+// addmm(bias, input, mat2, beta=1, alpha=1): a linear layer's product and bias.
+inline bool is_plain_addmm(const RecordedOp& op) {
+  return named(op, "aten::addmm") && op.args.size() == 5 && is_one(op.args[3]) &&
+         is_one(op.args[4]);
+}
+
 // cat(tensors, dim) of 4-d tensors along their channels.
 inline bool is_channel_cat(const RecordedOp& op) {
   if (!named(op, "aten::cat") || op.args.size() != 2 || !op.args[0].isList() ||

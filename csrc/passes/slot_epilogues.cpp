@@ -8,15 +8,10 @@
 namespace nimble {
 namespace {
 
-bool is_one(const c10::IValue& value) {
-  return value.isScalar() && value.toScalar().toDouble() == 1.0;
-}
-
 // The ops kernels/tunable_op.h may replace (it checks their shapes, dtypes and layouts).
 bool is_tunable(const RecordedOp& op) {
-  return (is_plain_convolution(op) || (named(op, "aten::addmm") && op.args.size() == 5 &&
-                                       is_one(op.args[3]) && is_one(op.args[4]))) &&
-         op.returns.size() == 1 && op.returns[0].isTensor();
+  return (is_plain_convolution(op) || is_plain_addmm(op)) && op.returns.size() == 1 &&
+         op.returns[0].isTensor();
 }
 
 bool reads_first(const RecordedOp& op, const at::Tensor& value, const TraceAccess& access) {
