@@ -8,6 +8,7 @@ seconds); on a GPU `CudaTimer` waits for the device and gives wall and device se
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from typing import Any, Callable, Sequence
@@ -38,11 +39,14 @@ def alternate(
     measure: Callable[[Callable[[], Any]], Any] = wall_seconds,
     after_round: Callable[[], Any] | None = None,
     before_each: Callable[[], Any] | None = None,
+    shuffle_seed: int | None = None,
 ) -> list[list]:
     """`warmup + runs` rounds, each measuring every call once, in the order given. Returns
     each call's samples of the `runs` timed rounds; `after_round`, if given, runs untimed
     after each timed round, `before_each` untimed before every call (an idle spell, other
-    work on the same cores)."""
+    work on the same cores). With `shuffle_seed`, each round calls them in a new random
+    order (seeded): in a fixed order each call always follows the same one, and what that
+    one leaves behind (threads still spinning on the cores, caches) falls on it alone."""
 
     def one(fn: Callable[[], Any]) -> Any:
         if before_each is not None:
@@ -50,8 +54,14 @@ def alternate(
         return measure(fn)
 
     samples: list[list] = [[] for _ in calls]
+    order = list(range(len(calls)))
+    shuffler = random.Random(shuffle_seed) if shuffle_seed is not None else None
     for i in range(warmup + runs):
-        taken = [one(fn) for fn in calls]
+        if shuffler is not None:
+            shuffler.shuffle(order)
+        taken: list = [None] * len(calls)
+        for k in order:
+            taken[k] = one(calls[k])
         if i >= warmup:
             for mine, sample in zip(samples, taken):
                 mine.append(sample)

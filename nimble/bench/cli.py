@@ -136,7 +136,7 @@ def main(argv: list[str]) -> int:
                         choices=[name for name, _, _ in peers.RUNTIMES],
                         help="with --peers: time only these runtimes besides eager; repeatable")
     parser.add_argument("--pattern", action="append", nargs="+", metavar="WORD",
-                        help="with --peers: also time every runtime called in turn "
+                        help="with --peers: also time every runtime called in turn (random order) "
                              "(interleaved), after an idle spell (idle MS) or after other work "
                              "on the same cores (busy [MS], numpy's BLAS, default 5 ms); "
                              "repeatable; each reports the median and the 99th percentile")

@@ -201,8 +201,6 @@ def measure_peers(spec: str, batch: int, image_size: int, runs: int, warmup: int
     with torch.no_grad():
         expected = model(x)
         calls["eager"] = lambda: model(x)
-        # Tuned right after untuned nimble: in the alternating rotation a runtime that follows
-        # ONNX Runtime or OpenVINO loses the cores to their spinning threads.
         runtimes = (RUNTIMES[:1] + ([("nimble_tuned", None, _nimble_tuned(tuned))] if tuned else [])
                     + RUNTIMES[1:])
         for name, module, make in runtimes:
@@ -228,10 +226,14 @@ def measure_peers(spec: str, batch: int, image_size: int, runs: int, warmup: int
                 print(f"bench --peers: {spec}: {name} skipped: {reason}", file=sys.stderr)
                 continue
             calls[name] = lambda c=call: c(x)
-        samples = alternate(list(calls.values()), runs, warmup)
+        # A new order each round: a runtime's threads spin on the cores after its call
+        # (ONNX Runtime's workers, eager's OpenMP team) and in a fixed order would always
+        # slow the same runtime, the one after it.
+        samples = alternate(list(calls.values()), runs, warmup, shuffle_seed=0)
         warm = back_to_back(list(calls.values()), runs, warmup)
         by_pattern = {pattern_key(name, ms): alternate(list(calls.values()), runs, warmup,
-                                                        before_each=_before_each(name, ms))
+                                                        before_each=_before_each(name, ms),
+                                                        shuffle_seed=0)
                       for name, ms in patterns or []}
         row.update(floors.machine())
         row.update(floors.model_cost(model, x))

@@ -294,6 +294,21 @@ def test_alternate_times_each_call_in_turn_after_the_warm_up():
     assert median_ms([0.001, 0.003, 0.002]) == pytest.approx(2.0)
 
 
+def test_alternate_shuffled_varies_the_order_and_keeps_each_call_s_samples():
+    log = []
+    calls = [lambda i=i: log.append(i) or i for i in range(4)]
+    samples = alternate(calls, runs=12, warmup=0, measure=lambda fn: fn(), shuffle_seed=0)
+    assert samples == [[i] * 12 for i in range(4)]
+    rounds = [tuple(log[r * 4:(r + 1) * 4]) for r in range(12)]
+    assert all(sorted(r) == [0, 1, 2, 3] for r in rounds)
+    # Each call follows more than one other call: not a fixed rotation.
+    before_1 = {r[k - 1] for r in rounds for k in range(1, 4) if r[k] == 1}
+    assert len(before_1) > 1
+    log.clear()
+    alternate(calls, runs=12, warmup=0, measure=lambda fn: fn(), shuffle_seed=0)
+    assert [tuple(log[r * 4:(r + 1) * 4]) for r in range(12)] == rounds  # seeded
+
+
 def test_cuda_timer_covers_the_call_until_the_device_is_done():
     log = []
 
@@ -537,7 +552,7 @@ def test_bench_peers_patterns_report_median_and_p99_of_every_runtime(monkeypatch
         for name in ("nimble", "onnxruntime", "openvino")])
     befores = []
 
-    def fake_alternate(fns, runs, warmup, before_each=None):
+    def fake_alternate(fns, runs, warmup, before_each=None, shuffle_seed=None):
         befores.append(before_each)
         scale = 1.0 if before_each is None else 3.0
         # Per runtime (eager, nimble, onnxruntime, openvino): runs-1 fast samples, one slow.
