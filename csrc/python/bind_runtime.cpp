@@ -85,7 +85,10 @@ py::dict describe_op(const OpNode& op) {
       d["tuning"] = kernels::TunedConvolution::of(*packed).to_string();
     } else if (arg.constant.type() ==
                c10::getCustomClassType<c10::intrusive_ptr<kernels::PrepackedLinear>>()) {
-      d["kernel"] = arg.constant.toCustomClass<kernels::PrepackedLinear>()->describe();
+      const auto packed = arg.constant.toCustomClass<kernels::PrepackedLinear>();
+      d["kernel"] = packed->describe();
+      d["shape_key"] = packed->key();
+      d["tuning"] = kernels::TunedLinear::of(*packed).to_string();
     }
   }
   return d;
