@@ -101,8 +101,8 @@ std::optional<FusedLinear> lower_linear(const std::vector<RecordedOp>& ops, size
       kernels::PrepackedLinear::choose(linear.input.size(0), mat2.size(0), mat2.size(1));
   if (!linear.kernel) return std::nullopt;
   if (callbacks.tuned) {
-    const auto found = callbacks.tuned->find(kernels::PrepackedLinear::shape_key(
-        linear.input.size(0), mat2.size(0), mat2.size(1)));
+    const auto found = callbacks.tuned->find(
+        kernels::PrepackedLinear::shape_key(linear.input.size(0), mat2.size(0), mat2.size(1)));
     if (found != callbacks.tuned->end()) {
       const kernels::TunedLinear tuned = kernels::TunedLinear::parse(found->second);
       linear.kernel = tuned.kernel;

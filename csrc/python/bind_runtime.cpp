@@ -14,6 +14,7 @@
 #include "csrc/kernels/cpu/torch_ops/prepacked_linear.h"
 #include "csrc/kernels/cpu/torch_ops/prepacked_weights.h"
 #include "csrc/kernels/cpu/torch_ops/tuned_convolution.h"
+#include "csrc/pipeline/replay_pipeline.h"
 #include "csrc/program/program_builder.h"
 #include "csrc/program/undeclared_writes.h"
 #include "csrc/python/bindings.h"
@@ -21,7 +22,6 @@
 #include "csrc/runtime/cpu/cpu_executor.h"
 #include "csrc/runtime/cpu/work_sharing.h"
 #include "csrc/runtime/replay.h"
-#include "csrc/pipeline/replay_pipeline.h"
 
 namespace py = pybind11;
 

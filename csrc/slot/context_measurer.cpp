@@ -63,8 +63,7 @@ class Capture : public KernelOverride {
 // The candidates in place of the task's ops for as long as it lives; the program's after.
 class Swapped {
  public:
-  Swapped(Replay& replay, const ContextTask& task,
-          const std::vector<LoweredProduct>& candidates)
+  Swapped(Replay& replay, const ContextTask& task, const std::vector<LoweredProduct>& candidates)
       : replay_(replay), task_(task) {
     for (size_t i = 0; i < task.sites.size(); ++i) {
       const ContextTask::Site& site = task.sites[i];

@@ -27,8 +27,8 @@ namespace nimble::slot {
 struct ContextTask {
   struct Site {
     int op = -1;
-    int arg = -1;           // the index of its packed argument
-    LoweredProduct packed;  // the program's
+    int arg = -1;                  // the index of its packed argument
+    LoweredProduct packed;         // the program's
     std::vector<at::Tensor> live;  // input and residual as the replay hands them (capture_live)
     at::Tensor reference;          // the rule's kernel on `live`
   };

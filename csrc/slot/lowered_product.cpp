@@ -36,8 +36,10 @@ LoweredProduct LoweredProduct::with_config(const kernels::KernelSpace& space,
                                            const tuning::Config& config) const {
   const kernels::KnobValues knobs(space.knobs(), config, space.family(config).name() + ".");
   // As a tuned lowering applies it (lowering_choices.cpp): every thread there is is the caller's.
-  const int64_t threads = knobs.value("threads") < at::get_num_threads() ? knobs.value("threads") : 0;
-  const kernels::nhwc::KernelParameters parameters = kernels::prepacked_parameters(space.op(), knobs);
+  const int64_t threads =
+      knobs.value("threads") < at::get_num_threads() ? knobs.value("threads") : 0;
+  const kernels::nhwc::KernelParameters parameters =
+      kernels::prepacked_parameters(space.op(), knobs);
   LoweredProduct out;
   if (convolution_) {
     out.convolution_ = convolution_->with_choice(

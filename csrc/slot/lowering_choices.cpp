@@ -108,9 +108,9 @@ std::string lowered_shape_key(const kernels::TunableOp& op) {
 }
 
 kernels::KernelSpace lowered_space(const kernels::TunableOp& op) {
-  return kernels::KernelSpace(op, {op.kind == kernels::TunableOp::Kind::kLinear
-                                       ? kernels::prepacked_linear_family()
-                                       : kernels::prepacked_family()});
+  return kernels::KernelSpace(
+      op, {op.kind == kernels::TunableOp::Kind::kLinear ? kernels::prepacked_linear_family()
+                                                        : kernels::prepacked_family()});
 }
 
 std::optional<kernels::TunableOp> convolution_of_signature(const std::string& signature) {

@@ -56,8 +56,8 @@ std::string lowered_shape_key(const kernels::TunableOp& op);
 // "prepacked_linear".
 kernels::KernelSpace lowered_space(const kernels::TunableOp& op);
 
-// Per shape key, the fastest successful "prepacked" or "prepacked_linear" record on `device` (any device's
-// records, the fastest overall, with `any_device`). A record timed in the lowered replay
+// Per shape key, the fastest successful "prepacked" or "prepacked_linear" record on `device` (any
+// device's records, the fastest overall, with `any_device`). A record timed in the lowered replay
 // (lowered_signature) beats any timed alone, whatever their times: they are not comparable;
 // among those, one re-timed side by side with the rule's (context_confirmation.h, ranked by
 // its median) beats the search's.

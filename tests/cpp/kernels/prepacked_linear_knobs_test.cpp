@@ -147,8 +147,9 @@ TEST(PrepackedLinearKnobs, LoweredSignaturesReadBackTheLayerAndItsSpace) {
   ASSERT_FALSE(space.default_config().empty());
   EXPECT_EQ(space.family(space.default_config()).name(), "prepacked_linear");
   EXPECT_FALSE(slot::lowered_op_of_shape_key("linear in=17x768"));
-  EXPECT_FALSE(slot::linear_of_shape_key("in=1x3x8x8 weight=4x3x1x1 stride=1,1 pad=0,0 dil=1,1 "
-                                         "groups=1"));
+  EXPECT_FALSE(
+      slot::linear_of_shape_key("in=1x3x8x8 weight=4x3x1x1 stride=1,1 pad=0,0 dil=1,1 "
+                                "groups=1"));
 }
 
 TEST(PrepackedLinearKnobs, TunedLinearSpecsReadBackWhatTheyWrite) {

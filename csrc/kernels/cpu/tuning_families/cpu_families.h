@@ -8,12 +8,12 @@
 
 namespace nimble::kernels {
 
-std::shared_ptr<const KernelFamily> aten_conv_family();       // aten_conv.cpp
-std::shared_ptr<const KernelFamily> im2col_gemm_family();     // im2col_gemm.cpp
-std::shared_ptr<const KernelFamily> depthwise_conv_family();  // depthwise_conv.cpp
-std::shared_ptr<const KernelFamily> direct_conv_family();     // direct_conv.cpp
-std::shared_ptr<const KernelFamily> winograd_conv_family();   // winograd_conv.cpp
-std::shared_ptr<const KernelFamily> prepacked_family();       // prepacked_family.cpp
+std::shared_ptr<const KernelFamily> aten_conv_family();         // aten_conv.cpp
+std::shared_ptr<const KernelFamily> im2col_gemm_family();       // im2col_gemm.cpp
+std::shared_ptr<const KernelFamily> depthwise_conv_family();    // depthwise_conv.cpp
+std::shared_ptr<const KernelFamily> direct_conv_family();       // direct_conv.cpp
+std::shared_ptr<const KernelFamily> winograd_conv_family();     // winograd_conv.cpp
+std::shared_ptr<const KernelFamily> prepacked_family();         // prepacked_family.cpp
 std::shared_ptr<const KernelFamily> prepacked_linear_family();  // prepacked_linear_family.cpp
 // nimble_gemm's tiling knobs for an op of the prepacked families (the 1x1 product of a linear
 // layer too), "rule" or 0 first.

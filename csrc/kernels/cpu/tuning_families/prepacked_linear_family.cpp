@@ -43,13 +43,13 @@ class PrepackedLinearKernel : public TunedKernel {
     const at::Tensor bias = op_.bias ? operands[2] : at::Tensor();
     // Packed for the weight it was given (its storage: the 2-D view is new on every call);
     // the layer itself repacks when that weight is written (its version counter).
-    if (!packed_ || weight.data_ptr() != weight_data_ ||
-        (bias.defined() && !bias.is_same(bias_))) {
+    if (!packed_ || weight.data_ptr() != weight_data_ || (bias.defined() && !bias.is_same(bias_))) {
       weight_data_ = weight.data_ptr();
       bias_ = bias;
       packed_ = c10::make_intrusive<PrepackedLinear>(
-          weight, /*transposed=*/true, bias, op_.epilogue, op_.n, std::vector<int64_t>{op_.n, op_.k},
-          kernel_, std::make_shared<NonFiniteWeights>(), threads_, parameters_);
+          weight, /*transposed=*/true, bias, op_.epilogue, op_.n,
+          std::vector<int64_t>{op_.n, op_.k}, kernel_, std::make_shared<NonFiniteWeights>(),
+          threads_, parameters_);
     }
     std::optional<at::Tensor> residual;
     if (op_.epilogue.residual) residual = operands.back().reshape({op_.n, op_.k});
@@ -106,9 +106,9 @@ class PrepackedLinearFamily : public KernelFamily {
     return out;
   }
   std::unique_ptr<TunedKernel> build(const TunableOp& op, const KnobValues& k) const override {
-    return std::make_unique<PrepackedLinearKernel>(op,
-                                                   PrepackedLinear::kernel_of_name(k.label("kernel")),
-                                                   k.value("threads"), prepacked_parameters(op, k));
+    return std::make_unique<PrepackedLinearKernel>(
+        op, PrepackedLinear::kernel_of_name(k.label("kernel")), k.value("threads"),
+        prepacked_parameters(op, k));
   }
 };
 
