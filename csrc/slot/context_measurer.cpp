@@ -51,6 +51,13 @@ class Capture : public KernelOverride {
     *live_ = {input.clone()};
     if (other) live_->push_back(other->clone());
     at::Tensor result = LoweredProduct::of(stack.at(2))->run(input, other);
+    // An `.out` overload (a linear layer's where the program planned a buffer): the readers
+    // of the result read the buffer, which must hold it.
+    if (stack.size() > 3 && stack[3].isTensor()) {
+      at::Tensor out = stack[3].toTensor();
+      out.copy_(result.view(out.sizes()));
+      result = std::move(out);
+    }
     stack.clear();
     stack.emplace_back(std::move(result));
   }
