@@ -44,17 +44,22 @@ def _linear_ops(fast):
             if op.get("shape_key", "").startswith("linear ")]
 
 
-def _record(task, labels, seconds=1e-9):
+def _line(signature, config, seconds):
+    return json.dumps({"run": "test", "signature": signature,
+                       "device": nimble._C.kernels.device_key(), "config": config,
+                       "seconds": seconds, "error": "none", "message": "", "cost_seconds": 0.0,
+                       "cut_short": False, "recorded_at": 0.0})
+
+
+def _record(task, labels):
     """A database line: `task`'s config setting the knobs named in `labels` (without the
-    family's prefix) to those labels, every other knob at its first value."""
+    family's prefix) to those labels, every other knob at its first value, timed faster than
+    anything the tuner measures."""
     config = []
     for name, values in task["knobs"]:
         short = name.removeprefix("prepacked_linear.")
         config.append(values.index(labels[short]) if short in labels else 0)
-    return json.dumps({"run": "test", "signature": task["signature"],
-                       "device": nimble._C.kernels.device_key(), "config": config,
-                       "seconds": [seconds], "error": "none", "message": "", "cost_seconds": 0.0,
-                       "cut_short": False, "recorded_at": 0.0})
+    return _line(task["signature"], config, [1e-9])
 
 
 def _database(tmp_path, lines):
@@ -130,3 +135,27 @@ def test_tuning_in_context_records_the_linear_layers(lowered, tmp_path):
     tuned = nimble.Nimble(model).prepare(x, tuned=db)
     with torch.no_grad():
         assert_matches_eager(tuned(x), model(x))
+
+
+def test_a_linear_layers_search_record_is_re_timed_against_the_rule(lowered, tmp_path):
+    _, _, fast = lowered
+    program = fast._program
+    with program.snapshot():
+        recorded = nimble._C.kernels.ContextRecorder(fast.replay, program.example_inputs).tasks()
+    task = next(t for t in recorded if t["signature"].startswith("lowered linear in=17x96"))
+    lucky = next(c for c in task["configs"] if c != task["start"])
+    # The search's records: the rule's at a realistic time, another a thousand times faster.
+    db = _database(tmp_path, [_line(task["signature"], task["start"], [1e-3]),
+                              _line(task["signature"], lucky, [1e-6])])
+    with program.snapshot():
+        done = nimble._C.kernels.confirm_in_context(fast.replay, program.example_inputs, db, 1e9,
+                                                    rounds=3, repeats=1)
+    assert [t["signature"] for t in done] == [task["signature"]]
+    assert done[0]["compared"] == 2 and done[0]["rule_ms"] > 0
+    runs = {tuple(r["config"]): r["run"] for r in nimble._C.tuning.TuningDatabase(db).records(
+        task["signature"], nimble._C.kernels.device_key()) if r["run"] != "test"}
+    assert runs[tuple(task["start"])] == "confirmed in context"
+    assert runs[tuple(lucky)] in ("confirmed in context", "not confirmed in context")
+    # Re-timed, the choice is no longer the search's microsecond.
+    key = "linear in=17x96 out=37"
+    assert nimble._C.kernels.lowering_choices(db)[key]["ms"] > 1e-3
