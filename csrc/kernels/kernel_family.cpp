@@ -8,8 +8,9 @@
 namespace nimble::kernels {
 
 Families cpu_families() {
-  return {aten_conv_family(),   im2col_gemm_family(),   depthwise_conv_family(),
-          direct_conv_family(), winograd_conv_family(), prepacked_family()};
+  return {aten_conv_family(),       im2col_gemm_family(),   depthwise_conv_family(),
+          direct_conv_family(),     winograd_conv_family(), prepacked_family(),
+          prepacked_linear_family()};
 }
 
 Families cuda_families([[maybe_unused]] const std::string& cubin_directory) {

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "csrc/kernels/cpu/torch_ops/prepacked_linear.h"
+#include "csrc/kernels/cpu/torch_ops/tuned_convolution.h"
 #include "csrc/passes/epilogue_fusion.h"
 #include "csrc/passes/op_patterns.h"
 
@@ -99,6 +100,16 @@ std::optional<FusedLinear> lower_linear(const std::vector<RecordedOp>& ops, size
   linear.kernel =
       kernels::PrepackedLinear::choose(linear.input.size(0), mat2.size(0), mat2.size(1));
   if (!linear.kernel) return std::nullopt;
+  if (callbacks.tuned) {
+    const auto found = callbacks.tuned->find(
+        kernels::PrepackedLinear::shape_key(linear.input.size(0), mat2.size(0), mat2.size(1)));
+    if (found != callbacks.tuned->end()) {
+      const kernels::TunedLinear tuned = kernels::TunedLinear::parse(found->second);
+      linear.kernel = tuned.kernel;
+      linear.threads = tuned.threads;
+      linear.parameters = tuned.parameters;
+    }
+  }
   linear.product = index;
   linear.result = op.returns[0].toTensor();
   std::vector<bool> tentative = taken;
@@ -122,7 +133,7 @@ RecordedOp make_fused_linear_op(const FusedLinear& linear,
                                 const std::shared_ptr<kernels::NonFiniteWeights>& non_finite) {
   auto packed = c10::make_intrusive<kernels::PrepackedLinear>(
       linear.source, linear.transposed, linear.bias, linear.epilogue, linear.input.size(0),
-      linear.result.sizes().vec(), *linear.kernel, non_finite);
+      linear.result.sizes().vec(), *linear.kernel, non_finite, linear.threads, linear.parameters);
   RecordedOp op{kernels::linear_prepacked_op(), {}, {}};
   op.args = {linear.input, linear.other.defined() ? c10::IValue(linear.other) : c10::IValue(),
              c10::IValue(std::move(packed))};

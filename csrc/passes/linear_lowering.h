@@ -6,6 +6,8 @@
 // a buffer, a constant), the bias a 1-d one, and the shape one where a prepacked kernel is
 // faster than ATen's (PrepackedLinear::choose). The add and activation after the product
 // are fused (epilogue_fusion.h), also through the view that hands a 3-d input's result back.
+// A layer whose shape a tuning database chose for (PrepackedLinear::shape_key) runs that
+// kernel, thread count and tiling (a TunedLinear spec) in place of the rule's.
 #include <optional>
 #include <vector>
 
@@ -21,6 +23,8 @@ struct FusedLinear : FusedProduct {
   bool transposed = false;  // the operand is source.t() (nn.Linear), not source
   at::Tensor bias;
   std::optional<kernels::PrepackedLinear::Kernel> kernel;
+  int64_t threads = 0;  // a tuning database's (CpuLoweringCallbacks::tuned), else the caller's
+  kernels::nhwc::KernelParameters parameters;
 };
 
 // The linear layer at `index`, with what follows it fused, if the pass can lower it.

@@ -11,7 +11,8 @@
 
 namespace nimble {
 
-// What a tuning database chose for each convolution shape (PrepackedConvolution::shape_key;
+// What a tuning database chose for each convolution and linear layer shape
+// (PrepackedConvolution::shape_key, PrepackedLinear::shape_key;
 // slot/lowering_choices.h): the kernel, threads and kernel parameters as a TunedConvolution
 // spec ("nimble_gemm threads=1 gemm.tile_rows=4", kernels/cpu/torch_ops/tuned_convolution.h).
 // A thread count found best for a layer timed alone can make whole replays slower (docs/cpu.md):

@@ -38,7 +38,9 @@ class ContextRecorder {
       py::dict d = space_to_python(t.space->knobs());
       d["name"] = t.name;
       d["signature"] = t.signature;
-      d["group"] = t.space->op().depthwise() ? "depthwise" : "conv";
+      d["group"] = t.space->op().kind == kernels::TunableOp::Kind::kLinear ? "linear"
+                   : t.space->op().depthwise()                             ? "depthwise"
+                                                                           : "conv";
       d["flops"] = t.space->op().flops();
       d["weight"] = static_cast<double>(t.sites.size());
       d["start"] = t.space->default_config();

@@ -14,6 +14,7 @@
 #include "csrc/kernels/cpu/torch_ops/prepacked_linear.h"
 #include "csrc/kernels/cpu/torch_ops/prepacked_weights.h"
 #include "csrc/kernels/cpu/torch_ops/tuned_convolution.h"
+#include "csrc/pipeline/replay_pipeline.h"
 #include "csrc/program/program_builder.h"
 #include "csrc/program/undeclared_writes.h"
 #include "csrc/python/bindings.h"
@@ -21,7 +22,6 @@
 #include "csrc/runtime/cpu/cpu_executor.h"
 #include "csrc/runtime/cpu/work_sharing.h"
 #include "csrc/runtime/replay.h"
-#include "csrc/pipeline/replay_pipeline.h"
 
 namespace py = pybind11;
 
@@ -85,7 +85,10 @@ py::dict describe_op(const OpNode& op) {
       d["tuning"] = kernels::TunedConvolution::of(*packed).to_string();
     } else if (arg.constant.type() ==
                c10::getCustomClassType<c10::intrusive_ptr<kernels::PrepackedLinear>>()) {
-      d["kernel"] = arg.constant.toCustomClass<kernels::PrepackedLinear>()->describe();
+      const auto packed = arg.constant.toCustomClass<kernels::PrepackedLinear>();
+      d["kernel"] = packed->describe();
+      d["shape_key"] = packed->key();
+      d["tuning"] = kernels::TunedLinear::of(*packed).to_string();
     }
   }
   return d;

@@ -18,45 +18,28 @@
 namespace nimble::slot {
 namespace {
 
-using kernels::PrepackedConvolution;
-
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The argument of `op` holding its PrepackedConvolution, or -1.
+// The argument of `op` holding its lowered product, or -1.
 int packed_argument(const OpNode& op) {
-  static const c10::TypePtr type =
-      c10::getCustomClassType<c10::intrusive_ptr<PrepackedConvolution>>();
   for (size_t i = 0; i < op.args.size(); ++i) {
     const Arg& arg = op.args[i];
-    if (arg.kind == Arg::Kind::kConstant && arg.constant.isCustomClass() &&
-        arg.constant.type() == type)
+    if (arg.kind == Arg::Kind::kConstant && LoweredProduct::of(arg.constant))
       return static_cast<int>(i);
   }
   return -1;
 }
 
-// The lowered convolution a config of the task's space asks for, for one site.
-c10::intrusive_ptr<PrepackedConvolution> candidate(const kernels::KernelSpace& space,
-                                                   const tuning::Config& config,
-                                                   const PrepackedConvolution& site) {
-  const kernels::KnobValues knobs(space.knobs(), config, "prepacked.");
-  const int64_t threads = knobs.value("threads");
-  // As a tuned lowering applies it (lowering_choices.cpp): every thread there is is the caller's.
-  return site.with_choice(PrepackedConvolution::kernel_of_name(knobs.label("kernel")),
-                          threads < at::get_num_threads() ? threads : 0,
-                          kernels::prepacked_parameters(space.op(), knobs));
-}
-
-at::Tensor run_on(PrepackedConvolution& convolution, const std::vector<at::Tensor>& live) {
+at::Tensor run_on(const LoweredProduct& product, const std::vector<at::Tensor>& live) {
   // Copies: a kernel may write its result into the residual's memory.
   const std::optional<at::Tensor> other =
       live.size() > 1 ? std::optional<at::Tensor>(live[1].clone()) : std::nullopt;
-  return convolution.run(live[0].clone(), other);
+  return product.run(live[0].clone(), other);
 }
 
-// Runs the lowered convolution and keeps its operands: the replay's kernel slot during
+// Runs the lowered product and keeps its operands: the replay's kernel slot during
 // capture_live.
 class Capture : public KernelOverride {
  public:
@@ -67,8 +50,14 @@ class Capture : public KernelOverride {
     if (!stack.at(1).isNone()) other = stack[1].toTensor();
     *live_ = {input.clone()};
     if (other) live_->push_back(other->clone());
-    const auto packed = stack.at(2).toCustomClass<PrepackedConvolution>();
-    at::Tensor result = packed->run(input, other);
+    at::Tensor result = LoweredProduct::of(stack.at(2))->run(input, other);
+    // An `.out` overload (a linear layer's where the program planned a buffer): the readers
+    // of the result read the buffer, which must hold it.
+    if (stack.size() > 3 && stack[3].isTensor()) {
+      at::Tensor out = stack[3].toTensor();
+      out.copy_(result.view(out.sizes()));
+      result = std::move(out);
+    }
     stack.clear();
     stack.emplace_back(std::move(result));
   }
@@ -81,8 +70,7 @@ class Capture : public KernelOverride {
 // The candidates in place of the task's ops for as long as it lives; the program's after.
 class Swapped {
  public:
-  Swapped(Replay& replay, const ContextTask& task,
-          const std::vector<c10::intrusive_ptr<PrepackedConvolution>>& candidates)
+  Swapped(Replay& replay, const ContextTask& task, const std::vector<LoweredProduct>& candidates)
       : replay_(replay), task_(task) {
     for (size_t i = 0; i < task.sites.size(); ++i) {
       const ContextTask::Site& site = task.sites[i];
@@ -90,7 +78,7 @@ class Swapped {
       for (const auto& [index, value] : replay.state().ops[site.op].args)
         if (index == site.arg) before = value;
       previous_.push_back(std::move(before));
-      replay.set_op_argument(site.op, site.arg, c10::IValue(candidates[i]));
+      replay.set_op_argument(site.op, site.arg, candidates[i].value());
     }
   }
   ~Swapped() {
@@ -115,15 +103,15 @@ std::vector<ContextTask> context_tasks(const Replay& replay) {
   for (int i = 0; i < static_cast<int>(program.ops.size()); ++i) {
     const int arg = packed_argument(program.ops[i]);
     if (arg < 0) continue;
-    auto packed = program.ops[i].args[arg].constant.toCustomClass<PrepackedConvolution>();
-    const std::string epilogue = describe(packed->epilogue());
-    const std::string signature = lowered_signature(packed->key(), epilogue);
+    LoweredProduct packed = *LoweredProduct::of(program.ops[i].args[arg].constant);
+    const std::string epilogue = packed.epilogue();
+    const std::string signature = lowered_signature(packed.key(), epilogue);
     const auto found = by_signature.find(signature);
     if (found != by_signature.end()) {
       tasks[found->second].sites.push_back({i, arg, std::move(packed), {}, {}});
       continue;
     }
-    const std::optional<kernels::TunableOp> op = convolution_of_shape_key(packed->key());
+    const std::optional<kernels::TunableOp> op = lowered_op_of_shape_key(packed.key());
     if (!op) continue;  // not a 2-d convolution
     auto space = std::make_shared<const kernels::KernelSpace>(lowered_space(*op));
     if (space->empty() || space->default_config().empty()) continue;
@@ -172,8 +160,9 @@ void capture_live(Replay& replay, const std::vector<at::Tensor>& inputs,
       throw std::runtime_error("capture_live: the replay did not run op " +
                                std::to_string(k.site->op));
     k.site->live = std::move(*k.live);
-    const auto rule = candidate(*k.task->space, k.task->space->default_config(), *k.site->packed);
-    k.site->reference = run_on(*rule, k.site->live);
+    const LoweredProduct rule =
+        k.site->packed.with_config(*k.task->space, k.task->space->default_config());
+    k.site->reference = run_on(rule, k.site->live);
   }
 }
 
@@ -210,10 +199,10 @@ double ContextMeasurer::timed_replay() {
 tuning::MeasureResult ContextMeasurer::measure_one(const tuning::Config& config,
                                                    const tuning::RepeatPolicy& repeats) {
   tuning::MeasureResult result;
-  std::vector<c10::intrusive_ptr<PrepackedConvolution>> built;
+  std::vector<LoweredProduct> built;
   try {
     for (const ContextTask::Site& site : task_.sites)
-      built.push_back(candidate(*task_.space, config, *site.packed));
+      built.push_back(site.packed.with_config(*task_.space, config));
   } catch (const std::exception& e) {
     result.error = tuning::MeasureError::kCompile;
     result.message = e.what();
@@ -223,7 +212,7 @@ tuning::MeasureResult ContextMeasurer::measure_one(const tuning::Config& config,
     for (size_t i = 0; i < built.size(); ++i) {
       const ContextTask::Site& site = task_.sites[i];
       const std::string wrong =
-          kernels::compare_results(run_on(*built[i], site.live), site.reference);
+          kernels::compare_results(run_on(built[i], site.live), site.reference);
       if (wrong.empty()) continue;
       result.error = tuning::MeasureError::kRuntime;
       result.message = "op " + std::to_string(site.op) + ", against the rule's kernel on its " +

@@ -1,6 +1,7 @@
 #pragma once
-// Tuning a lowered replay where it runs: one task per lowered convolution shape, over the
-// "prepacked" family's knobs (the kernel, its intra-op threads and nimble's kernel parameters),
+// Tuning a lowered replay where it runs: one task per lowered convolution or linear layer shape,
+// over the "prepacked" or "prepacked_linear" family's knobs (the kernel, its intra-op threads
+// and nimble's kernel parameters),
 // each candidate put in place of the convolutions of its shape in the replay itself, the replay
 // run, and the candidate's time read from the executor's per-op timing. The other ops run as they
 // are, so a candidate gets the replay's input layouts, the caches its neighbours leave and the
@@ -14,20 +15,20 @@
 #include <string>
 #include <vector>
 
-#include "csrc/kernels/cpu/torch_ops/prepacked_convolution.h"
 #include "csrc/kernels/kernel_measurer.h"
 #include "csrc/kernels/kernel_space.h"
 #include "csrc/runtime/replay.h"
+#include "csrc/slot/lowered_product.h"
 #include "tuning/task/task.h"
 
 namespace nimble::slot {
 
-// One lowered convolution shape of a replay and where it occurs.
+// One lowered convolution or linear layer shape of a replay and where it occurs.
 struct ContextTask {
   struct Site {
     int op = -1;
-    int arg = -1;  // the index of its PrepackedConvolution argument
-    c10::intrusive_ptr<kernels::PrepackedConvolution> packed;  // the program's
+    int arg = -1;                  // the index of its packed argument
+    LoweredProduct packed;         // the program's
     std::vector<at::Tensor> live;  // input and residual as the replay hands them (capture_live)
     at::Tensor reference;          // the rule's kernel on `live`
   };
@@ -37,7 +38,8 @@ struct ContextTask {
   std::vector<Site> sites;                            // in program order
 };
 
-// The replay's lowered convolutions grouped by lowered_signature; empty for a replay with none.
+// The replay's lowered convolutions and linear layers grouped by lowered_signature; empty for a
+// replay with none.
 std::vector<ContextTask> context_tasks(const Replay& replay);
 
 // Runs the replay once on `inputs` and keeps every site's live operands and the rule's result

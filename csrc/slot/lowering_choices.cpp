@@ -77,8 +77,40 @@ std::optional<kernels::TunableOp> convolution_of_shape_key(const std::string& si
   return op;
 }
 
+std::optional<kernels::TunableOp> linear_of_shape_key(const std::string& signature) {
+  static const std::regex form(R"((?:lowered )?linear in=(\d+)x(\d+) out=(\d+)(?: epilogue=.*)?)");
+  std::smatch m;
+  if (!std::regex_match(signature, m, form)) return std::nullopt;
+  kernels::TunableOp op;
+  op.kind = kernels::TunableOp::Kind::kLinear;
+  op.n = std::stoll(m[1].str());
+  op.c = std::stoll(m[2].str());
+  op.k = std::stoll(m[3].str());
+  if (op.n <= 0 || op.c <= 0 || op.k <= 0) return std::nullopt;
+  op.h = op.w = op.r = op.s = 1;
+  op.bias = true;
+  op.input_strides = {op.c, 1, 1, 1};
+  op.weight_strides = {op.c, 1, 1, 1};  // [k, c]: the weight nn.Linear holds
+  op.out_sizes = {op.n, op.k, 1, 1};
+  op.out_strides = {op.k, 1, 1, 1};
+  return op;
+}
+
+std::optional<kernels::TunableOp> lowered_op_of_shape_key(const std::string& signature) {
+  std::optional<kernels::TunableOp> op = linear_of_shape_key(signature);
+  return op ? op : convolution_of_shape_key(signature);
+}
+
+std::string lowered_shape_key(const kernels::TunableOp& op) {
+  return op.kind == kernels::TunableOp::Kind::kLinear
+             ? kernels::PrepackedLinear::shape_key(op.n, op.c, op.k)
+             : convolution_shape_key(op);
+}
+
 kernels::KernelSpace lowered_space(const kernels::TunableOp& op) {
-  return kernels::KernelSpace(op, {kernels::prepacked_family()});
+  return kernels::KernelSpace(
+      op, {op.kind == kernels::TunableOp::Kind::kLinear ? kernels::prepacked_linear_family()
+                                                        : kernels::prepacked_family()});
 }
 
 std::optional<kernels::TunableOp> convolution_of_signature(const std::string& signature) {
@@ -116,16 +148,16 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
     for (const std::string& signature : database.signatures(on)) {
       const bool in_context = signature.rfind("lowered ", 0) == 0;
       const std::optional<kernels::TunableOp> op =
-          in_context ? convolution_of_shape_key(signature) : convolution_of_signature(signature);
+          in_context ? lowered_op_of_shape_key(signature) : convolution_of_signature(signature);
       if (!op) continue;
       const kernels::KernelSpace space =
           in_context ? lowered_space(*op) : kernels::KernelSpace(*op, families);
-      const std::string key = convolution_shape_key(*op);
+      const std::string key = lowered_shape_key(*op);
       for (const tuning::DatabaseRecord& record : database.records(signature, on)) {
         // A record of an older space (other knobs) is not this space's config.
         if (!record.result.ok() || space.empty() || !space.knobs().valid(record.config)) continue;
         const kernels::KernelFamily& family = space.family(record.config);
-        if (family.name() != "prepacked") continue;
+        if (family.name() != "prepacked" && family.name() != "prepacked_linear") continue;
         // A record re-timed side by side with the rule's (context_confirmation.h) beats the
         // search's, whose fastest is the luckiest of hundreds of short timings; its median
         // holds against the rounds a busy machine slowed.
@@ -138,7 +170,7 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
                             found->second.seconds) <=
                 std::make_tuple(!in_context, !confirmed, seconds))
           continue;
-        const kernels::KnobValues knobs(space.knobs(), record.config, "prepacked.");
+        const kernels::KnobValues knobs(space.knobs(), record.config, family.name() + ".");
         LoweringChoice choice{knobs.label("kernel"),
                               knobs.value("threads"),
                               seconds,
@@ -147,6 +179,7 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
                               signature,
                               kernels::prepacked_parameters(*op, knobs),
                               ""};
+        // A linear layer's spec is written as a convolution's (TunedLinear), of the same names.
         kernels::TunedConvolution tuned;
         tuned.kernel = kernels::PrepackedConvolution::kernel_of_name(choice.kernel);
         tuned.threads = choice.threads < at::get_num_threads() ? choice.threads : 0;

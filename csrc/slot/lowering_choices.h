@@ -1,10 +1,12 @@
 #pragma once
 // Tuned kernels for the CPU lowering: which of the lowering's own kernels (the "prepacked"
-// family, kernels/cpu/tuning_families/prepacked_family.cpp) a tuning database found fastest for
-// each convolution shape. A lowered replay is tuned in context (context_measurer.h), its
+// family, kernels/cpu/tuning_families/prepacked_family.cpp, and for linear layers the
+// "prepacked_linear" family) a tuning database found fastest for each convolution or linear
+// layer shape. A lowered replay is tuned in context (context_measurer.h), its
 // records keyed by lowered_signature; an unlowered one's records have ATen's convolutions
 // (batch norm apart, no fused epilogue). Either is matched by shape alone (sizes, stride,
-// padding, dilation, groups), never by the full signature.
+// padding, dilation, groups), never by the full signature. Linear layers have in-context
+// records only.
 #include <map>
 #include <optional>
 #include <string>
@@ -17,7 +19,7 @@
 namespace nimble::slot {
 
 struct LoweringChoice {
-  std::string kernel;       // PrepackedConvolution::kernel_name
+  std::string kernel;       // PrepackedConvolution::kernel_name (PrepackedLinear's the same)
   int64_t threads = 0;      // intra-op threads (0: the caller's)
   double seconds = 0;       // the record's mean time per call
   bool in_context = false;  // timed in the lowered replay
@@ -43,11 +45,19 @@ std::string lowered_signature(const std::string& shape_key, const std::string& e
 // The convolution (sizes and geometry; channels_last, no epilogue) of a lowered signature or a
 // shape key; nullopt for another form.
 std::optional<kernels::TunableOp> convolution_of_shape_key(const std::string& signature);
-// What in-context records' configs index: the "prepacked" family alone.
+// A linear layer (TunableOp::Kind::kLinear: rows, in and out features, contiguous, no epilogue)
+// of PrepackedLinear::shape_key or its lowered signature; nullopt for another form.
+std::optional<kernels::TunableOp> linear_of_shape_key(const std::string& signature);
+// Either of the two above.
+std::optional<kernels::TunableOp> lowered_op_of_shape_key(const std::string& signature);
+// The shape key of a convolution or linear layer.
+std::string lowered_shape_key(const kernels::TunableOp& op);
+// What in-context records' configs index: the "prepacked" family alone, or for a linear layer
+// "prepacked_linear".
 kernels::KernelSpace lowered_space(const kernels::TunableOp& op);
 
-// Per shape key, the fastest successful "prepacked" record on `device` (any device's
-// records, the fastest overall, with `any_device`). A record timed in the lowered replay
+// Per shape key, the fastest successful "prepacked" or "prepacked_linear" record on `device` (any
+// device's records, the fastest overall, with `any_device`). A record timed in the lowered replay
 // (lowered_signature) beats any timed alone, whatever their times: they are not comparable;
 // among those, one re-timed side by side with the rule's (context_confirmation.h, ranked by
 // its median) beats the search's.

@@ -80,7 +80,9 @@ tuning::Task task_over(const kernels::KernelSpace& space, std::string name, std:
   tuning::Task t;
   t.name = std::move(name);
   t.signature = std::move(signature);
-  t.group = space.op().depthwise() ? "depthwise" : "conv";
+  t.group = space.op().kind == kernels::TunableOp::Kind::kLinear ? "linear"
+            : space.op().depthwise()                             ? "depthwise"
+                                                                 : "conv";
   t.space = space.knobs();
   t.flops = space.op().flops();
   t.weight = static_cast<double>(occurrences);

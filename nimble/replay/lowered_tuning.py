@@ -1,5 +1,5 @@
-"""A tuning database's kernels for the lowered convolutions, kept only where the replay itself
-runs them faster than the rule's.
+"""A tuning database's kernels for the lowered convolutions and linear layers, kept only where
+the replay itself runs them faster than the rule's.
 
 The tuner times a lowered replay's candidates in that replay (csrc/slot/context_measurer.h), one
 shape at a time, each op in place among the rule's kernels; a database may also hold records
@@ -112,17 +112,20 @@ def report_rows(replay, choices: dict) -> list[dict]:
         choice = choices.get(op.get("shape_key"))
         if choice is None:
             continue
+        what, family = (("lowered linear layer", "prepacked_linear")
+                        if op["shape_key"].startswith("linear ")
+                        else ("lowered convolution", "prepacked"))
         if "context_ms" not in choice:
-            reason = "lowered convolution: the database's fastest is the rule's kernel"
+            reason = f"{what}: the database's fastest is the rule's kernel"
         elif choice["kept"]:
-            reason = "lowered convolution: the database's kernel, faster in this replay"
+            reason = f"{what}: the database's kernel, faster in this replay"
         else:
-            reason = (f"lowered convolution: the database's kernel took {choice['context_ms']:.3f}"
+            reason = (f"{what}: the database's kernel took {choice['context_ms']:.3f}"
                       f" ms in this replay against the rule's {choice['default_ms']:.3f} ms; "
                       f"the rule's kept")
         rows.append(dict(
             op=index, absorbed=[], task=op["shape_key"], signature=choice["signature"],
-            kernel=f"family=prepacked prepacked.kernel={choice['spec']}",
+            kernel=f"family={family} {family}.kernel={choice['spec']}",
             record_device="", aten_ms=choice.get("default_ms", 0.0),
             tuned_ms=choice.get("context_ms", choice["ms"]), bound=choice["kept"], reason=reason,
         ))

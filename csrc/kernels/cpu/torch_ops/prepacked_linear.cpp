@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "csrc/kernels/aten_epilogue.h"
+#include "csrc/runtime/cpu/intra_op_threads.h"
 
 namespace nimble::kernels {
 
@@ -17,6 +18,18 @@ namespace {
 c10::OperatorHandle find(const char* name, const char* overload) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
 }
+
+// oneDNN on a tuned thread count, never more than the calling thread has (a CPU stream of a
+// multi-stream replay owns a share of the cores); nimble_gemm takes its count as an argument.
+class OneDnnThreads {
+ public:
+  explicit OneDnnThreads(int64_t threads) {
+    if (threads > 0 && threads < keep_.saved()) keep_.set(static_cast<int>(threads));
+  }
+
+ private:
+  KeepIntraOpThreads keep_;
+};
 
 }  // namespace
 
@@ -36,9 +49,25 @@ const char* PrepackedLinear::kernel_name(Kernel kernel) {
   return kernel == Kernel::kNimbleGemm ? "nimble_gemm" : "onednn_prepacked";
 }
 
+PrepackedLinear::Kernel PrepackedLinear::kernel_of_name(const std::string& name) {
+  for (const Kernel k : {Kernel::kOneDnn, Kernel::kNimbleGemm})
+    if (name == kernel_name(k)) return k;
+  TORCH_CHECK(false,
+              "nimble::PrepackedLinear: expected the kernel 'nimble_gemm' or 'onednn_prepacked', "
+              "got '",
+              name, "'");
+}
+
+std::string PrepackedLinear::shape_key(int64_t rows, int64_t in_features, int64_t out_features) {
+  std::ostringstream out;
+  out << "linear in=" << rows << "x" << in_features << " out=" << out_features;
+  return out.str();
+}
+
 PrepackedLinear::PrepackedLinear(at::Tensor source, bool transposed, at::Tensor bias,
                                  Epilogue epilogue, int64_t rows, std::vector<int64_t> result_sizes,
-                                 Kernel kernel, std::shared_ptr<NonFiniteWeights> non_finite)
+                                 Kernel kernel, std::shared_ptr<NonFiniteWeights> non_finite,
+                                 int64_t threads, nhwc::KernelParameters parameters)
     : source_(std::move(source)),
       bias_(std::move(bias)),
       transposed_(transposed),
@@ -46,6 +75,8 @@ PrepackedLinear::PrepackedLinear(at::Tensor source, bool transposed, at::Tensor 
       epilogue_(epilogue),
       rows_(rows),
       kernel_(kernel),
+      threads_(threads),
+      parameters_(parameters),
       result_sizes_(std::move(result_sizes)),
       unary_(find("mkldnn::_linear_pointwise", "")),
       binary_(find("mkldnn::_linear_pointwise", "binary")),
@@ -60,17 +91,12 @@ c10::intrusive_ptr<PrepackedLinear> PrepackedLinear::make(at::Tensor source, boo
                                                           std::optional<at::Tensor> bias,
                                                           std::string activation, int64_t rows,
                                                           std::string kernel) {
-  TORCH_CHECK(kernel == "nimble_gemm" || kernel == "onednn_prepacked",
-              "nimble::PrepackedLinear: expected the kernel 'nimble_gemm' or 'onednn_prepacked', "
-              "got '",
-              kernel, "'");
+  const Kernel chosen = kernel_of_name(kernel);
   const Epilogue epilogue = epilogue_of_name("nimble::PrepackedLinear", activation);
   const int64_t out = transposed ? source.size(0) : source.size(1);
   return c10::make_intrusive<PrepackedLinear>(
       std::move(source), transposed, bias.value_or(at::Tensor()), epilogue, rows,
-      std::vector<int64_t>{rows, out},
-      kernel == "nimble_gemm" ? Kernel::kNimbleGemm : Kernel::kOneDnn,
-      std::make_shared<NonFiniteWeights>());
+      std::vector<int64_t>{rows, out}, chosen, std::make_shared<NonFiniteWeights>());
 }
 
 at::Tensor PrepackedLinear::weight() const { return transposed_ ? source_.t() : source_; }
@@ -90,9 +116,11 @@ void PrepackedLinear::pack() {
     g.out_channels = w.size(1);
     nhwc_ = std::make_unique<const NhwcConvolution>(
         w.t().reshape({g.out_channels, g.in_channels, 1, 1}), bias_, g,
-        NhwcConvolution::Kind::kGemm);
+        NhwcConvolution::Kind::kGemm, nhwc::best_isa(), parameters_);
     return;
   }
+  TORCH_CHECK(parameters_.is_rule(), "nimble::PrepackedLinear: onednn_prepacked takes no kernel ",
+              "parameters, got ", parameters_.to_string());
   std::vector<c10::IValue> stack = {weight().t().contiguous(), rows_};  // oneDNN takes [out, in]
   reorder_.callBoxed(stack);
   packed_ = stack[0].toTensor();
@@ -111,7 +139,10 @@ void PrepackedLinear::pack_if_changed(bool has_residual) {
 
 at::Tensor PrepackedLinear::run(const at::Tensor& input, const std::optional<at::Tensor>& other) {
   pack_if_changed(other.has_value());
-  if (kernel_ == Kernel::kOneDnn) return run_onednn(input, other).view(result_sizes_);
+  if (kernel_ == Kernel::kOneDnn) {
+    const OneDnnThreads threads(threads_);
+    return run_onednn(input, other).view(result_sizes_);
+  }
   at::Tensor y = at::empty({input.size(0), nhwc_->out_channels()}, input.options());
   run_nimble(input, other, y);
   return y.view(result_sizes_);
@@ -128,6 +159,7 @@ void PrepackedLinear::run_into(const at::Tensor& input, const std::optional<at::
   if (kernel_ == Kernel::kNimbleGemm) {
     run_nimble(input, other, y);
   } else {
+    const OneDnnThreads threads(threads_);
     y.copy_(run_onednn(input, other));
   }
 }
@@ -143,7 +175,7 @@ void PrepackedLinear::run_nimble(const at::Tensor& input, const std::optional<at
   at::Tensor residual;
   if (epilogue_.residual) residual = other->reshape(y.sizes()).contiguous();
   nhwc_->run(x.data_ptr<float>(), y.data_ptr<float>(),
-             residual.defined() ? residual.data_ptr<float>() : nullptr, epilogue_);
+             residual.defined() ? residual.data_ptr<float>() : nullptr, epilogue_, threads_);
 }
 
 at::Tensor PrepackedLinear::run_onednn(const at::Tensor& input,
@@ -185,7 +217,21 @@ std::string PrepackedLinear::describe() const {
   out << kernel_name(kernel_) << " rows=" << rows_ << " in=" << w.size(0) << " out=" << w.size(1)
       << " bias=" << (bias_.defined() ? "yes" : "no")
       << " epilogue=" << nimble::describe(epilogue_);
+  if (threads_ > 0) out << " threads=" << threads_;
+  if (!parameters_.is_rule()) out << " " << parameters_.to_string();
   return out.str();
+}
+
+std::string PrepackedLinear::key() const {
+  const at::Tensor w = weight();
+  return shape_key(rows_, w.size(0), w.size(1));
+}
+
+c10::intrusive_ptr<PrepackedLinear> PrepackedLinear::with_choice(
+    Kernel kernel, int64_t threads, nhwc::KernelParameters parameters) const {
+  return c10::make_intrusive<PrepackedLinear>(source_, transposed_, bias_, epilogue_, rows_,
+                                              result_sizes_, kernel, finite_weights_.program(),
+                                              threads, parameters);
 }
 
 namespace {

@@ -11,7 +11,9 @@
 //   of a 1x1 convolution) on the weight packed once into column panels, the add and the
 //   activation applied as results are stored, written straight into the replay's buffer.
 //   oneDNN's fixed cost per call (primitive lookup, reorders) exceeds the whole product on
-//   small layers; this one has none to speak of.
+//   small layers; this one has none to speak of. Its tiling (kernel_parameters.h) and the
+//   intra-op threads either kernel runs on are what a tuning database chose for the shape
+//   (tuning_families/prepacked_linear_family.cpp), the rule's by default.
 // The packed weight is derived state: packed again, before the call that would read it,
 // whenever the weight (or, for nimble_gemm, which packs it too, the bias) changed since
 // (source_version.h).
@@ -42,6 +44,10 @@ class PrepackedLinear : public torch::CustomClassHolder {
   // The kernel for a product of [rows, in] by [in, out], by a rule measured per vector
   // extension of the CPU this runs on (cpu_features.h); none where ATen's op is as fast.
   static std::optional<Kernel> choose(int64_t rows, int64_t in_features, int64_t out_features);
+  // The kernel of that name (kernel_name); throws naming the names there are.
+  static Kernel kernel_of_name(const std::string& name);
+  // What tuned choices are keyed by, "linear in=17x768 out=3072" (rows x in features).
+  static std::string shape_key(int64_t rows, int64_t in_features, int64_t out_features);
 
   // The product's right operand as the trace read it, [in, out], is `source` or
   // `source.t()` (`transposed`), where `source` is the parameter watched for changes.
@@ -50,7 +56,8 @@ class PrepackedLinear : public torch::CustomClassHolder {
   // `non_finite` is shared by the program's prepacked products.
   PrepackedLinear(at::Tensor source, bool transposed, at::Tensor bias, Epilogue epilogue,
                   int64_t rows, std::vector<int64_t> result_sizes, Kernel kernel,
-                  std::shared_ptr<NonFiniteWeights> non_finite);
+                  std::shared_ptr<NonFiniteWeights> non_finite, int64_t threads = 0,
+                  nhwc::KernelParameters parameters = {});
   // The same from Python, with the kernel by name ("onednn_prepacked" or "nimble_gemm") and the
   // activation without scalars: what the kernels' benchmark and tests build.
   static c10::intrusive_ptr<PrepackedLinear> make(at::Tensor source, bool transposed,
@@ -64,6 +71,17 @@ class PrepackedLinear : public torch::CustomClassHolder {
   int64_t packed_bytes() const;
   std::string describe() const;
   static const char* kernel_name(Kernel kernel);
+  std::string key() const;  // this layer's shape_key
+  // What runs: the kernel, the intra-op threads (0: the caller's) and nimble_gemm's tiling.
+  Kernel kernel() const { return kernel_; }
+  int64_t threads() const { return threads_; }
+  const nhwc::KernelParameters& parameters() const { return parameters_; }
+  const Epilogue& epilogue() const { return epilogue_; }
+  // The same layer (weight, bias, epilogue, sizes) on another kernel, thread count and
+  // parameters: a tuning candidate put in this one's place in its replay
+  // (slot/context_measurer.h).
+  c10::intrusive_ptr<PrepackedLinear> with_choice(Kernel kernel, int64_t threads,
+                                                  nhwc::KernelParameters parameters) const;
 
  private:
   void pack_if_changed(bool has_residual);
@@ -82,6 +100,8 @@ class PrepackedLinear : public torch::CustomClassHolder {
   Epilogue epilogue_;
   int64_t rows_;
   Kernel kernel_;
+  int64_t threads_;  // intra-op threads a tuning run chose (0: the caller's)
+  nhwc::KernelParameters parameters_;
   std::vector<int64_t> result_sizes_;
   at::Tensor packed_;                            // oneDNN's
   std::unique_ptr<const NhwcConvolution> nhwc_;  // nimble_gemm's

@@ -51,4 +51,30 @@ TunedConvolution TunedConvolution::of(const PrepackedConvolution& convolution) {
   return out;
 }
 
+std::string TunedLinear::to_string() const {
+  TunedConvolution spec;
+  spec.kernel = PrepackedConvolution::kernel_of_name(PrepackedLinear::kernel_name(kernel));
+  spec.threads = threads;
+  spec.parameters = parameters;
+  return spec.to_string();
+}
+
+TunedLinear TunedLinear::parse(const std::string& spec) {
+  const TunedConvolution read = TunedConvolution::parse(spec);
+  TunedLinear out;
+  // The two share their kernels' names; a convolution's other kernels are refused here.
+  out.kernel = PrepackedLinear::kernel_of_name(PrepackedConvolution::kernel_name(read.kernel));
+  out.threads = read.threads;
+  out.parameters = read.parameters;
+  return out;
+}
+
+TunedLinear TunedLinear::of(const PrepackedLinear& linear) {
+  TunedLinear out;
+  out.kernel = linear.kernel();
+  out.threads = linear.threads();
+  out.parameters = linear.parameters();
+  return out;
+}
+
 }  // namespace nimble::kernels

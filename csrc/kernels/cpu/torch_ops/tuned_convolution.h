@@ -4,12 +4,14 @@
 // "nimble_gemm threads=1 gemm.tile_rows=4": the kernel's name (PrepackedConvolution::
 // kernel_name), then only what is not the rule's (threads 0: the caller's; parameters as
 // kernel_parameters.h writes them). A lowered convolution reports the spec it runs (of()), so
-// a replay built from a spec can be checked against it.
+// a replay built from a spec can be checked against it. A lowered linear layer's spec
+// (TunedLinear) is written the same way, of its two kernels.
 #include <cstdint>
 #include <string>
 
 #include "csrc/kernels/cpu/channels_last/kernel_parameters.h"
 #include "csrc/kernels/cpu/torch_ops/prepacked_convolution.h"
+#include "csrc/kernels/cpu/torch_ops/prepacked_linear.h"
 
 namespace nimble::kernels {
 
@@ -24,6 +26,17 @@ struct TunedConvolution {
   // none).
   static TunedConvolution parse(const std::string& spec);
   static TunedConvolution of(const PrepackedConvolution& convolution);
+};
+
+struct TunedLinear {
+  PrepackedLinear::Kernel kernel = PrepackedLinear::Kernel::kNimbleGemm;
+  int64_t threads = 0;
+  nhwc::KernelParameters parameters;  // gemm.* (nimble_gemm's) only
+
+  std::string to_string() const;
+  // Throws as TunedConvolution::parse does, and for a convolution's kernel.
+  static TunedLinear parse(const std::string& spec);
+  static TunedLinear of(const PrepackedLinear& linear);
 };
 
 }  // namespace nimble::kernels

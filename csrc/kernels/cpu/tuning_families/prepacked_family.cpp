@@ -40,16 +40,7 @@ std::vector<tuning::Knob> parameter_knobs(const TunableOp& op) {
             tuning::Knob::categorical("dw_windows", {"rule", "off"}),
             tuning::Knob::integer_range("dw_pieces", 0, 4)};
   }
-  // Rows per block below the output's rows (more is all of them, as one block).
-  const int64_t rows = op.n * op.out_h() * op.out_w();
-  std::vector<std::string> rows_per_block = {"rule"};
-  for (const int64_t r : {16, 64, 256})
-    if (r < rows) rows_per_block.push_back(std::to_string(r));
-  return {tuning::Knob::integer_range("gemm_pieces", 0, 4),
-          tuning::Knob::categorical("gemm_rows_per_block", rows_per_block),
-          tuning::Knob::integer_range("gemm_column_splits", 0, 2),
-          tuning::Knob::categorical("gemm_loop_order", {"rule", "rows", "columns"}),
-          tuning::Knob::integer_range("gemm_tile_rows", 0, 6, 2)};
+  return gemm_parameter_knobs(op);
 }
 
 std::vector<std::string> kernel_names(const TunableOp& op) {
@@ -146,6 +137,19 @@ class PrepackedFamily : public KernelFamily {
 };
 
 }  // namespace
+
+std::vector<tuning::Knob> gemm_parameter_knobs(const TunableOp& op) {
+  // Rows per block below the output's rows (more is all of them, as one block).
+  const int64_t rows = op.n * op.out_h() * op.out_w();
+  std::vector<std::string> rows_per_block = {"rule"};
+  for (const int64_t r : {16, 64, 256})
+    if (r < rows) rows_per_block.push_back(std::to_string(r));
+  return {tuning::Knob::integer_range("gemm_pieces", 0, 4),
+          tuning::Knob::categorical("gemm_rows_per_block", rows_per_block),
+          tuning::Knob::integer_range("gemm_column_splits", 0, 2),
+          tuning::Knob::categorical("gemm_loop_order", {"rule", "rows", "columns"}),
+          tuning::Knob::integer_range("gemm_tile_rows", 0, 6, 2)};
+}
 
 nhwc::KernelParameters prepacked_parameters(const TunableOp& op, const KnobValues& k) {
   nhwc::KernelParameters p;
