@@ -31,12 +31,15 @@ constexpr int64_t kHelperSplit = 2;
 constexpr int64_t kMinSplit = 8;
 // How long an idle helper polls for the next work before it sleeps: the ops a replay forks
 // come microseconds apart; a sleeping helper costs the caller a futex wake and comes late.
-// While a replay is in flight it polls with the CPU's pause instruction and keeps its core:
-// a helper that yields it to another program's spinning thread (libgomp's after an eager op,
-// ONNX Runtime's after its run) gets it back a scheduler slice later, after the replay's
-// kernels are done. Between replays, and on the caller's own core, it yields, so that the
-// caller and the threads of ATen, oneDNN and other runtimes keep their cores.
+// While a replay is in flight it polls with the CPU's pause instruction for kKeepCore and
+// keeps its core: a helper that yields it to another program's spinning thread (libgomp's
+// after an eager op, ONNX Runtime's after its run) gets it back a scheduler slice later,
+// after the replay's kernels are done. Past kKeepCore, between replays, and on the caller's
+// own core, it yields, so that the caller and the threads of ATen, oneDNN and other
+// programs keep their cores (a helper that kept its core for all of kPoll made back-to-back
+// replays slower on a machine loaded by other programs).
 constexpr std::chrono::microseconds kPoll{200};
+constexpr std::chrono::microseconds kKeepCore{50};
 constexpr int kPausesPerCheck = 64;
 // How long a caller whose units are all claimed waits with the pause before it yields.
 constexpr std::chrono::microseconds kCallerSpin{20};
@@ -223,15 +226,17 @@ class Helpers {
 
   // Polls, then sleeps, until the generation moves past `seen`.
   void await_work(uint64_t seen) {
-    const auto until = std::chrono::steady_clock::now() + kPoll;
+    const auto start = std::chrono::steady_clock::now();
     for (int spins = 1;; ++spins) {
       if (generation_.load() != seen) return;
       if (spins % kPausesPerCheck != 0) {
         cpu_pause();
         continue;
       }
-      if (std::chrono::steady_clock::now() >= until) break;
-      if (replays_.load() == 0 || sched_getcpu() == caller_cpu_.load()) std::this_thread::yield();
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= start + kPoll) break;
+      if (now >= start + kKeepCore || replays_.load() == 0 || sched_getcpu() == caller_cpu_.load())
+        std::this_thread::yield();
     }
     sleeping_.fetch_add(1);
     std::unique_lock<std::mutex> lock(sleep_mutex_);
