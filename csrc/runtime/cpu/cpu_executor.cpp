@@ -146,10 +146,12 @@ void CpuExecutor::replay(bool timed, std::vector<OpTiming>* timings) {
     const int threads = workers_.empty() ? at::get_num_threads() : threads_per_stream();
     KeepIntraOpThreads keep;
     std::optional<SharedWorkScope> shared;
+    std::optional<ReplayInFlight> in_flight;
     if (shared_work_) {
       // ATen's ops on the calling thread alone: see shared_work_ in the header.
       keep.set(1);
       shared.emplace(threads);
+      if (threads > 1) in_flight.emplace();
     } else if (!workers_.empty()) {
       keep.set(threads);
     }

@@ -1,10 +1,12 @@
 #include "csrc/runtime/cpu/work_sharing.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -16,45 +18,120 @@ namespace nimble {
 
 namespace {
 
-// One piece a thread, as OpenMP's static schedule splits: finer pieces cost the GEMM its
-// reuse of a row block across column blocks (densenet121 1.15x, googlenet 1.07x slower with
-// four a thread). A helper that is late leaves its piece to the caller.
-constexpr int64_t kPiecesPerThread = 1;
+// How a job's units are claimed. The caller claims from the front of the range, the helpers
+// from the back, so that each side's pieces stay contiguous; each claim takes a share of
+// what is left (OpenMP's guided schedule), the caller's first one unit in `threads`, as
+// OpenMP's static split gives it (finer pieces cost the GEMM its reuse of a row block across
+// column blocks: densenet121 1.15x, googlenet 1.07x slower with four a thread). A helper
+// claims half that share at a time: a helper preempted in the middle of a piece (its core
+// taken by another program's spinning thread for a scheduler slice, milliseconds) holds the
+// caller up only for the piece it runs, and the caller takes the rest. No claim is smaller
+// than one unit in kMinSplit x threads, so that small pieces do not multiply the calls.
+constexpr int64_t kHelperSplit = 2;
+constexpr int64_t kMinSplit = 8;
 // How long an idle helper polls for the next work before it sleeps: the ops a replay forks
 // come microseconds apart; a sleeping helper costs the caller a futex wake and comes late.
-// It yields while it polls, so the threads of ATen and oneDNN keep its core when they need it.
+// While a replay is in flight it polls with the CPU's pause instruction for kKeepCore and
+// keeps its core: a helper that yields it to another program's spinning thread (libgomp's
+// after an eager op, ONNX Runtime's after its run) gets it back a scheduler slice later,
+// after the replay's kernels are done. Past kKeepCore, between replays, and on the caller's
+// own core, it yields, so that the caller and the threads of ATen, oneDNN and other
+// programs keep their cores (a helper that kept its core for all of kPoll made back-to-back
+// replays slower on a machine loaded by other programs).
 constexpr std::chrono::microseconds kPoll{200};
+constexpr std::chrono::microseconds kKeepCore{50};
+constexpr int kPausesPerCheck = 64;
+// How long a caller whose units are all claimed waits with the pause before it yields.
+constexpr std::chrono::microseconds kCallerSpin{20};
+
+inline void cpu_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#else
+  std::this_thread::yield();
+#endif
+}
 
 thread_local bool t_helper = false;
 thread_local int t_shared_threads = 0;
 
 using Body = std::function<void(int64_t, int64_t)>;
 
-// One call's work. Helpers hold it by shared_ptr, so it outlives a late helper's look at it;
-// `body` (the caller's) is touched only by a thread that claimed a piece, which the caller
-// waits for.
+// One call's work: the units not yet claimed are [front, back), packed in one word so that
+// both ends move by one compare-and-swap. Helpers hold the job by shared_ptr, so it outlives
+// a late helper's look at it; `body` (the caller's) is touched only by a thread that claimed
+// units, whose end the caller waits for (`done`).
 struct Job {
   const Body* body = nullptr;
-  int64_t units = 0, pieces = 0;
-  int helpers = 0;                // helpers that may join
-  std::atomic<int64_t> next{0};   // the next piece to claim
-  std::atomic<int> in_flight{0};  // helpers between joining and leaving
+  int64_t units = 0;
+  int64_t threads = 0;
+  int helpers = 0;                 // helpers that may join
+  std::atomic<uint64_t> range{0};  // front << 32 | back
+  std::atomic<int64_t> done{0};    // units run, or skipped after a failure
   std::mutex error_mutex;
   std::exception_ptr error;
 
-  // Claims and runs pieces until none is left (or one failed); returns how many it claimed.
-  int64_t work() {
-    int64_t claimed = 0;
-    for (int64_t p; (p = next.fetch_add(1)) < pieces; ++claimed) {
+  static uint64_t pack(int64_t front, int64_t back) {
+    return static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(back);
+  }
+  void start(int64_t n, int64_t team) {
+    units = n;
+    threads = team;
+    range.store(pack(0, n));
+  }
+
+  // Claims up to a share of what is left from the front (the caller) or the back (a helper);
+  // false when nothing is left.
+  bool claim(bool front, int64_t& begin, int64_t& end) {
+    uint64_t packed = range.load();
+    for (;;) {
+      const int64_t lo = static_cast<int64_t>(packed >> 32);
+      const int64_t hi = static_cast<int64_t>(packed & 0xffffffffu);
+      if (lo >= hi) return false;
+      const int64_t left = hi - lo;
+      const bool first = front && lo == 0;
+      int64_t take = (left + threads - 1) / threads;
+      if (!front) take = (take + kHelperSplit - 1) / kHelperSplit;
+      if (!first) take = std::max(take, (units + kMinSplit * threads - 1) / (kMinSplit * threads));
+      take = std::min(take, left);
+      begin = front ? lo : hi - take;
+      end = begin + take;
+      if (range.compare_exchange_weak(packed, front ? pack(end, hi) : pack(lo, begin))) return true;
+    }
+  }
+
+  // Claims and runs units until none is left (or one failed); returns how many pieces it ran.
+  int64_t work(bool front) {
+    int64_t pieces = 0;
+    for (int64_t begin, end; claim(front, begin, end); ++pieces) {
       try {
-        (*body)(units * p / pieces, units * (p + 1) / pieces);
+        (*body)(begin, end);
       } catch (...) {
-        const std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-        next.store(pieces);  // the rest is not run
+        fail();
+      }
+      done.fetch_add(end - begin);
+    }
+    return pieces;
+  }
+
+  // The units not yet claimed are not run; the caller stops waiting for them.
+  void fail() {
+    {
+      const std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+    uint64_t packed = range.load();
+    for (;;) {
+      const int64_t lo = static_cast<int64_t>(packed >> 32);
+      const int64_t hi = static_cast<int64_t>(packed & 0xffffffffu);
+      if (lo >= hi) return;
+      if (range.compare_exchange_weak(packed, pack(hi, hi))) {
+        done.fetch_add(hi - lo);
+        return;
       }
     }
-    return claimed;
   }
 };
 
@@ -83,23 +160,34 @@ class Helpers {
     }
     auto job = std::make_shared<Job>();
     job->body = &body;
-    job->units = units;
-    job->pieces = std::min(units, int64_t{threads} * kPiecesPerThread);
+    job->start(units, threads);
     job->helpers = threads - 1;
+    caller_cpu_.store(sched_getcpu());
     std::atomic_store(&job_, job);
     generation_.fetch_add(1);
     if (sleeping_.load() > 0) {
       const std::lock_guard<std::mutex> lock(sleep_mutex_);
       wake_.notify_all();
     }
-    job->work();
-    // Every piece is claimed: wait for the helpers that joined (a helper joins before it
-    // claims, so one that claimed a piece is counted here).
-    while (job->in_flight.load() > 0) std::this_thread::yield();
+    job->work(/*front=*/true);
+    // Every unit is claimed: wait for the pieces the helpers run. Briefly with the CPU's
+    // pause (yielding hands the core to whatever else waits for it, for a scheduler slice),
+    // then yielding, for a helper that runs on this core.
+    const auto polite = std::chrono::steady_clock::now() + kCallerSpin;
+    for (int spins = 1; job->done.load() < units; ++spins) {
+      if (spins % kPausesPerCheck != 0) {
+        cpu_pause();
+      } else if (std::chrono::steady_clock::now() >= polite) {
+        std::this_thread::yield();
+        spins = 0;
+      }
+    }
     std::atomic_store(&job_, std::shared_ptr<Job>());
     if (job->error) std::rethrow_exception(job->error);
     return true;
   }
+
+  void replay(int change) { replays_.fetch_add(change); }
 
   Helpers() {
     // A child process forked from this one (a data loader's worker, say) runs its kernels on
@@ -125,9 +213,7 @@ class Helpers {
       seen = generation_.load();
       const std::shared_ptr<Job> job = std::atomic_load(&job_);
       if (!job || index >= job->helpers) continue;
-      job->in_flight.fetch_add(1);
-      helper_pieces_.fetch_add(job->work());
-      job->in_flight.fetch_sub(1);
+      helper_pieces_.fetch_add(job->work(/*front=*/false));
     }
   }
 
@@ -140,10 +226,17 @@ class Helpers {
 
   // Polls, then sleeps, until the generation moves past `seen`.
   void await_work(uint64_t seen) {
-    const auto until = std::chrono::steady_clock::now() + kPoll;
-    while (std::chrono::steady_clock::now() < until) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int spins = 1;; ++spins) {
       if (generation_.load() != seen) return;
-      std::this_thread::yield();
+      if (spins % kPausesPerCheck != 0) {
+        cpu_pause();
+        continue;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= start + kPoll) break;
+      if (now >= start + kKeepCore || replays_.load() == 0 || sched_getcpu() == caller_cpu_.load())
+        std::this_thread::yield();
     }
     sleeping_.fetch_add(1);
     std::unique_lock<std::mutex> lock(sleep_mutex_);
@@ -156,6 +249,8 @@ class Helpers {
   std::atomic<bool> forked_{false};  // this is a child process forked from the one that ran us
   std::shared_ptr<Job> job_;         // accessed through std::atomic_load / atomic_store
   std::atomic<uint64_t> generation_{0};
+  std::atomic<int> caller_cpu_{-1};  // where the last job's caller ran
+  std::atomic<int> replays_{0};      // SharedWorkScopes of two threads or more alive
   std::atomic<int> sleeping_{0};
   std::mutex sleep_mutex_;
   std::condition_variable wake_;
@@ -169,7 +264,9 @@ class Helpers {
 
 void share_work(int64_t units, int threads, const Body& body) {
   if (units <= 0) return;
-  if (threads < 2 || units < 2 || t_helper || !Helpers::instance().run(units, threads, body))
+  // Units past 2^31 (never a kernel's rows or tiles) do not fit the packed range.
+  if (threads < 2 || units < 2 || units > INT32_MAX || t_helper ||
+      !Helpers::instance().run(units, threads, body))
     body(0, units);
 }
 
@@ -180,6 +277,10 @@ SharedWorkScope::SharedWorkScope(int threads) : previous_(t_shared_threads) {
 }
 
 SharedWorkScope::~SharedWorkScope() { t_shared_threads = previous_; }
+
+ReplayInFlight::ReplayInFlight() { Helpers::instance().replay(1); }
+
+ReplayInFlight::~ReplayInFlight() { Helpers::instance().replay(-1); }
 
 int shared_work_threads() { return t_shared_threads; }
 

@@ -5,9 +5,10 @@
 // another program's threads, or idle and halted (a VM's idle vCPU takes milliseconds to wake),
 // each forked op waited that long (googlenet at 64x64: 13 ms a call after a 0.2 s pause
 // against 1.8 ms back to back; 6.9 ms alternating with ONNX Runtime and OpenVINO). Here the
-// pieces are claimed from one counter: the caller claims them until none is left, a helper
-// when it wakes, and the caller waits only for pieces a helper claimed and is running, so a
-// helper that is late finds the work done. Torch-free.
+// units are claimed from one range: the caller from its front until none is left, a helper
+// from its back, in smaller pieces, when it wakes; the caller waits only for the piece a
+// helper is running, so a helper that is late finds the work done and one preempted in its
+// piece leaves the rest to the caller. Torch-free.
 #include <cstdint>
 #include <functional>
 
@@ -37,6 +38,17 @@ class SharedWorkScope {
 
  private:
   int previous_;
+};
+
+// While one lives (a replay that shares its kernels' work, from its start to its end), idle
+// helpers keep their cores between the replay's jobs rather than yield them: another
+// runtime's spinning thread that took one would hold it for a scheduler slice.
+class ReplayInFlight {
+ public:
+  ReplayInFlight();
+  ~ReplayInFlight();
+  ReplayInFlight(const ReplayInFlight&) = delete;
+  ReplayInFlight& operator=(const ReplayInFlight&) = delete;
 };
 
 // The threads of the SharedWorkScope living on the calling thread; 0 outside one.

@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace nimble {
@@ -139,6 +140,70 @@ TEST(WorkSharing, HelpersShareTheWorkWhenTheyAreThere) {
     ran_on.insert(std::this_thread::get_id());
   });
   EXPECT_EQ(ran_on.size(), 2u);
+}
+
+// The pieces the calling thread runs while the helpers are stalled: its first is the first
+// unit in `threads` (the GEMM's large contiguous piece, as OpenMP's static split gives it),
+// then shares of the rest in order, never smaller than one unit in 8 x threads but for the
+// last, and few.
+TEST(WorkSharing, TheCallersPiecesAreLargeFirstThenShrinkInOrder) {
+  share_work(8, 2, [](int64_t, int64_t) {});
+  const StalledHelpers stalled;
+  for (const int threads : {2, 3, 4}) {
+    for (const int64_t units : {2, 7, 64, 1000}) {
+      std::vector<std::pair<int64_t, int64_t>> pieces;
+      share_work(units, threads, [&](int64_t b, int64_t e) { pieces.emplace_back(b, e); });
+      ASSERT_FALSE(pieces.empty());
+      EXPECT_EQ(pieces.front(), std::make_pair(int64_t{0}, (units + threads - 1) / threads));
+      const int64_t smallest = (units + 8 * threads - 1) / (8 * threads);
+      for (size_t i = 1; i < pieces.size(); ++i) {
+        EXPECT_EQ(pieces[i].first, pieces[i - 1].second) << units << " units";
+        EXPECT_LE(pieces[i].second - pieces[i].first, pieces[i - 1].second - pieces[i - 1].first);
+        if (i + 1 < pieces.size()) EXPECT_GE(pieces[i].second - pieces[i].first, smallest);
+      }
+      EXPECT_EQ(pieces.back().second, units);
+      EXPECT_LE(pieces.size(), static_cast<size_t>(8 * threads)) << units << " units";
+    }
+  }
+}
+
+// A helper preempted in the middle of its piece (its core taken by another program's spinning
+// thread) holds at most half a thread's share, from the back of the range: the caller runs
+// every other unit meanwhile, and waits only for that piece.
+TEST(WorkSharing, AHelperHeldInItsPieceLeavesTheRestToTheCaller) {
+  constexpr int64_t kUnits = 64;
+  bool held_one = false;
+  for (int attempt = 0; attempt < 20 && !held_one; ++attempt) {
+    share_work(8, 2, [](int64_t, int64_t) {});  // the helper polls
+    Tally tally(kUnits);
+    std::atomic<int64_t> run_by_caller{0};
+    std::atomic<bool> helper_held{false};
+    std::atomic<int64_t> held_begin{-1}, held_end{-1};
+    std::atomic<bool> rest_done_while_held{false};
+    share_work(kUnits, 2, [&](int64_t b, int64_t e) {
+      if (!in_shared_work()) {
+        for (int64_t i = b; i < e; ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        run_by_caller.fetch_add(e - b);
+      } else if (!helper_held.exchange(true)) {
+        held_begin = b;
+        held_end = e;
+        // Held until the caller has run every unit but this piece's (or long past it).
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (run_by_caller.load() < kUnits - (e - b) &&
+               std::chrono::steady_clock::now() < give_up)
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        rest_done_while_held = run_by_caller.load() == kUnits - (e - b);
+      }
+      tally(b, e);
+    });
+    ASSERT_TRUE(tally.each_once()) << "attempt " << attempt;
+    if (!helper_held.load()) continue;  // the helper came after the caller had claimed all
+    held_one = true;
+    EXPECT_TRUE(rest_done_while_held.load()) << "the caller left units to the held helper";
+    EXPECT_EQ(held_end.load(), kUnits) << "a helper's first piece is the back of the range";
+    EXPECT_LE(held_end.load() - held_begin.load(), kUnits / 4) << "the held piece is too large";
+  }
+  EXPECT_TRUE(held_one) << "no helper joined in 20 calls";
 }
 
 TEST(WorkSharing, CallersOnSeveralThreadsAtOnceEachGetTheirWorkDone) {
