@@ -140,6 +140,7 @@ py::dict comparison_to_python(const Comparison& c) {
   d["table"] = comparison_table(c);
   d["reference_ms"] = c.trace_reference_seconds * 1e3;
   d["budget_seconds"] = c.budget_seconds;
+  d["slot_seconds"] = c.slot_seconds;
   return d;
 }
 
@@ -199,15 +200,18 @@ void bind_simulator(py::module_& t) {
   t.def(
       "compare",
       [](std::vector<std::string> schedulers, std::vector<uint64_t> seeds, int tasks,
-         long trials_per_task, double slot_seconds, long budget_trials, double budget_seconds,
-         long early_stop_trials, std::optional<double> c, bool adaptive, bool cold_filter,
-         int batch_size, int mcmc_walkers, int mcmc_steps, int mcmc_samples, int threads,
-         bool finish_when_cold, const py::object& trace) {
+         long trials_per_task, std::optional<double> slot, long budget_trials,
+         double budget_seconds, long early_stop_trials, std::optional<double> c, bool adaptive,
+         bool cold_filter, int batch_size, int mcmc_walkers, int mcmc_steps, int mcmc_samples,
+         int threads, bool finish_when_cold, const py::object& trace, int mcmc_warm_steps) {
         if (schedulers.empty()) schedulers = scheduler_names();
+        // On a trace, no slot given: one batch of its median task (default_trace_slot_seconds).
+        const double slot_seconds = slot ? *slot : trace.is_none() ? 20.0 : 0.0;
         RunOptions run = run_options(slot_seconds, budget_trials, budget_seconds, early_stop_trials,
                                      c, false, -0.25, 0, adaptive, cold_filter, batch_size,
                                      mcmc_walkers, mcmc_steps, mcmc_samples);
         run.finish_when_cold = finish_when_cold;
+        run.mcmc_warm_steps = mcmc_warm_steps;
         SimulationOptions base = simulation_options(schedulers[0], 0, tasks, trials_per_task, run);
         if (!trace.is_none()) base.trace = trace_from_python(trace.cast<py::dict>());
         for (const auto& name : schedulers) make_scheduler(name, base.scheduler_options);
@@ -221,16 +225,18 @@ void bind_simulator(py::module_& t) {
 
       py::arg("schedulers") = std::vector<std::string>{},
       py::arg("seeds") = std::vector<uint64_t>{0, 1, 2, 3, 4}, py::arg("tasks") = 12,
-      py::arg("trials_per_task") = 400, py::arg("slot_seconds") = 20.0,
+      py::arg("trials_per_task") = 400, py::arg("slot_seconds") = py::none(),
       py::arg("budget_trials") = 0, py::arg("budget_seconds") = inf,
       py::arg("early_stop_trials") = 200, py::arg("c") = py::none(), py::arg("adaptive") = true,
       py::arg("cold_filter") = true, py::arg("batch_size") = 8, py::arg("mcmc_walkers") = 10,
       py::arg("mcmc_steps") = 500, py::arg("mcmc_samples") = 200, py::arg("threads") = 2,
       py::arg("finish_when_cold") = false, py::arg("trace") = py::none(),
+      py::arg("mcmc_warm_steps") = 40,
       "Every scheduler on the same simulated models, one per seed; medians over seeds. "
       "finish_when_cold: a task finishes once every candidate left is cold (docs/tuning.md). "
       "trace: a recorded model (nimble.tuning.trace.load) replayed instead, every seed on it with "
-      "its own noise, against a budget of a third of exhausting it unless one is given.");
+      "its own noise, against a budget of a third of exhausting it and slots of one batch of its "
+      "median task unless they are given.");
 
   t.def(
       "trace_budget_seconds",
@@ -241,6 +247,16 @@ void bind_simulator(py::module_& t) {
       },
       py::arg("trace"), py::arg("adaptive") = true,
       "A third of what measuring every configuration of the trace once takes.");
+
+  t.def(
+      "trace_slot_seconds",
+      [](const py::dict& trace, bool adaptive) {
+        SimulationOptions o = default_simulation_options();
+        o.tuner.adaptive_evaluator = adaptive;
+        return default_trace_slot_seconds(*trace_from_python(trace), o);
+      },
+      py::arg("trace"), py::arg("adaptive") = true,
+      "What one batch of the search costs on the trace's median task: a comparison's slot.");
 
   t.def(
       "trace_spaces",

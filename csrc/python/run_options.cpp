@@ -20,6 +20,7 @@ void RunOptions::apply(TunerOptions& t, SchedulerOptions& s) const {
   s.dynatune.belief.mcmc.walkers = mcmc_walkers;
   s.dynatune.belief.mcmc.steps = mcmc_steps;
   s.dynatune.belief.mcmc.samples = mcmc_samples;
+  s.dynatune.belief.warm_steps = mcmc_warm_steps;
 }
 
 RunOptions run_options(double slot_seconds, long budget_trials, double budget_seconds,

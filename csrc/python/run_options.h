@@ -27,6 +27,7 @@ struct RunOptions {
   int mcmc_walkers = 10;
   int mcmc_steps = 500;
   int mcmc_samples = 200;
+  int mcmc_warm_steps = 40;  // a refit from the task's previous walkers; 0: every fit cold
   uint64_t seed = 0;
 
   void apply(tuning::TunerOptions& t, tuning::SchedulerOptions& s) const;

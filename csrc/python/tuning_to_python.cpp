@@ -72,6 +72,7 @@ py::dict tuning_report_to_dict(const TuningReport& r) {
   d["tuning_seconds"] = r.tuning_seconds;
   d["slot_seconds"] = r.slot_seconds;
   d["scheduler_wall_seconds"] = r.scheduler_wall_seconds;
+  d["scheduler_cpu_seconds"] = r.scheduler_cpu_seconds;
   d["search_wall_seconds"] = r.search_wall_seconds;
   d["initial_model_ms"] = finite_or_none(r.initial_model_seconds * 1e3);
   d["final_model_ms"] = finite_or_none(r.final_model_seconds * 1e3);

@@ -45,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-trials", type=int, default=0, help="total trial budget")
     p.add_argument("--budget-seconds", type=float, default=math.inf, help="total tuning-time budget")
     p.add_argument("--slot-seconds", type=float, default=None,
-                   help="length of a scheduling slot (default 20 simulated, 3 with zoo models)")
+                   help="length of a scheduling slot (default 20 simulated, 3 with zoo models, "
+                        "one batch of the median task on a trace)")
     p.add_argument("--early-stop-trials", type=int, default=200,
                    help="a task without improvement for this many trials is finished")
     p.add_argument("--c", type=float, default=None,
@@ -72,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", action="store_true", help="run every scheduler on the same models")
     p.add_argument("--seeds", type=int, default=None,
                    help="with --compare: seeds 0..N-1 (default 5 simulated, 1 with --model)")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="with --compare --trace: seeds from this one on (a held-out set)")
     p.add_argument("--schedulers", default="", help="with --compare: comma-separated subset")
     p.add_argument("--threads", type=int, default=2, help="with --compare: runs in parallel")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -6,7 +6,6 @@ schedulers on one."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -77,14 +76,11 @@ def compare_command(args, trace: dict, common_kwargs) -> int:
     """Every scheduler on `trace`, one noise seed each (docs/tuning.md, "Comparing")."""
     from .._C import tuning
 
-    # The real tuner's slot (nimble/tuning/tune.py), the trace's costs being real ones; shorter
-    # on a trace so small that its budget would hold fewer than 20 slots.
-    budget = (args.budget_seconds if math.isfinite(args.budget_seconds)
-              else tuning.trace_budget_seconds(trace, adaptive=not args.no_adaptive))
+    # Unless given, the slot is one batch of the trace's median task (docs/tuning.md, "Comparing").
     if args.slot_seconds is None:
-        args.slot_seconds = float(f"{min(3.0, budget / 20):.2g}")
+        args.slot_seconds = tuning.trace_slot_seconds(trace, adaptive=not args.no_adaptive)
     schedulers = [s for s in args.schedulers.split(",") if s] or tuning.scheduler_names()
-    seeds = list(range(5 if args.seeds is None else args.seeds))
+    seeds = list(range(args.first_seed, args.first_seed + (5 if args.seeds is None else args.seeds)))
     started = time.monotonic()
     result = tuning.compare(schedulers=schedulers, seeds=seeds, threads=args.threads, trace=trace,
                             **common_kwargs(args))
@@ -99,7 +95,8 @@ def compare_command(args, trace: dict, common_kwargs) -> int:
                                    "remeasured_final_ms", "cold_time_share", "stop_reason",
                                    "tuning_seconds", "remeasured_curve")}
                 for r in result["runs"]]
-        print(json.dumps({k: result[k] for k in ("rows", "table", "reference_ms", "budget_seconds")}
+        print(json.dumps({k: result[k] for k in ("rows", "table", "reference_ms", "budget_seconds",
+                                                 "slot_seconds")}
                          | {"seeds": seeds, "wall_seconds": wall, "runs": runs,
                             "optimum_ms": optimum_ms(trace),
                             "exhaustive_seconds": exhaustive_seconds(trace)}))
@@ -109,7 +106,7 @@ def compare_command(args, trace: dict, common_kwargs) -> int:
           f"configurations{', lowered, timed in the replay' if trace.get('lowered') else ''}; "
           f"exhausting it takes {exhaustive_seconds(trace):.0f} s), seeds "
           f"{seeds[0]}..{seeds[-1]}, budget {result['budget_seconds']:.0f} s, "
-          f"{args.slot_seconds:g} s slots; times to 95%/99% of {result['reference_ms']:.4f} ms, "
+          f"{args.slot_seconds:.2g} s slots; times to 95%/99% of {result['reference_ms']:.4f} ms, "
           f"the best re-measured final latency of any run (the trace's optimum: "
           f"{optimum_ms(trace):.4f} ms); medians over seeds [fastest-slowest seed]; cold time "
           f"share: tuning time on candidates at least 2x slower than their task's best")

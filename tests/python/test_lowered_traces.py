@@ -206,12 +206,20 @@ def test_recording_a_small_lowered_model_in_context(tmp_path):
 def test_command_line_compares_on_a_lowered_trace():
     done = subprocess.run(
         [sys.executable, "-m", "nimble", "tune", "--compare", "--trace", str(LOWERED),
-         "--seeds", "5", "--json", "--mcmc-steps", "100"],
+         "--seeds", "5", "--first-seed", "3", "--json", "--mcmc-steps", "100"],
         capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert [r["scheduler"] for r in out["rows"]] == tuning.scheduler_names()
+    assert sorted({r["seed"] for r in out["runs"]}) == [3, 4, 5, 6, 7]
     assert out["budget_seconds"] <= out["exhaustive_seconds"] / 3
+    # One batch of the median task: 8 candidates at two repeats, each at its task's mean cost.
+    t = trace.load(str(LOWERED))
+    batches = sorted(8 * sum(s + (2 * r if e == "none" else 0) for s, r, e in zip(
+        x["setup_seconds"], x["repeat_seconds"], x["error"])) / len(x["configs"])
+        for x in t["tasks"])
+    assert out["slot_seconds"] == pytest.approx(batches[len(batches) // 2])
+    assert out["slot_seconds"] == pytest.approx(tuning.trace_slot_seconds(t))
     for row in out["rows"]:
         assert row["unfinished_runs"] == 5
         assert len(row["time_to_99_spread_s"]) == 2

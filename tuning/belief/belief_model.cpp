@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 namespace nimble::tuning {
@@ -38,8 +39,30 @@ double expected_improvement(double mean, double stddev, double best) {
   return (mean - best) * cdf + stddev * pdf;
 }
 
+namespace {
+
+// The previous fit's walkers, where they still fit the segment: the ones inside the new
+// support, the others replaced by copies of those (the stretch move spreads them again).
+// Nothing when fewer than two remain or the chain was on another segment.
+std::vector<Eigen::VectorXd> warm_walkers(
+    const BeliefChain* chain, size_t segment_start,
+    const std::function<double(const Eigen::VectorXd&)>& log_prob) {
+  if (!chain || chain->segment_start != segment_start || chain->walkers.size() < 2) return {};
+  std::vector<Eigen::VectorXd> inside;
+  for (const Eigen::VectorXd& w : chain->walkers)
+    if (std::isfinite(log_prob(w))) inside.push_back(w);
+  if (inside.size() < 2) return {};
+  std::vector<Eigen::VectorXd> out = inside;
+  for (size_t i = 0; out.size() < chain->walkers.size(); ++i)
+    out.push_back(inside[i % inside.size()]);
+  return out;
+}
+
+}  // namespace
+
 BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
-                                const BeliefOptions& options, std::mt19937_64& rng) {
+                                const BeliefOptions& options, std::mt19937_64& rng,
+                                BeliefChain* chain) {
   BeliefPrediction out;
   const std::vector<size_t> starts =
       segment_starts(history, options.jump_threshold, options.min_segment_points);
@@ -64,13 +87,23 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
   }
   std::vector<double> log_xs(xs.size());
   for (size_t i = 0; i < xs.size(); ++i) log_xs[i] = std::log(xs[i]);
-  // Maximum likelihood under the prior's ceiling (the device peak) starts the sampler.
-  const CurveFit fit = fit_log_power_at_log(log_xs, ys, 1.0);
   const double log_x_next = std::log(static_cast<double>(n + std::max(1, horizon)));
   const double last = history.back();
   // The noise level is what the best fit leaves; a floor keeps a perfect fit from collapsing
-  // the posterior to a point.
-  const double sigma = std::max(fit.rmse, 0.005 * last);
+  // the posterior to a point. Warm, the best fit is the previous walkers' best on the new data
+  // (they sample around the least-squares fit), which spares the Levenberg-Marquardt restarts.
+  const bool may_warm = chain && chain->segment_start == begin && chain->walkers.size() >= 2;
+  CurveFit fit;
+  if (may_warm) {
+    double least = std::numeric_limits<double>::infinity();
+    for (const Eigen::VectorXd& w : chain->walkers)
+      least = std::min(least, sum_squares({w[0], w[1], w[2]}, log_xs, ys));
+    fit.rmse = std::sqrt(least / static_cast<double>(log_xs.size()));
+  } else {
+    // Maximum likelihood under the prior's ceiling (the device peak) starts the sampler.
+    fit = fit_log_power_at_log(log_xs, ys, 1.0);
+  }
+  double sigma = std::max(fit.rmse, 0.005 * last);
   const auto log_prob = [&](const Eigen::VectorXd& v) {
     const LogPowerParams p{v[0], v[1], v[2]};
     // Uniform prior on a box: a positive ceiling no higher than the device peak (1 after
@@ -79,34 +112,46 @@ BeliefPrediction predict_belief(const std::vector<double>& history, int horizon,
       return -std::numeric_limits<double>::infinity();
     // ...whose prediction is not worse than the best already measured.
     if (log_power_at_log(p, log_x_next) < last) return -std::numeric_limits<double>::infinity();
-    double ss = 0;
-    for (size_t i = 0; i < log_xs.size(); ++i) {
-      const double r = log_power_at_log(p, log_xs[i]) - ys[i];
-      ss += r * r;
-    }
-    return -0.5 * ss / (sigma * sigma);
+    return -0.5 * sum_squares(p, log_xs, ys) / (sigma * sigma);
   };
-  // The least-squares fit may violate the prior: lift its ceiling above the best measured
-  // value and, if needed, move its half-way point earlier until the prediction clears it.
-  Eigen::VectorXd start = fit.params.vector();
-  start[0] = std::clamp(std::max(start[0], 1.02 * last), 1e-9, 1.0);
-  start[2] = std::clamp(start[2], -19.0, -2e-3);
-  start[1] = std::clamp(start[1], -9.0, 24.0);
-  for (int attempt = 0; attempt < 2 && start[0] > last && !std::isfinite(log_prob(start));
-       ++attempt) {
-    // f(x_next) >= last  <=>  b <= ln(x_next) - ln(a / last - 1) / c; a flat curve (c near 0)
-    // cannot get there within the prior's range of b, so steepen it on the second try.
-    if (attempt == 1) start[2] = std::min(start[2], -1.0);
-    const double latest_b = log_x_next - std::log(start[0] / last - 1) / start[2] - 1e-3;
-    start[1] = std::clamp(std::min(start[1], latest_b), -9.9, 24.0);
+  std::vector<Eigen::VectorXd> walkers = warm_walkers(chain, begin, log_prob);
+  EnsembleResult posterior;
+  if (!walkers.empty()) {
+    EnsembleOptions warm = options.mcmc;
+    warm.steps = options.warm_steps;
+    posterior = sample_ensemble_from(log_prob, std::move(walkers), warm, rng);
+  } else {
+    if (may_warm) {
+      fit = fit_log_power_at_log(log_xs, ys, 1.0);
+      sigma = std::max(fit.rmse, 0.005 * last);
+    }
+    // The least-squares fit may violate the prior: lift its ceiling above the best measured
+    // value and, if needed, move its half-way point earlier until the prediction clears it.
+    Eigen::VectorXd start = fit.params.vector();
+    start[0] = std::clamp(std::max(start[0], 1.02 * last), 1e-9, 1.0);
+    start[2] = std::clamp(start[2], -19.0, -2e-3);
+    start[1] = std::clamp(start[1], -9.0, 24.0);
+    for (int attempt = 0; attempt < 2 && start[0] > last && !std::isfinite(log_prob(start));
+         ++attempt) {
+      // f(x_next) >= last  <=>  b <= ln(x_next) - ln(a / last - 1) / c; a flat curve (c near 0)
+      // cannot get there within the prior's range of b, so steepen it on the second try.
+      if (attempt == 1) start[2] = std::min(start[2], -1.0);
+      const double latest_b = log_x_next - std::log(start[0] / last - 1) / start[2] - 1e-3;
+      start[1] = std::clamp(std::min(start[1], latest_b), -9.9, 24.0);
+    }
+    if (!std::isfinite(log_prob(start))) {
+      // No increasing curve under the device peak stays above the data: nothing to expect.
+      if (chain) chain->walkers.clear();
+      out.valid = true;
+      out.mean = last;
+      return out;
+    }
+    posterior = sample_ensemble(log_prob, start, options.mcmc, rng);
   }
-  if (!std::isfinite(log_prob(start))) {
-    // No increasing curve under the device peak stays above the data: nothing to expect.
-    out.valid = true;
-    out.mean = last;
-    return out;
+  if (chain) {
+    chain->segment_start = begin;
+    chain->walkers = posterior.walkers;
   }
-  const EnsembleResult posterior = sample_ensemble(log_prob, start, options.mcmc, rng);
   double sum = 0;
   double sum_sq = 0;
   for (const auto& s : posterior.samples) {

@@ -6,6 +6,16 @@
 #include <stdexcept>
 
 namespace nimble::tuning {
+
+double sum_squares(const LogPowerParams& p, const std::vector<double>& log_xs,
+                   const std::vector<double>& ys) {
+  double s = 0;
+  for (size_t i = 0; i < log_xs.size(); ++i) {
+    const double r = log_power_at_log(p, log_xs[i]) - ys[i];
+    s += r * r;
+  }
+  return std::isfinite(s) ? s : std::numeric_limits<double>::infinity();
+}
 namespace {
 
 // The fit runs in unconstrained coordinates (u, b, v) with a = max_a * sigmoid(u) (or e^u
@@ -22,18 +32,6 @@ struct Coordinates {
     return {u, p.b, std::log(-p.c)};
   }
 };
-
-// The fit works on ln x (log_power_at_log: one exp per point instead of a pow and an exp);
-// it runs a dozen Levenberg-Marquardt descents per slot of DynaTune.
-double sum_squares(const LogPowerParams& p, const std::vector<double>& log_xs,
-                   const std::vector<double>& ys) {
-  double s = 0;
-  for (size_t i = 0; i < log_xs.size(); ++i) {
-    const double r = log_power_at_log(p, log_xs[i]) - ys[i];
-    s += r * r;
-  }
-  return std::isfinite(s) ? s : std::numeric_limits<double>::infinity();
-}
 
 // Levenberg-Marquardt with a forward-difference Jacobian: three parameters need nothing more.
 LogPowerParams levenberg_marquardt(const Coordinates& coords, LogPowerParams start,

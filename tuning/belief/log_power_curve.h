@@ -22,6 +22,12 @@ inline double log_power_at_log(const LogPowerParams& p, double log_x) {
   return p.a / (1.0 + std::exp(p.c * (log_x - p.b)));
 }
 
+// Squared error of the curve at (ln x, y) pairs; infinity where it is not finite. On ln x (one
+// exp per point instead of a pow and an exp): the fit's descents and the sampler call it
+// thousands of times a slot.
+double sum_squares(const LogPowerParams& p, const std::vector<double>& log_xs,
+                   const std::vector<double>& ys);
+
 struct CurveFit {
   LogPowerParams params;
   double rmse = 0;

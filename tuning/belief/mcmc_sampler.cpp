@@ -15,7 +15,6 @@ EnsembleResult sample_ensemble(const LogProbability& log_prob, const Eigen::Vect
   if (!std::isfinite(start_lp)) throw std::invalid_argument("MCMC start is outside the support");
 
   std::normal_distribution<double> normal(0, 1);
-  std::uniform_real_distribution<double> uniform(0, 1);
   std::vector<Eigen::VectorXd> x(walkers);
   std::vector<double> lp(walkers);
   for (int k = 0; k < walkers; ++k) {
@@ -35,7 +34,20 @@ EnsembleResult sample_ensemble(const LogProbability& log_prob, const Eigen::Vect
       scale *= 0.5;
     }
   }
+  return sample_ensemble_from(log_prob, std::move(x), options, rng);
+}
 
+EnsembleResult sample_ensemble_from(const LogProbability& log_prob, std::vector<Eigen::VectorXd> x,
+                                    const EnsembleOptions& options, std::mt19937_64& rng) {
+  const int walkers = static_cast<int>(x.size());
+  if (walkers < 2) throw std::invalid_argument("the stretch move needs at least two walkers");
+  const Eigen::Index dim = x[0].size();
+  std::vector<double> lp(walkers);
+  for (int k = 0; k < walkers; ++k) {
+    lp[k] = log_prob(x[k]);
+    if (!std::isfinite(lp[k])) throw std::invalid_argument("an MCMC walker is outside the support");
+  }
+  std::uniform_real_distribution<double> uniform(0, 1);
   const int burn = options.steps / 2;
   const int kept_steps = options.steps - burn;
   const int wanted_steps = std::max(1, (options.samples + walkers - 1) / walkers);
@@ -68,6 +80,7 @@ EnsembleResult sample_ensemble(const LogProbability& log_prob, const Eigen::Vect
     }
   }
   result.acceptance_fraction = proposed ? static_cast<double>(accepted) / proposed : 0.0;
+  result.walkers = std::move(x);
   return result;
 }
 

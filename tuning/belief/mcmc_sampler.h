@@ -20,6 +20,7 @@ struct EnsembleOptions {
 struct EnsembleResult {
   std::vector<Eigen::VectorXd> samples;
   double acceptance_fraction = 0;
+  std::vector<Eigen::VectorXd> walkers;  // where the walkers ended: a later chain's start
 };
 
 using LogProbability = std::function<double(const Eigen::VectorXd&)>;
@@ -27,5 +28,12 @@ using LogProbability = std::function<double(const Eigen::VectorXd&)>;
 // `log_prob` returns -infinity outside the prior's support; `start` must be inside it.
 EnsembleResult sample_ensemble(const LogProbability& log_prob, const Eigen::VectorXd& start,
                                const EnsembleOptions& options, std::mt19937_64& rng);
+
+// The same from given walkers (options.walkers is then their number), e.g. the ones a chain on
+// slightly less data ended at: they are near the posterior already, so a short chain suffices.
+// Every walker must be inside the support.
+EnsembleResult sample_ensemble_from(const LogProbability& log_prob,
+                                    std::vector<Eigen::VectorXd> walkers,
+                                    const EnsembleOptions& options, std::mt19937_64& rng);
 
 }  // namespace nimble::tuning

@@ -79,11 +79,13 @@ std::optional<size_t> DynaTuneScheduler::choose(const SchedulerView& view) {
 
 void DynaTuneScheduler::observe(size_t task, const SchedulerView& view) {
   if (beliefs_.size() < view.tasks.size()) beliefs_.resize(view.tasks.size());
+  if (chains_.size() < view.tasks.size()) chains_.resize(view.tasks.size());
   const TaskProgress& t = view.tasks[task];
   std::vector<double> normalized(*t.best_gflops_history);
   for (double& v : normalized) v /= view.peak_gflops;
   beliefs_[task] = predict_belief(
-      normalized, static_cast<int>(std::max<long>(t.last_slot_trials, 1)), options_.belief, rng_);
+      normalized, static_cast<int>(std::max<long>(t.last_slot_trials, 1)), options_.belief, rng_,
+      options_.belief.warm_steps > 0 ? &chains_[task] : nullptr);
 }
 
 bool DynaTuneScheduler::slot_ends_when_flat(size_t task, const SchedulerView& view) const {

@@ -65,6 +65,7 @@ class DynaTuneScheduler : public TaskScheduler {
   DynaTuneOptions options_;
   std::mt19937_64 rng_;
   std::vector<BeliefPrediction> beliefs_;  // rested arms: refreshed only when a task is tuned
+  std::vector<BeliefChain> chains_;        // each task's last fit, where its next one starts
 };
 
 }  // namespace nimble::tuning

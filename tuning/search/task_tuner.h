@@ -78,6 +78,8 @@ class TaskTuner {
  private:
   std::vector<Config> search(int count);  // the proposal, before it is marked in flight
   std::vector<Config> random_unvisited(int count, std::unordered_set<Config, ConfigHash>& taken);
+  // Before the cost model has data: the task's start, then its one-knob neighbours, then random.
+  std::vector<Config> first_proposals(int count, std::unordered_set<Config, ConfigHash>& taken);
   void retrain();
 
   const Task& task_;

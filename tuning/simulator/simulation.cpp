@@ -51,12 +51,25 @@ MeasureCallback remeasure_into(const Trace& trace, std::shared_ptr<const TraceTr
   };
 }
 
+int minimum_repeats(const SimulationOptions& options) {
+  return std::max(1, options.tuner.adaptive_evaluator ? options.tuner.evaluator.min_repeats
+                                                      : options.tuner.fixed_repeats);
+}
+
 }  // namespace
 
 double default_trace_budget_seconds(const Trace& trace, const SimulationOptions& options) {
-  const int repeats = options.tuner.adaptive_evaluator ? options.tuner.evaluator.min_repeats
-                                                       : options.tuner.fixed_repeats;
-  return exhaustive_seconds(trace, std::max(1, repeats)) / 3;
+  return exhaustive_seconds(trace, minimum_repeats(options)) / 3;
+}
+
+double default_trace_slot_seconds(const Trace& trace, const SimulationOptions& options) {
+  std::vector<double> batch;
+  for (const TraceTask& t : trace.tasks)
+    batch.push_back(task_exhaustive_seconds(t, minimum_repeats(options)) /
+                    static_cast<double>(std::max<size_t>(t.points.size(), 1)) *
+                    std::max(1, options.tuner.search.batch_size));
+  const double slot = median(batch);
+  return std::isfinite(slot) && slot > 0 ? slot : options.tuner.slot_seconds;
 }
 
 SimulationOptions default_simulation_options() {
@@ -79,6 +92,8 @@ TuningReport run_simulation(const SimulationOptions& options, TuningDatabase* da
   if (o.trace) o.model.tasks = static_cast<int>(o.trace->tasks.size());
   if (o.trace && o.tuner.budget_trials == 0 && !std::isfinite(o.tuner.budget_seconds))
     o.tuner.budget_seconds = default_trace_budget_seconds(*o.trace, o);
+  if (o.trace && !(o.tuner.slot_seconds > 0))
+    o.tuner.slot_seconds = default_trace_slot_seconds(*o.trace, o);
   if (o.tuner.budget_trials == 0 && !std::isfinite(o.tuner.budget_seconds))
     o.tuner.budget_trials = o.trials_per_task * o.model.tasks;
   if (o.scheduler_options.sequential_trials_per_task == 0)
@@ -143,6 +158,8 @@ Comparison compare_schedulers(const std::vector<std::string>& schedulers,
     out.budget_seconds = std::isfinite(t.budget_seconds) || t.budget_trials > 0
                              ? t.budget_seconds
                              : default_trace_budget_seconds(*base.trace, base);
+    out.slot_seconds =
+        t.slot_seconds > 0 ? t.slot_seconds : default_trace_slot_seconds(*base.trace, base);
   }
   for (const auto& r : out.runs) {
     if (base.trace) break;
@@ -170,8 +187,9 @@ Comparison compare_schedulers(const std::vector<std::string>& schedulers,
       const double slots = static_cast<double>(std::max<long>(r.report.slots, 1));
       // Over the tuning time, as the command line reports it: slots that end early (their
       // task finished) count for what they took, not for their nominal length.
-      overhead.push_back(r.report.scheduler_wall_seconds / std::max(r.report.tuning_seconds, 1e-9));
-      per_slot.push_back(r.report.scheduler_wall_seconds / slots * 1e3);
+      // The scheduler's CPU time: real time of its code, not inflated by other programs.
+      overhead.push_back(r.report.scheduler_cpu_seconds / std::max(r.report.tuning_seconds, 1e-9));
+      per_slot.push_back(r.report.scheduler_cpu_seconds / slots * 1e3);
       cold.push_back(r.report.cold_time_share);
     }
     out.rows.push_back({name, median(t95), median(t99), median(final_ms), median(speedup),

@@ -30,6 +30,15 @@ struct SimulationOptions {
 // every recorded configuration once, as recorded, takes, so that no run can finish every task.
 double default_trace_budget_seconds(const Trace& trace, const SimulationOptions& options);
 
+// The slot a run on a trace gets when its options give none (slot_seconds <= 0): what one batch
+// of the search costs on the trace's median task (batch_size candidates at the evaluator's
+// minimum repeats, each at its task's mean recorded cost). DynaTune's slots are a fixed number
+// of trials (its L); a batch is the least a search can be given, and a budget of a third of the
+// trace holds about three batches a task, so any longer slot makes the round every scheduler
+// gives each task before it can compare them take most of the budget. Every scheduler of a
+// comparison gets the same slot.
+double default_trace_slot_seconds(const Trace& trace, const SimulationOptions& options);
+
 // Simulations default to what makes runs comparable and reproducible: measurement time only.
 SimulationOptions default_simulation_options();
 
@@ -59,7 +68,7 @@ struct ComparisonRow {
   double median_time_to_99 = 0;
   double median_final_ms = 0;
   double median_speedup_vs_sequential = 0;  // sequential's time to 99% / this one's, per seed
-  double median_overhead_share = 0;         // scheduler wall time / tuning time
+  double median_overhead_share = 0;         // scheduler CPU time / tuning time
   double median_scheduler_ms_per_slot = 0;
   double median_cold_time_share = 0;
   // Spread over seeds: the fastest and the slowest seed (infinity: some seed never got there).
@@ -76,6 +85,7 @@ struct Comparison {
   // lucky noise draw must not set a bar that no run really reached).
   double trace_reference_seconds = 0;
   double budget_seconds = 0;  // on a trace: the budget the runs had
+  double slot_seconds = 0;    // the slot they had
 };
 
 // Every scheduler on the model of every seed; `threads` runs go in parallel.

@@ -60,11 +60,16 @@ long trace_early_stop_trials(const TraceTask& task) {
   return std::max<long>(16, static_cast<long>(task.points.size()) / 4);
 }
 
+double task_exhaustive_seconds(const TraceTask& task, int repeats) {
+  double total = 0;
+  for (const TracePoint& p : task.points)
+    total += p.setup_seconds + (p.error == MeasureError::kNone ? repeats * p.repeat_seconds : 0);
+  return total;
+}
+
 double exhaustive_seconds(const Trace& trace, int repeats) {
   double total = 0;
-  for (const TraceTask& t : trace.tasks)
-    for (const TracePoint& p : t.points)
-      total += p.setup_seconds + (p.error == MeasureError::kNone ? repeats * p.repeat_seconds : 0);
+  for (const TraceTask& t : trace.tasks) total += task_exhaustive_seconds(t, repeats);
   return total;
 }
 

@@ -60,8 +60,10 @@ KnobSpace trace_space(const TraceTask& task);
 // the synthetic models' 200 flat trials in a space of 150 would only spend the budget on tails.
 long trace_early_stop_trials(const TraceTask& task);
 
-// Tuning seconds to measure every configuration of every task once with `repeats` repeats: what
-// finishing every task can at most take.
+// Tuning seconds to measure every configuration of the task once with `repeats` repeats.
+double task_exhaustive_seconds(const TraceTask& task, int repeats);
+
+// The same over every task: what finishing every task can at most take.
 double exhaustive_seconds(const Trace& trace, int repeats);
 
 // What a trace says a tuned model runs at, without measurement noise: how runs are re-measured

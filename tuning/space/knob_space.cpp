@@ -175,6 +175,21 @@ Config KnobSpace::neighbor(const Config& config, std::mt19937_64& rng) const {
   return config;
 }
 
+std::vector<Config> KnobSpace::one_knob_neighbors(const Config& config) const {
+  std::vector<Config> out;
+  for (size_t k = 0; k < knobs_.size() && k < config.size(); ++k) {
+    if (!active(config, static_cast<int>(k))) continue;
+    for (int v = 0; v < knobs_[k].size(); ++v) {
+      if (v == config[k]) continue;
+      Config next = config;
+      next[k] = v;
+      pin_inactive(next);
+      if (valid(next)) out.push_back(std::move(next));
+    }
+  }
+  return out;
+}
+
 std::vector<float> KnobSpace::features(const Config& config) const {
   std::vector<float> f(config.size());
   for (size_t i = 0; i < config.size(); ++i)

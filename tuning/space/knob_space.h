@@ -49,6 +49,10 @@ class KnobSpace {
   // A valid config that differs from `config` in one active knob (a step for ordered knobs);
   // knobs that a changed parent activates take random values.
   Config neighbor(const Config& config, std::mt19937_64& rng) const;
+  // Every valid config that differs from `config` in one active knob, that knob through all its
+  // other values; knobs a changed parent activates take their first value. Knob order, then
+  // value order.
+  std::vector<Config> one_knob_neighbors(const Config& config) const;
   // Inactive knobs have feature -1.
   std::vector<float> features(const Config& config) const;
   // "name=label ..." over the active knobs.

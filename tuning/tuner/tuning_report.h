@@ -38,7 +38,10 @@ struct TuningReport {
   double tuning_seconds = 0;
   double slot_seconds = 0;
   double scheduler_wall_seconds = 0;  // real time spent in choose/observe, summed
-  double search_wall_seconds = 0;     // real time spent proposing candidates
+  // CPU time of the thread running them: the scheduler's own cost, which other programs on a
+  // loaded machine do not inflate as they do its wall time.
+  double scheduler_cpu_seconds = 0;
+  double search_wall_seconds = 0;  // real time spent proposing candidates
   double initial_model_seconds = 0;
   double final_model_seconds = 0;
   double cold_time_share = 0;  // share of measurement time spent on cold candidates

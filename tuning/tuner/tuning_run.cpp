@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <limits>
 
 namespace nimble::tuning {
@@ -64,10 +65,18 @@ void TuningRun::stop(std::string reason) {
   if (report_.stop_reason.empty()) report_.stop_reason = std::move(reason);
 }
 
+double TuningRun::thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 std::optional<size_t> TuningRun::choose(TaskScheduler& scheduler, bool skip_busy) {
   const SchedulerView view = refreshed_view(skip_busy);
   const auto start = Clock::now();
+  const double cpu = thread_cpu_seconds();
   const std::optional<size_t> chosen = scheduler.choose(view);
+  report_.scheduler_cpu_seconds += thread_cpu_seconds() - cpu;
   report_.scheduler_wall_seconds += since(start);
   return chosen;
 }
@@ -81,7 +90,9 @@ bool TuningRun::budget_committed() const {
 void TuningRun::observe(TaskScheduler& scheduler, size_t k) {
   const SchedulerView view = refreshed_view();
   const auto start = Clock::now();
+  const double cpu = thread_cpu_seconds();
   scheduler.observe(k, view);
+  report_.scheduler_cpu_seconds += thread_cpu_seconds() - cpu;
   report_.scheduler_wall_seconds += since(start);
   if (options_.charge_search_time) now_ += since(start);
 }

@@ -97,6 +97,7 @@ class TuningRun {
   };
 
   static double since(Clock::time_point start);
+  static double thread_cpu_seconds();
   // A task's latency per occurrence: the tuned kernel when it beats the baseline kernel.
   static double task_seconds(const Task& task, const TaskTuner& tuner);
 

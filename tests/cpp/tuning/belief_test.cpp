@@ -106,6 +106,36 @@ TEST(BeliefModel, ARisingCurveIsExpectedToImproveMoreThanASaturatedOne) {
   EXPECT_GE(s.mean, saturated.back());
 }
 
+TEST(BeliefModel, AWarmRefitAgreesWithAColdOneAndRestartsOnANewSegment) {
+  std::vector<double> h;
+  for (int i = 1; i <= 40; ++i) h.push_back(log_power({0.6, 4.0, -1.2}, i));
+  BeliefOptions o = small_budget();
+  std::mt19937_64 rng(4);
+  BeliefChain chain;
+  const BeliefPrediction first = predict_belief(h, 8, o, rng, &chain);
+  ASSERT_TRUE(first.valid);
+  EXPECT_EQ(chain.segment_start, first.segment_start);
+  EXPECT_EQ(chain.walkers.size(), static_cast<size_t>(o.mcmc.walkers));
+  const std::vector<Eigen::VectorXd> before = chain.walkers;
+  // One slot later: eight more points on the same segment.
+  for (int i = 41; i <= 48; ++i) h.push_back(log_power({0.6, 4.0, -1.2}, i));
+  const BeliefPrediction warm = predict_belief(h, 8, o, rng, &chain);
+  const BeliefPrediction cold = predict_belief(h, 8, o, rng);
+  ASSERT_TRUE(warm.valid);
+  EXPECT_NE(chain.walkers[0], before[0]);  // the walkers moved on from where they were
+  EXPECT_NEAR(warm.mean, cold.mean, 2 * cold.stddev);
+  EXPECT_NEAR(warm.expected_improvement, cold.expected_improvement,
+              0.5 * cold.expected_improvement + 1e-4);
+  EXPECT_NEAR(warm.mean, log_power({0.6, 4.0, -1.2}, 56), 3 * warm.stddev + 0.01);
+  // A jump starts a new segment: the chain of the old one is not used, and now holds the new.
+  for (int i = 1; i <= 30; ++i) h.push_back(log_power({0.4, 2.0, -1.5}, i) + 0.5);
+  const BeliefPrediction jumped = predict_belief(h, 8, o, rng, &chain);
+  ASSERT_TRUE(jumped.valid);
+  EXPECT_EQ(jumped.segment_start, 48u);
+  EXPECT_EQ(chain.segment_start, 48u);
+  EXPECT_GE(jumped.mean, h.back());
+}
+
 TEST(BeliefModel, NeedsHistoryAndRespectsThePeak) {
   std::mt19937_64 rng(2);
   EXPECT_FALSE(predict_belief({0, 0, 0.1}, 8, small_budget(), rng).valid);

@@ -136,6 +136,34 @@ TEST(KnobSpace, ConditionalKnobsCountOnlyUnderTheirParent) {
   EXPECT_THROW(bad.add_condition("threads", "family", {"winograd"}), std::invalid_argument);
 }
 
+TEST(KnobSpace, OneKnobNeighboursAreEveryValidConfigOneActiveKnobAway) {
+  const KnobSpace s = conditional_space();
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    const Config c = s.random_config(rng);
+    const std::vector<Config> near = s.one_knob_neighbors(c);
+    const std::set<Config> unique(near.begin(), near.end());
+    EXPECT_EQ(unique.size(), near.size());
+    // Brute force: every valid config whose active knobs (under c's or its own parent choice)
+    // differ from c's in exactly one, where a changed parent leaves its new children at 0.
+    std::set<Config> expected;
+    for (int i = 0; i < 20000; ++i) {
+      const Config r = s.random_config(rng);
+      int differing = 0;
+      bool children_at_first = true;
+      for (size_t k = 0; k < r.size(); ++k) {
+        const bool on_c = s.active(c, static_cast<int>(k));
+        const bool on_r = s.active(r, static_cast<int>(k));
+        if (on_c && on_r && r[k] != c[k]) ++differing;
+        if (!on_c && on_r && r[k] != 0) children_at_first = false;
+      }
+      if (differing == 1 && children_at_first) expected.insert(r);
+    }
+    EXPECT_EQ(unique, expected) << s.describe(c);
+    for (const Config& n : near) EXPECT_TRUE(s.valid(n));
+  }
+}
+
 TEST(KnobSpace, RandomConfigsAndNeighborsOfConditionalSpacesAreValidAndReachEverything) {
   const KnobSpace s = conditional_space();
   std::mt19937_64 rng(7);

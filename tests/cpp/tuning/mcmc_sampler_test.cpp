@@ -111,6 +111,33 @@ TEST(EnsembleSampler, RespectsATruncatingPrior) {
   EXPECT_LT(ks, 0.06);
 }
 
+TEST(EnsembleSampler, ContinuesFromTheWalkersAPreviousChainEndedAt) {
+  // N(mu, 1) posterior in 2-D: a long chain, then a short one from its walkers, already there.
+  const Eigen::Vector2d mu(3, -2);
+  const auto log_prob = [&](const Eigen::VectorXd& x) { return -0.5 * (x - mu).squaredNorm(); };
+  std::mt19937_64 rng(5);
+  EnsembleOptions o;
+  o.walkers = 16;
+  o.init_scale = 0.1;
+  const EnsembleResult first = sample_ensemble(log_prob, Eigen::Vector2d(2.5, -1.5), o, rng);
+  ASSERT_EQ(first.walkers.size(), 16u);
+  EnsembleOptions short_chain = o;
+  short_chain.steps = 400;
+  short_chain.samples = 3200;
+  const EnsembleResult next = sample_ensemble_from(log_prob, first.walkers, short_chain, rng);
+  ASSERT_EQ(next.samples.size(), 3200u);
+  const Moments m = moments(next.samples);
+  EXPECT_NEAR(m.mean[0], 3, 0.3);
+  EXPECT_NEAR(m.mean[1], -2, 0.3);
+  EXPECT_NEAR(m.cov(0, 0), 1, 0.5);
+  std::vector<Eigen::VectorXd> outside = first.walkers;
+  const auto bounded = [&](const Eigen::VectorXd& x) {
+    return x[0] < 100 ? log_prob(x) : -std::numeric_limits<double>::infinity();
+  };
+  outside[3] = Eigen::Vector2d(200, 0);
+  EXPECT_THROW(sample_ensemble_from(bounded, outside, short_chain, rng), std::invalid_argument);
+}
+
 TEST(EnsembleSampler, RejectsAStartOutsideTheSupport) {
   const LogProbability never = [](const Eigen::VectorXd&) {
     return -std::numeric_limits<double>::infinity();

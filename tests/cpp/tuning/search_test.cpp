@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 #include <unordered_set>
 
 #include "test_tasks.h"
@@ -86,6 +87,32 @@ TEST(TaskTuner, ProposesTheStartFirstAndOnce) {
     for (const Config& c : batch) EXPECT_NE(c, task.start);
     tuner.record(batch, task.measurer->measure(batch, AdaptiveEvaluator({}, tuner.best_seconds())));
   }
+}
+
+TEST(TaskTuner, MeasuresTheStartsWholeNeighbourhoodBeforeTheModelsPicks) {
+  Task task = testing::bowl_task("near", 1e9, 1, 6);
+  std::mt19937_64 rng(9);
+  task.start = task.space.random_config(rng);
+  const std::vector<Config> near = task.space.one_knob_neighbors(task.start);
+  const std::set<Config> neighbourhood(near.begin(), near.end());
+  ASSERT_GT(near.size(), 8u);
+  SearchOptions options;
+  options.cold_filter.enabled = false;  // every neighbour is proposed, none judged cold
+  TaskTuner tuner(task, options, 6);
+  std::set<Config> proposed;
+  std::vector<Config> order;
+  while (proposed.size() < near.size() + 1) {
+    const std::vector<Config> batch = tuner.propose(8);
+    ASSERT_FALSE(batch.empty());
+    for (const Config& c : batch) {
+      proposed.insert(c);
+      order.push_back(c);
+    }
+    tuner.record(batch, task.measurer->measure(batch, AdaptiveEvaluator({}, tuner.best_seconds())));
+  }
+  EXPECT_EQ(order[0], task.start);
+  for (size_t i = 1; i <= near.size(); ++i)
+    EXPECT_TRUE(neighbourhood.count(order[i])) << "proposal " << i << " is not a neighbour";
 }
 
 TEST(TaskTuner, ExhaustsASmallSpaceWithoutRepeating) {

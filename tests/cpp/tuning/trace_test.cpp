@@ -138,6 +138,41 @@ TEST(TraceSimulation, DefaultBudgetIsAThirdOfExhaustingTheTraceAndRunsOut) {
   EXPECT_LT(r.final_model_seconds, r.initial_model_seconds);
 }
 
+TEST(TraceSimulation, DefaultSlotIsOneBatchOfTheMedianTask) {
+  auto trace = std::make_shared<Trace>(*skewed_trace());
+  // Make the tasks' measurements cost 1x, 2x, 3x and 10x: the median is between the middle two.
+  for (size_t i = 0; i < trace->tasks.size(); ++i)
+    for (TracePoint& p : trace->tasks[i].points) {
+      const double scale = i == 3 ? 10.0 : static_cast<double>(i + 1);
+      p.setup_seconds *= scale;
+      p.repeat_seconds *= scale;
+    }
+  SimulationOptions o = fast_options();
+  o.tuner.search.batch_size = 8;
+  // Per task: 71 configurations at setup + 2 repeats (0.07 s), one that failed at setup only.
+  const double batch = 8 * (71 * 0.07 + 0.05) / 72;
+  EXPECT_NEAR(default_trace_slot_seconds(*trace, o), 2.5 * batch, 1e-9);
+  o.tuner.adaptive_evaluator = false;
+  o.tuner.fixed_repeats = 4;
+  EXPECT_NEAR(default_trace_slot_seconds(*trace, o), 2.5 * 8 * (71 * 0.09 + 0.05) / 72, 1e-9);
+  // A run without a slot gets it; one with a slot keeps its own.
+  o = fast_options();
+  o.trace = trace;
+  o.tuner.slot_seconds = 0;
+  EXPECT_NEAR(run_simulation(o).slot_seconds, 2.5 * batch, 1e-9);
+  o.tuner.slot_seconds = 1.5;
+  EXPECT_EQ(run_simulation(o).slot_seconds, 1.5);
+  const Comparison c = compare_schedulers(
+      {"round-robin"}, {0},
+      [&] {
+        SimulationOptions derived = o;
+        derived.tuner.slot_seconds = 0;
+        return derived;
+      }(),
+      1);
+  EXPECT_NEAR(c.slot_seconds, 2.5 * batch, 1e-9);
+}
+
 TEST(TraceSimulation, TasksStartAtTheRecordedRuleAndStopOnAQuarterOfTheirRecording) {
   auto trace = std::make_shared<Trace>(*skewed_trace());
   trace->tasks[0].start = {0, 2, 3, 0};
