@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -161,6 +162,39 @@ TEST_P(GemmConvolutionIsaTest, MatchesNaiveReferenceOnRandomGeometries) {
     expect_close(p.run(GetParam()), p.reference(),
                  "trial " + std::to_string(trial) + ": " + describe(p));
     if (HasFatalFailure()) return;
+  }
+}
+
+// Layers of 1-3 input channels reduce over a kernel row's taps at once, and their pixels whose
+// window reaches into the padding read a copy of it: every window position (all paddings,
+// strides, row dilations, several images, blocks that start mid-row or mid-image) against the
+// reference.
+TEST_P(GemmConvolutionIsaTest, FewChannelLayersMatchReferenceOnEveryPaddedWindow) {
+  std::mt19937 rng(7);
+  const auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 150; ++trial) {
+    using G = ConvolutionGeometry;
+    const std::vector<std::tuple<int64_t G::*, int64_t, int64_t>> ranges = {
+        {&G::images, 1, 3},    {&G::in_channels, 1, 3}, {&G::out_channels, 1, 70},
+        {&G::kernel_h, 1, 7},  {&G::kernel_w, 2, 7},    {&G::stride_h, 1, 3},
+        {&G::stride_w, 1, 3},  {&G::pad_h, 0, 3},       {&G::pad_w, 0, 3},
+        {&G::dilation_h, 1, 2}};
+    G g;
+    for (const auto& [field, lo, hi] : ranges) g.*field = pick(lo, hi);
+    g.height = g.dilation_h * (g.kernel_h - 1) + 1 + pick(0, 20);
+    g.width = g.kernel_w + pick(0, 20);
+    const Problem p = make_problem(g, rng, pick(0, 1) == 1, pick(0, 1) == 1, random_epilogue(rng));
+    const std::vector<float> want = p.reference();
+    GemmTiling odd_blocks;
+    odd_blocks.rows_per_block = pick(1, 40);
+    for (const GemmTiling& t : {GemmTiling{}, odd_blocks}) {
+      expect_close(p.run(GetParam(), t), want,
+                   "trial " + std::to_string(trial) + ": " + describe(p) + " rows " +
+                       std::to_string(t.rows_per_block));
+      if (HasFatalFailure()) return;
+    }
   }
 }
 

@@ -64,6 +64,9 @@ class GemmConvolution {
   // Rows of the register tiles of a block of `block_rows`: the tile shape's, capped by the
   // tiling's tile_rows (every height below the shape's has its kernel).
   int64_t register_tile_rows(int64_t block_rows, bool narrow_only) const;
+  // The input window of output pixel `pixel` of the image at `image`, zeros in the padding,
+  // as [kernel_h][kernel_w][in_channels] (merged_taps_).
+  void copy_window(const float* image, int64_t pixel, float* window) const;
 
   ConvolutionGeometry geometry_;
   Isa isa_;
@@ -83,17 +86,24 @@ class GemmConvolution {
   bool narrow_last_ = false;
   // 1x1, stride 1, no padding: row r reads input + r * in_channels in place, no offsets_.
   bool direct_ = false;
+  // Few input channels, one group (.cpp, kMergeTapsBelowChannels): the kernel reduces over
+  // kernel_h taps of kernel_w x in_channels floats each (the packing is the same: a kernel
+  // row's taps and channels are consecutive in it); offsets_ then holds one offset a kernel
+  // row, and pixels whose window reaches into the padding read a copy of it (copy_window)
+  // through window_offsets_.
+  bool merged_taps_ = false;
+  std::vector<int32_t> window_offsets_;
   // Tiling, fixed at construction from the geometry. A tile should be worth a thread: about
   // kTileMacs (.cpp: 256 Ki multiply-adds, ~5 us on one Zen 4 core) each, and at least two
   // tiles once the whole product is worth splitting (128 Ki multiply-adds, ~2.5 us, a few
   // times what waking a second thread costs). Groups are column blocks of their own; rows
   // are split next, into blocks of at least 8 rows (one full register tile) and at most what
   // keeps a block's input (rows x taps x group channels) within 256 KiB of L2, as a block's
-  // panels are swept over the same rows; rows per block are rounded to whole register tiles
-  // when blocks are large. A group's panels are split only when rows cannot be: few-row
-  // products (linear layers, late small feature maps) split their panels. E.g. (rows, C, K):
-  // (4, 576, 160) is 1 x 2 tiles, (1, 1280, 1000) 1 x 4, (3136, 24, 144) 40 x 1.
-  // A GemmTiling replaces any of these choices (kernel_parameters.h).
+  // panels are swept over the same rows; a block is a whole number of register tiles, all of
+  // one height (the rows split evenly into tiles of at most the tile shape's rows). A group's
+  // panels are split only when rows cannot be: few-row products (linear layers, late small feature
+  // maps) split their panels. E.g. (rows, C, K): (4, 576, 160) is 1 x 2 tiles, (1, 1280, 1000) 1 x
+  // 4, (3136, 24, 144) 40 x 1. A GemmTiling replaces any of these choices (kernel_parameters.h).
   int64_t rows_per_block_ = 1, panels_per_block_ = 1, blocks_per_group_ = 1;
   int64_t max_tile_rows_ = 0;  // 0: the tile shape's
   // run()'s order over its tiles: row blocks outside when the whole packed weight is small

@@ -92,12 +92,17 @@ PrepackedConvolution::Kernel PrepackedConvolution::choose(c10::IntArrayRef weigh
   // (docs/cpu.md, "Winograd"): 1.3x-2.0x from 32 input channels on maps of 7x7 to 112x112 at
   // batch 1 and 8, 1.05x-1.2x on 4x4 to 16x16 maps at batch 1; slower with few input
   // channels (3 or 16: 0.63x-0.97x, the transforms are most of the work) and on a 2x2 map
-  // at batch 1 (0.75x: 16/9 of the weight bytes read for one tile).
+  // at batch 1 (0.75x: 16/9 of the weight bytes read for one tile). Those numbers were taken
+  // with the weights in cache; in a model whose weights do not fit the last-level cache
+  // (resnet18's 47 MB) a layer of few tiles streams its weight from memory, and there the
+  // transformed weight's 16/9 bytes cost more than the multiply-adds saved: on the Xeon, one
+  // thread, caches flushed, 256 > 256 channels on a 4x4 map 0.81x (4 tiles), 128 > 128 on
+  // 8x8 1.0x (16 tiles), 512 > 512 on 7x7 1.25x. Hence at least 32 output pixels.
   const WinogradAsked winograd = winograd_asked();
   if (winograd != WinogradAsked::kNowhere && winograd_applies(weight_sizes, geometry) &&
       (winograd == WinogradAsked::kEverywhere ||
        (input_sizes[1] >= 32 &&
-        input_sizes[0] * output_pixels(input_sizes, weight_sizes, geometry) >= 16)))
+        input_sizes[0] * output_pixels(input_sizes, weight_sizes, geometry) >= 32)))
     return Kernel::kNimbleWinograd;
   if (groups == 1 || weight_sizes[0] / groups > 8) return Kernel::kNimbleGemm;
   if (geometry.padding.size() != 2 || geometry.stride.size() != 2 || geometry.dilation.size() != 2)
