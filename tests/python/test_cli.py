@@ -417,7 +417,7 @@ def test_bench_peers_skips_a_runtime_that_differs_or_fails_with_the_reason_and_n
     timed = []
 
     def fake_timing(times):
-        def timing(fns, runs, warmup):
+        def timing(fns, runs, warmup, shuffle_seed=None):
             timed.append(len(fns))
             for fn in fns:
                 fn()  # each timed callable runs: a skipped runtime's count would move
