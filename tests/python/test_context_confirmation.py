@@ -3,11 +3,10 @@
 hundreds of short timings, so `prepare(tuned=db)` takes, per shape, the fastest of the
 configurations re-timed in turn with the rule's in the replay, not the search's minimum."""
 
-import json
-
 import pytest
 
 import nimble
+from tuning_records import database, record_line
 from nimble import zoo
 from nimble.tuning.tune import CONFIRM_SHARE
 
@@ -17,21 +16,6 @@ def lowered():
     model, x = zoo.build("torchvision:resnet18", image_size=32)
     model = zoo.realistic_weights(model.eval(), lambda: model(x))
     return model, x, nimble.Nimble(model).prepare(x)
-
-
-def _line(signature, config, seconds, run="run"):
-    return json.dumps({"run": run, "signature": signature,
-                       "device": nimble._C.kernels.device_key(), "config": config,
-                       "seconds": seconds, "error": "none", "message": "", "cost_seconds": 0.0,
-                       "cut_short": False, "recorded_at": 0.0})
-
-
-def _database(tmp_path, lines):
-    path = tmp_path / "records.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    db = str(tmp_path / "tune.db")
-    assert nimble._C.tuning.TuningDatabase(db).import_jsonl(str(path)) == len(lines)
-    return db
 
 
 def _tasks(fast):
@@ -57,8 +41,8 @@ def test_a_lucky_search_record_is_re_timed_and_loses_its_luck(lowered, tmp_path)
     lucky = next(c for c in task["configs"] if c != task["start"])
     # The search's records: the rule's at a realistic time, another configuration a thousand
     # times faster (the luck of one quiet moment). Before re-timing, the lucky one is chosen.
-    db = _database(tmp_path, [_line(task["signature"], task["start"], [1e-3]),
-                              _line(task["signature"], lucky, [1e-6])])
+    db = database(tmp_path, [record_line(task["signature"], task["start"], [1e-3]),
+                              record_line(task["signature"], lucky, [1e-6])])
     key = _key(task["signature"])
     assert nimble._C.kernels.lowering_choices(db)[key]["ms"] == pytest.approx(1e-3)
 
@@ -89,12 +73,12 @@ def test_only_tasks_whose_search_beat_the_rule_are_re_timed(lowered, tmp_path):
     _, _, fast = lowered
     first, second = _tasks(fast)[:2]
     other = next(c for c in second["configs"] if c != second["start"])
-    db = _database(tmp_path, [
-        _line(first["signature"], first["start"], [1e-6]),  # the rule is the search's fastest
-        _line(first["signature"], next(c for c in first["configs"] if c != first["start"]),
+    db = database(tmp_path, [
+        record_line(first["signature"], first["start"], [1e-6]),  # the rule is the search's fastest
+        record_line(first["signature"], next(c for c in first["configs"] if c != first["start"]),
               [1e-3]),
-        _line(second["signature"], second["start"], [2e-3]),
-        _line(second["signature"], other, [1e-3]),
+        record_line(second["signature"], second["start"], [2e-3]),
+        record_line(second["signature"], other, [1e-3]),
     ])
     assert [t["signature"] for t in _confirm(fast, db)] == [second["signature"]]
     # No time: nothing is re-timed, and nothing is written.
@@ -107,9 +91,9 @@ def test_re_timed_records_win_over_the_search_s_whatever_their_times(lowered, tm
     _, _, fast = lowered
     task = _tasks(fast)[0]
     other = next(c for c in task["configs"] if c != task["start"])
-    db = _database(tmp_path, [
-        _line(task["signature"], other, [1e-6]),
-        _line(task["signature"], task["start"], [3e-3, 1e-3, 2e-3], run="confirmed in context"),
+    db = database(tmp_path, [
+        record_line(task["signature"], other, [1e-6]),
+        record_line(task["signature"], task["start"], [3e-3, 1e-3, 2e-3], run="confirmed in context"),
     ])
     choice = nimble._C.kernels.lowering_choices(db)[_key(task["signature"])]
     # The re-timed record, ranked by its median (2 ms), not its mean or the search's 1 us.

@@ -6,12 +6,11 @@ where the replay runs it faster than the rule's, and are refused where it runs s
 tuned replay stays eager's. (Every knob value against ATen: tests/cpp/kernels/
 prepacked_linear_knobs_test.cpp.)"""
 
-import json
-
 import pytest
 import torch
 
 import nimble
+from tuning_records import database, record_line
 from nimble.replay import lowered_tuning
 from nimble.testing import assert_matches_eager
 
@@ -44,13 +43,6 @@ def _linear_ops(fast):
             if op.get("shape_key", "").startswith("linear ")]
 
 
-def _line(signature, config, seconds):
-    return json.dumps({"run": "test", "signature": signature,
-                       "device": nimble._C.kernels.device_key(), "config": config,
-                       "seconds": seconds, "error": "none", "message": "", "cost_seconds": 0.0,
-                       "cut_short": False, "recorded_at": 0.0})
-
-
 def _record(task, labels):
     """A database line: `task`'s config setting the knobs named in `labels` (without the
     family's prefix) to those labels, every other knob at its first value, timed faster than
@@ -59,15 +51,7 @@ def _record(task, labels):
     for name, values in task["knobs"]:
         short = name.removeprefix("prepacked_linear.")
         config.append(values.index(labels[short]) if short in labels else 0)
-    return _line(task["signature"], config, [1e-9])
-
-
-def _database(tmp_path, lines):
-    path = tmp_path / "records.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    db = str(tmp_path / "tune.db")
-    assert nimble._C.tuning.TuningDatabase(db).import_jsonl(str(path)) == len(lines)
-    return db
+    return record_line(task["signature"], config, [1e-9], run="test")
 
 
 def test_the_lowered_linear_layers_are_in_context_tasks(lowered):
@@ -95,7 +79,7 @@ def test_a_linear_record_is_applied_where_the_replay_runs_it_faster(lowered, tmp
     model, x, fast = lowered
     task = next(t for t in nimble._C.kernels.context_tasks(fast.replay)
                 if t["signature"].startswith("lowered linear in=17x37 out=96"))
-    db = _database(tmp_path, [_record(task, {"kernel": "nimble_gemm", "threads": "1",
+    db = database(tmp_path, [_record(task, {"kernel": "nimble_gemm", "threads": "1",
                                              "gemm_tile_rows": "2",
                                              "gemm_loop_order": "columns"})])
     key = "linear in=17x37 out=96"
@@ -145,8 +129,8 @@ def test_a_linear_layers_search_record_is_re_timed_against_the_rule(lowered, tmp
     task = next(t for t in recorded if t["signature"].startswith("lowered linear in=17x96"))
     lucky = next(c for c in task["configs"] if c != task["start"])
     # The search's records: the rule's at a realistic time, another a thousand times faster.
-    db = _database(tmp_path, [_line(task["signature"], task["start"], [1e-3]),
-                              _line(task["signature"], lucky, [1e-6])])
+    db = database(tmp_path, [record_line(task["signature"], task["start"], [1e-3], run="test"),
+                              record_line(task["signature"], lucky, [1e-6], run="test")])
     with program.snapshot():
         done = nimble._C.kernels.confirm_in_context(fast.replay, program.example_inputs, db, 1e9,
                                                     rounds=3, repeats=1)
