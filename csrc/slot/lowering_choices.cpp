@@ -179,12 +179,9 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
                               signature,
                               kernels::prepacked_parameters(*op, knobs),
                               ""};
-        // A linear layer's spec is written as a convolution's (TunedLinear), of the same names.
-        kernels::TunedConvolution tuned;
-        tuned.kernel = kernels::PrepackedConvolution::kernel_of_name(choice.kernel);
-        tuned.threads = choice.threads < at::get_num_threads() ? choice.threads : 0;
-        tuned.parameters = choice.parameters;
-        choice.spec = tuned.to_string();
+        choice.spec = kernels::tuned_spec(
+            choice.kernel, choice.threads < at::get_num_threads() ? choice.threads : 0,
+            choice.parameters);
         out[key] = std::move(choice);
       }
     }

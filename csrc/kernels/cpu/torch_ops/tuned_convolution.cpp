@@ -5,20 +5,27 @@
 
 namespace nimble::kernels {
 
-std::string TunedConvolution::to_string() const {
-  std::string out = PrepackedConvolution::kernel_name(kernel);
+std::string tuned_spec(const std::string& kernel, int64_t threads,
+                       const nhwc::KernelParameters& parameters) {
+  std::string out = kernel;
   if (threads > 0) out += " threads=" + std::to_string(threads);
   const std::string words = parameters.to_string();
   if (!words.empty()) out += " " + words;
   return out;
 }
 
-TunedConvolution TunedConvolution::parse(const std::string& spec) {
+template <class Product>
+std::string TunedChoice<Product>::to_string() const {
+  return tuned_spec(Product::kernel_name(kernel), threads, parameters);
+}
+
+template <class Product>
+TunedChoice<Product> TunedChoice<Product>::parse(const std::string& spec) {
   std::istringstream in(spec);
   std::string name;
   in >> name;
-  TunedConvolution out;
-  out.kernel = PrepackedConvolution::kernel_of_name(name);
+  TunedChoice out;
+  out.kernel = Product::kernel_of_name(name);
   std::string rest;
   for (std::string word; in >> word;) {
     if (word.rfind("threads=", 0) == 0) {
@@ -27,8 +34,7 @@ TunedConvolution TunedConvolution::parse(const std::string& spec) {
       } catch (const std::exception&) {
         out.threads = -1;
       }
-      if (out.threads < 0)
-        throw std::invalid_argument("tuned convolution '" + spec + "': bad " + word);
+      if (out.threads < 0) throw std::invalid_argument("tuned spec '" + spec + "': bad " + word);
       continue;
     }
     rest += word + " ";
@@ -36,45 +42,25 @@ TunedConvolution TunedConvolution::parse(const std::string& spec) {
   out.parameters = nhwc::KernelParameters::parse(rest);
   const bool gemm = !(out.parameters.gemm == nhwc::GemmTiling{});
   const bool depthwise = !(out.parameters.depthwise == nhwc::DepthwiseBlocking{});
-  if ((gemm && out.kernel != PrepackedConvolution::Kernel::kNimbleGemm) ||
-      (depthwise && out.kernel != PrepackedConvolution::Kernel::kNimbleDepthwise))
-    throw std::invalid_argument("tuned convolution '" + spec +
-                                "': parameters of a kernel other than " + name);
+  // Named as the convolution's kernels, whose names a linear layer's share.
+  using Convolution = PrepackedConvolution::Kernel;
+  if ((gemm && name != PrepackedConvolution::kernel_name(Convolution::kNimbleGemm)) ||
+      (depthwise && name != PrepackedConvolution::kernel_name(Convolution::kNimbleDepthwise)))
+    throw std::invalid_argument("tuned spec '" + spec + "': parameters of a kernel other than " +
+                                name);
   return out;
 }
 
-TunedConvolution TunedConvolution::of(const PrepackedConvolution& convolution) {
-  TunedConvolution out;
-  out.kernel = convolution.kernel();
-  out.threads = convolution.threads();
-  out.parameters = convolution.parameters();
+template <class Product>
+TunedChoice<Product> TunedChoice<Product>::of(const Product& product) {
+  TunedChoice out;
+  out.kernel = product.kernel();
+  out.threads = product.threads();
+  out.parameters = product.parameters();
   return out;
 }
 
-std::string TunedLinear::to_string() const {
-  TunedConvolution spec;
-  spec.kernel = PrepackedConvolution::kernel_of_name(PrepackedLinear::kernel_name(kernel));
-  spec.threads = threads;
-  spec.parameters = parameters;
-  return spec.to_string();
-}
-
-TunedLinear TunedLinear::parse(const std::string& spec) {
-  const TunedConvolution read = TunedConvolution::parse(spec);
-  TunedLinear out;
-  // The two share their kernels' names; a convolution's other kernels are refused here.
-  out.kernel = PrepackedLinear::kernel_of_name(PrepackedConvolution::kernel_name(read.kernel));
-  out.threads = read.threads;
-  out.parameters = read.parameters;
-  return out;
-}
-
-TunedLinear TunedLinear::of(const PrepackedLinear& linear) {
-  TunedLinear out;
-  out.kernel = linear.kernel();
-  out.threads = linear.threads();
-  out.parameters = linear.parameters();
-  return out;
-}
+template struct TunedChoice<PrepackedConvolution>;
+template struct TunedChoice<PrepackedLinear>;
 
 }  // namespace nimble::kernels

@@ -1,11 +1,11 @@
 #pragma once
-// What a tuned lowering asks of one convolution (passes/cpu_lowering.h, slot/lowering_choices.h):
-// the kernel, the intra-op threads and nimble's kernel parameters, written as a short spec,
-// "nimble_gemm threads=1 gemm.tile_rows=4": the kernel's name (PrepackedConvolution::
-// kernel_name), then only what is not the rule's (threads 0: the caller's; parameters as
-// kernel_parameters.h writes them). A lowered convolution reports the spec it runs (of()), so
-// a replay built from a spec can be checked against it. A lowered linear layer's spec
-// (TunedLinear) is written the same way, of its two kernels.
+// What a tuned lowering asks of one lowered product, a convolution or a linear layer
+// (passes/cpu_lowering.h, passes/linear_lowering.h, slot/lowering_choices.h): the kernel, the
+// intra-op threads and nimble's kernel parameters, written as a short spec,
+// "nimble_gemm threads=1 gemm.tile_rows=4": the kernel's name (the op's kernel_name), then only
+// what is not the rule's (threads 0: the caller's; parameters as kernel_parameters.h writes
+// them). A lowered product reports the spec it runs (of()), so a replay built from a spec can
+// be checked against it.
 #include <cstdint>
 #include <string>
 
@@ -15,28 +15,27 @@
 
 namespace nimble::kernels {
 
-struct TunedConvolution {
-  PrepackedConvolution::Kernel kernel = PrepackedConvolution::Kernel::kOneDnn;
+// The spec of a kernel by name, the one writer of every lowered product's spec.
+std::string tuned_spec(const std::string& kernel, int64_t threads,
+                       const nhwc::KernelParameters& parameters);
+
+// `Product` is PrepackedConvolution or PrepackedLinear: its Kernel, kernel_name, kernel_of_name
+// and the kernel(), threads(), parameters() of one lowered op.
+template <class Product>
+struct TunedChoice {
+  typename Product::Kernel kernel{};
   int64_t threads = 0;
   nhwc::KernelParameters parameters;
 
   std::string to_string() const;
-  // Throws naming what it cannot read: an unknown kernel or word, or parameters of the other
-  // kernel (gemm.* are nimble_gemm's, depthwise.* nimble_depthwise's, oneDNN and Winograd have
-  // none).
-  static TunedConvolution parse(const std::string& spec);
-  static TunedConvolution of(const PrepackedConvolution& convolution);
+  // Throws naming what it cannot read: a kernel the product does not have, an unknown word, or
+  // parameters of another kernel (gemm.* are nimble_gemm's, depthwise.* nimble_depthwise's,
+  // the other kernels have none).
+  static TunedChoice parse(const std::string& spec);
+  static TunedChoice of(const Product& product);
 };
 
-struct TunedLinear {
-  PrepackedLinear::Kernel kernel = PrepackedLinear::Kernel::kNimbleGemm;
-  int64_t threads = 0;
-  nhwc::KernelParameters parameters;  // gemm.* (nimble_gemm's) only
-
-  std::string to_string() const;
-  // Throws as TunedConvolution::parse does, and for a convolution's kernel.
-  static TunedLinear parse(const std::string& spec);
-  static TunedLinear of(const PrepackedLinear& linear);
-};
+using TunedConvolution = TunedChoice<PrepackedConvolution>;
+using TunedLinear = TunedChoice<PrepackedLinear>;
 
 }  // namespace nimble::kernels

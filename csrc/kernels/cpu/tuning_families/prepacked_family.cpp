@@ -3,20 +3,17 @@
 // indirect-product kernels, and its Winograd kernel for 3x3 layers of stride 1 (which the
 // rule does not pick: a tuned replay may, per layer), each with its epilogue fused and the intra-op
 // thread count as a knob, and nimble's kernels with their parameters as knobs (kernel_parameters.h:
-// the GEMM's tiling, the depthwise kernel's blocking). Every parameter knob's first value (0,
-// "rule") is the kernel's own rule, and oneDNN and Winograd run only with them there, so the
-// lowering's untuned choice is one config (default_choices(), where tuning starts). A lowered
-// replay prepared with a tuning database runs each convolution on this family's best record for its
-// shape, kernel, threads and parameters (slot/lowering_choices.h), where the replay runs it faster
-// than the rule's.
+// the GEMM's tiling, the depthwise kernel's blocking); oneDNN and Winograd have none
+// (prepacked_family_base.h). A lowered replay prepared with a tuning database runs each
+// convolution on this family's best record for its shape, kernel, threads and parameters
+// (slot/lowering_choices.h), where the replay runs it faster than the rule's.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
-
-#include <algorithm>
 
 #include "csrc/kernels/cpu/torch_ops/prepacked_convolution.h"
 #include "csrc/kernels/cpu/tuning_families/cpu_families.h"
 #include "csrc/kernels/cpu/tuning_families/cpu_kernel_support.h"
+#include "csrc/kernels/cpu/tuning_families/prepacked_family_base.h"
 
 namespace nimble::kernels {
 namespace {
@@ -87,52 +84,28 @@ class Prepacked : public TunedKernel {
   mutable c10::intrusive_ptr<PrepackedConvolution> packed_;
 };
 
-class PrepackedFamily : public KernelFamily {
+class PrepackedFamily : public PrepackedFamilyBase {
  public:
-  std::string name() const override { return "prepacked"; }
-  bool supports(const TunableOp& op) const override {
-    return op.device == c10::DeviceType::CPU && op.kind == TunableOp::Kind::kConv2d &&
-           op.dtype == c10::ScalarType::Float;
-  }
-  bool fuses_epilogue() const override { return true; }
-  std::vector<tuning::Knob> knobs(const TunableOp& op) const override {
-    std::vector<tuning::Knob> out = {tuning::Knob::categorical("kernel", kernel_names(op)),
-                                     threads_knob()};
-    for (tuning::Knob& knob : parameter_knobs(op)) out.push_back(std::move(knob));
-    return out;
-  }
-  std::vector<KnobRule> rules(const TunableOp& op) const override {
-    // oneDNN and Winograd have none of these parameters: their configs differing only in them
-    // are one.
-    const std::vector<std::string> names = kernel_names(op);
-    std::vector<KnobRule> out;
-    for (const Kernel kernel : {Kernel::kOneDnn, Kernel::kNimbleWinograd}) {
-      const std::string name = PrepackedConvolution::kernel_name(kernel);
-      const auto found = std::find(names.begin(), names.end(), name);
-      if (found == names.end()) continue;
-      const int64_t index = found - names.begin();
-      out.push_back({name + " takes no kernel parameters", [index](const std::vector<int64_t>& v) {
-                       return v[0] != index ||
-                              std::all_of(v.begin() + 2, v.end(), [](int64_t x) { return x == 0; });
-                     }});
-    }
-    return out;
-  }
-  std::vector<int> default_choices(const TunableOp& op) const override {
-    // What the lowering runs untuned: the rule's kernel on every thread, the rule's parameters.
-    const std::vector<std::string> names = kernel_names(op);
-    const std::string rule = PrepackedConvolution::kernel_name(PrepackedConvolution::choose(
-        {op.k, op.c / op.groups, op.r, op.s}, geometry_of(op), {op.n, op.c, op.h, op.w}));
-    const auto found = std::find(names.begin(), names.end(), rule);
-    if (found == names.end()) return {};
-    std::vector<int> out(knobs(op).size(), 0);
-    out[0] = static_cast<int>(found - names.begin());
-    out[1] = threads_knob().size() - 1;
-    return out;
-  }
+  PrepackedFamily() : PrepackedFamilyBase("prepacked", TunableOp::Kind::kConv2d) {}
   std::unique_ptr<TunedKernel> build(const TunableOp& op, const KnobValues& k) const override {
     const Kernel kernel = PrepackedConvolution::kernel_of_name(k.label("kernel"));
     return std::make_unique<Prepacked>(op, kernel, k.value("threads"), prepacked_parameters(op, k));
+  }
+
+ protected:
+  std::vector<std::string> kernel_names(const TunableOp& op) const override {
+    return kernels::kernel_names(op);
+  }
+  bool takes_no_parameters(const std::string& kernel) const override {
+    const Kernel k = PrepackedConvolution::kernel_of_name(kernel);
+    return k == Kernel::kOneDnn || k == Kernel::kNimbleWinograd;
+  }
+  std::vector<tuning::Knob> parameter_knobs(const TunableOp& op) const override {
+    return kernels::parameter_knobs(op);
+  }
+  std::optional<std::string> rule_kernel(const TunableOp& op) const override {
+    return PrepackedConvolution::kernel_name(PrepackedConvolution::choose(
+        {op.k, op.c / op.groups, op.r, op.s}, geometry_of(op), {op.n, op.c, op.h, op.w}));
   }
 };
 

@@ -2,19 +2,17 @@
 // (prepacked_linear.h), as tuning candidates: oneDNN's matmul on a weight reordered once, and
 // nimble's GEMM (the rows as the pixels of a 1x1 convolution) with its tiling as knobs, the
 // same knobs as the convolutions' GEMM (gemm_parameter_knobs, kernel_parameters.h), each with
-// its epilogue fused and the intra-op thread count as a knob. Every parameter knob's first
-// value is the kernel's own rule and oneDNN runs only with them there, so the lowering's
-// untuned choice (PrepackedLinear::choose, every thread) is one config, where tuning starts. A
-// lowered replay prepared with a tuning database runs each linear layer on this family's best
-// record for its shape (slot/lowering_choices.h), where the replay runs it faster than the rule's.
+// its epilogue fused and the intra-op thread count as a knob; oneDNN has no parameters
+// (prepacked_family_base.h). A lowered replay prepared with a tuning database runs each linear
+// layer on this family's best record for its shape (slot/lowering_choices.h), where the replay
+// runs it faster than the rule's.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
-
-#include <algorithm>
 
 #include "csrc/kernels/cpu/torch_ops/prepacked_linear.h"
 #include "csrc/kernels/cpu/tuning_families/cpu_families.h"
 #include "csrc/kernels/cpu/tuning_families/cpu_kernel_support.h"
+#include "csrc/kernels/cpu/tuning_families/prepacked_family_base.h"
 
 namespace nimble::kernels {
 namespace {
@@ -66,49 +64,30 @@ class PrepackedLinearKernel : public TunedKernel {
   mutable c10::intrusive_ptr<PrepackedLinear> packed_;
 };
 
-class PrepackedLinearFamily : public KernelFamily {
+class PrepackedLinearFamily : public PrepackedFamilyBase {
  public:
-  std::string name() const override { return "prepacked_linear"; }
-  bool supports(const TunableOp& op) const override {
-    return op.device == c10::DeviceType::CPU && op.kind == TunableOp::Kind::kLinear &&
-           op.dtype == c10::ScalarType::Float;
-  }
-  bool fuses_epilogue() const override { return true; }
-  std::vector<tuning::Knob> knobs(const TunableOp& op) const override {
-    std::vector<tuning::Knob> out = {tuning::Knob::categorical("kernel", kernel_names()),
-                                     threads_knob()};
-    for (tuning::Knob& knob : gemm_parameter_knobs(op)) out.push_back(std::move(knob));
-    return out;
-  }
-  std::vector<KnobRule> rules(const TunableOp&) const override {
-    // oneDNN has none of nimble_gemm's parameters: its configs differing only in them are one.
-    const std::vector<std::string> names = kernel_names();
-    const auto found =
-        std::find(names.begin(), names.end(), PrepackedLinear::kernel_name(Kernel::kOneDnn));
-    if (found == names.end()) return {};
-    const int64_t index = found - names.begin();
-    return {{"onednn_prepacked takes no kernel parameters", [index](const std::vector<int64_t>& v) {
-               return v[0] != index ||
-                      std::all_of(v.begin() + 2, v.end(), [](int64_t x) { return x == 0; });
-             }}};
-  }
-  std::vector<int> default_choices(const TunableOp& op) const override {
-    // What the lowering runs untuned: the rule's kernel on every thread, the rule's tiling;
-    // none where the rule leaves the layer to ATen (the lowering does not lower it).
-    const std::optional<Kernel> rule = PrepackedLinear::choose(op.n, op.c, op.k);
-    if (!rule) return {};
-    const std::vector<std::string> names = kernel_names();
-    const auto found = std::find(names.begin(), names.end(), PrepackedLinear::kernel_name(*rule));
-    if (found == names.end()) return {};
-    std::vector<int> out(knobs(op).size(), 0);
-    out[0] = static_cast<int>(found - names.begin());
-    out[1] = threads_knob().size() - 1;
-    return out;
-  }
+  PrepackedLinearFamily() : PrepackedFamilyBase("prepacked_linear", TunableOp::Kind::kLinear) {}
   std::unique_ptr<TunedKernel> build(const TunableOp& op, const KnobValues& k) const override {
     return std::make_unique<PrepackedLinearKernel>(
         op, PrepackedLinear::kernel_of_name(k.label("kernel")), k.value("threads"),
         prepacked_parameters(op, k));
+  }
+
+ protected:
+  std::vector<std::string> kernel_names(const TunableOp&) const override {
+    return kernels::kernel_names();
+  }
+  bool takes_no_parameters(const std::string& kernel) const override {
+    return PrepackedLinear::kernel_of_name(kernel) != Kernel::kNimbleGemm;
+  }
+  std::vector<tuning::Knob> parameter_knobs(const TunableOp& op) const override {
+    return gemm_parameter_knobs(op);
+  }
+  std::optional<std::string> rule_kernel(const TunableOp& op) const override {
+    // None where the rule leaves the layer to ATen (the lowering does not lower it).
+    const std::optional<Kernel> rule = PrepackedLinear::choose(op.n, op.c, op.k);
+    if (!rule) return std::nullopt;
+    return std::string(PrepackedLinear::kernel_name(*rule));
   }
 };
 
