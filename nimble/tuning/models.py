@@ -70,6 +70,46 @@ def side_by_side(model, example, untuned, tuned, rounds: int = 60) -> dict:
             "speedup": median_ms(a) / median_ms(b), "max_relative_error": error}
 
 
+def op_time_shares(names: list[str], tunable: set[int], runs: list[tuple]) -> dict:
+    """Where a replay's time goes, from `runs` of `replay.run_timed` (total_ns, [(op, stream,
+    start_ns, end_ns, release_ns)]): the median over runs of the tunable ops' share of the wall
+    time (`tunable`: their op indices), the wall time (ms), and the other ops' median time per
+    op name (ms, largest first); what is left, the replay's own time between ops."""
+    walls, shares, others = [], [], {}
+    for total_ns, ops in runs:
+        inside = {}
+        tuned_ns = 0
+        for op, _stream, start, end, *_ in ops:
+            if op in tunable:
+                tuned_ns += end - start
+            else:
+                inside[names[op]] = inside.get(names[op], 0) + end - start
+        walls.append(total_ns / 1e6)
+        shares.append(tuned_ns / max(total_ns, 1))
+        for name in set(names[op] for op, *_ in ops if op not in tunable):
+            others.setdefault(name, []).append(inside.get(name, 0) / 1e6)
+    rest = {name: statistics.median(ms) for name, ms in others.items()}
+    return {"tunable_share": statistics.median(shares), "wall_ms": statistics.median(walls),
+            "others_ms": dict(sorted(rest.items(), key=lambda kv: -kv[1]))}
+
+
+def replay_time_shares(fast, runs: int = 30) -> dict:
+    """op_time_shares of `fast`'s replay on its example inputs, its tunable ops those of its
+    in-context tasks (a lowered replay's convolutions and linear layers) and of tuned_report()
+    (an unlowered one's, where a record was found)."""
+    from .._C import kernels
+
+    tunable = {r["op"] for r in fast.tuned_report()}
+    if fast._options.lowers:
+        tunable |= {op for task in kernels.context_tasks(fast.replay) for op in task["ops"]}
+    inputs = fast._program.example_inputs
+    with torch.no_grad(), fast._program.snapshot():
+        for _ in range(5):
+            fast.replay.run_timed(inputs)
+        timed = [fast.replay.run_timed(inputs) for _ in range(runs)]
+    return op_time_shares(fast.schedule["ops"], tunable, timed)
+
+
 def tune_model(args) -> int:
     """Tunes the replay `prepare` gives a user (on a CPU the lowered one, in context: each
     candidate timed in place in it), binds the winners, and shows the untuned and the tuned
@@ -90,6 +130,7 @@ def tune_model(args) -> int:
     untuned = Nimble(model).prepare(example, streams=args.streams)
     speed = side_by_side(model, example, untuned, fast)
     speed["lowered"] = fast._options.lowers
+    shares = replay_time_shares(fast)
     peers = _peers_row(args, database) if speed["lowered"] and not args.no_peers else None
     if args.plot:
         write_plot(args.plot, {report["scheduler"]: report["curve"]}, title=args.model)
@@ -106,7 +147,7 @@ def tune_model(args) -> int:
             "failed_time_share": report["failed_time_share"],
             "curve": report["curve"], "tasks": report["tasks"], "bound": bound, "cost": cost,
             **{k: v for k, v in report.items() if k.startswith("confirm")},
-            "peers": peers, **speed,
+            "peers": peers, "time_shares": shares, **speed,
         }))
         return 0
     where = "in the lowered replay, each in place" if speed["lowered"] else "alone, as ATen runs them"
@@ -127,6 +168,10 @@ def tune_model(args) -> int:
           f"side by side: untuned {speed['untuned_ms']:.3f} ms, with tuned={database} "
           f"{speed['tuned_ms']:.3f} ms: {speed['speedup']:.2f}x; tuned vs eager: max relative "
           f"difference {speed['max_relative_error']:.1e}")
+    others = ", ".join(f"{name} {ms:.3f} ms" for name, ms in list(shares["others_ms"].items())[:4])
+    print(f"the tunable ops took {100 * shares['tunable_share']:.0f}% of the tuned replay's "
+          f"{shares['wall_ms']:.3f} ms (run_timed, median); the other ops: {others or 'none'}; "
+          f"the rest is the replay's own time between ops")
     if peers is not None:
         from ..bench.peers import print_report
 

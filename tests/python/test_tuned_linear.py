@@ -12,6 +12,7 @@ import torch
 import nimble
 from tuning_records import database, record_line
 from nimble.replay import lowered_tuning
+from nimble.tuning import models
 from nimble.testing import assert_matches_eager
 
 
@@ -103,6 +104,12 @@ def test_a_linear_record_is_applied_where_the_replay_runs_it_faster(lowered, tmp
         x2 = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed))
         with torch.no_grad():
             assert_matches_eager(tuned(x2), model(x2))
+    # `tune --model`'s share of the replay's time in its tunable ops counts these three.
+    shares = models.replay_time_shares(tuned, runs=3)
+    assert 0 < shares["tunable_share"] <= 1 and shares["wall_ms"] > 0
+    assert not any("linear" in name for name in shares["others_ms"]), shares
+    assert "aten::native_layer_norm" in shares["others_ms"] or any(
+        "layer_norm" in name for name in shares["others_ms"]), shares
 
 
 def test_tuning_in_context_records_the_linear_layers(lowered, tmp_path):

@@ -232,3 +232,27 @@ def test_tune_model_times_the_peers_beside_the_tuned_replay_only_where_installed
     assert (spec, batch, size) == ("torchvision:resnet18", 1, 32)
     assert kwargs["tuned"] == "t.db" and kwargs["runs"] == 7
     assert set(kwargs["only"]) == {"nimble", "onnxruntime", "openvino"}
+
+
+def test_op_time_shares_split_the_wall_time_between_tunable_and_other_ops():
+    """`tune --model`'s line on where the replay's time goes: the tunable ops' share of each
+    run's wall time, the other ops' time by name, medians over the runs."""
+    from nimble.tuning import models
+
+    names = ["nimble::convolution_prepacked", "aten::add", "nimble::convolution_prepacked",
+             "aten::add", "nimble::max_pool2d_nhwc"]
+    ms = 1_000_000
+    runs = [(10 * ms, [(0, 0, 0, 3 * ms, 0), (1, 0, 3 * ms, 4 * ms, 0),
+                       (2, 0, 4 * ms, 6 * ms, 0), (3, 0, 6 * ms, 7 * ms, 0),
+                       (4, 0, 7 * ms, 9 * ms, 0)]),
+            (20 * ms, [(0, 0, 0, 10 * ms, 0), (1, 0, 0, 2 * ms, 0), (2, 0, 0, 6 * ms, 0),
+                       (3, 0, 0, 4 * ms, 0), (4, 0, 0, 2 * ms, 0)]),
+            (10 * ms, [(0, 0, 0, 2 * ms, 0), (1, 0, 0, 1 * ms, 0), (2, 0, 0, 2 * ms, 0),
+                       (3, 0, 0, 1 * ms, 0), (4, 0, 0, 1 * ms, 0)])]
+    shares = models.op_time_shares(names, {0, 2}, runs)
+    assert shares["tunable_share"] == pytest.approx(0.5)  # of 0.5, 0.8, 0.4
+    assert shares["wall_ms"] == pytest.approx(10)
+    assert shares["others_ms"] == pytest.approx({"aten::add": 2.0, "nimble::max_pool2d_nhwc": 2.0})
+    every = models.op_time_shares(names, set(range(5)), runs)
+    assert every["tunable_share"] == pytest.approx(0.9) and every["others_ms"] == {}
+    assert models.op_time_shares(names, set(), runs)["tunable_share"] == 0
