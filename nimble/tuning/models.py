@@ -159,7 +159,8 @@ def tune_model(args) -> int:
     print(format_cost(cost))
     if report.get("confirmed"):
         print(f"re-timed against the rule's kernels, in turn in the replay "
-              f"({report['confirm_seconds']:.0f} s): {len(report['confirmed'])} tasks, their "
+              f"({report['confirm_seconds']:.0f} s, {100 * report['confirm_share']:.0f}% of the "
+              f"budget): {len(report['confirmed'])} tasks, their "
               f"ops {report['confirmed_rule_ms']:.3f} ms with the rule's, "
               f"{report['confirmed_best_ms']:.3f} ms with the best re-timed (the search had "
               f"{report['confirmed_claimed_ms']:.3f} ms)")

@@ -9,7 +9,7 @@ A lowered replay (the CPU default) is tuned where it runs: one task per lowered 
 shape, over the lowering's kernels (the "prepacked" family: nimble's channels-last kernels with
 their parameters, and oneDNN's, each with its epilogue fused) and their thread counts, each
 candidate put in place of its convolutions in the replay and timed there, op by op
-(csrc/slot/context_measurer.h). The last CONFIRM_SHARE of the budget re-times each task's
+(csrc/slot/context_measurer.h). The last share of the budget (confirm_share) re-times each task's
 fastest few against the rule's kernel, in turn in the replay (`confirm`), and `prepare(tuned=db)`
 runs, per convolution shape, the fastest of those re-timed records (else the search's), where
 the replay runs it faster than the rule's. An unlowered replay's
@@ -32,8 +32,40 @@ import warnings
 from ..replay.tunable import inference_replay
 
 # The share of an in-context tuning budget kept for re-timing each task's best against the
-# rule's (confirm): the search's fastest is the luckiest of hundreds of short timings.
+# rule's (confirm): the search's fastest is the luckiest of hundreds of short timings. At
+# least CONFIRM_SHARE; more, up to MAX_CONFIRM_SHARE, where re-timing every task takes more
+# (confirm_share): with 15% of 120 s, 3 of mobilenet_v2's 31 tasks at 224x224 were re-timed
+# and the others bound on the search's records ran the replay 0.93x (docs/tuning.md).
 CONFIRM_SHARE = 0.15
+MAX_CONFIRM_SHARE = 0.5
+# Replays one task's re-timing takes (context_confirmation.h: 4 configurations x 10 rounds x
+# a warm-up and 2 timed replays, with their checks): 96-333 in tune --model runs, most near 250.
+CONFIRM_REPLAYS_PER_TASK = 250
+
+
+def confirm_share(replay_seconds: float, tasks: int, budget_seconds: float) -> float:
+    """The share of an in-context budget of `budget_seconds` kept for re-timing `tasks` tasks
+    of a replay that takes `replay_seconds` a run: what re-timing all of them takes, at least
+    CONFIRM_SHARE and at most MAX_CONFIRM_SHARE (the search needs the rest)."""
+    if not 0 < budget_seconds < math.inf:
+        return CONFIRM_SHARE
+    need = CONFIRM_REPLAYS_PER_TASK * replay_seconds * tasks / budget_seconds
+    return min(MAX_CONFIRM_SHARE, max(CONFIRM_SHARE, need))
+
+
+def _replay_seconds(program, runs: int = 3) -> float:
+    """The median wall time of `runs` runs of a program's replay on its example inputs (after
+    one to warm up), what it changes put back."""
+    import time
+
+    times = []
+    with program.snapshot():
+        for i in range(runs + 1):
+            started = time.perf_counter()
+            program.run_example()
+            if i:
+                times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]
 
 
 class TuningProgress:
@@ -193,7 +225,9 @@ def tune(
     if busy:
         warnings.warn(busy, RuntimeWarning, stacklevel=2)
     # In context, the end of the budget re-times each task's best against the rule's (confirm).
-    search_seconds = budget_seconds * (1 - CONFIRM_SHARE) if in_context else budget_seconds
+    share = confirm_share(_replay_seconds(in_context), len(tasks), budget_seconds) \
+        if in_context else 0.0
+    search_seconds = budget_seconds * (1 - share)
     shown = TuningProgress(search_seconds, budget_trials) if progress else None
     if shown and in_context:
         shown.baseline_label = "timing the rule's kernels in the replay"
@@ -213,6 +247,7 @@ def tune(
                 inputs=in_context.example_inputs if in_context else None, **options,
             )
             if in_context:
+                report["confirm_share"] = share
                 confirm(report, replay, in_context.example_inputs, database,
                         budget_seconds - search_seconds, shown,
                         options.get("timeout_seconds", 2.0))

@@ -8,7 +8,7 @@ import pytest
 import nimble
 from tuning_records import database, record_line
 from nimble import zoo
-from nimble.tuning.tune import CONFIRM_SHARE
+from nimble.tuning.tune import CONFIRM_SHARE, MAX_CONFIRM_SHARE, confirm_share
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,17 @@ def test_tune_in_context_ends_by_re_timing_within_its_budget(lowered, tmp_path):
     assert "confirmed" in report and report["confirm_seconds"] >= 0
     # The search stops at its share of the budget; the re-timing at the rest (plus the task
     # it was timing when the time ran out).
-    assert report["tuning_seconds"] <= 8 * (1 - CONFIRM_SHARE) + 2
+    assert CONFIRM_SHARE <= report["confirm_share"] <= MAX_CONFIRM_SHARE
+    assert report["tuning_seconds"] <= 8 * (1 - report["confirm_share"]) + 2
     for row in report["confirmed"]:
         assert row["compared"] >= 2 and row["best_ms"] <= row["rule_ms"]
     assert report["confirmed_best_ms"] <= report["confirmed_rule_ms"]
+
+
+def test_the_re_timing_share_grows_with_what_re_timing_every_task_takes():
+    """15% of the budget where that re-times every task (250 replays each), what it takes
+    where that is more (large images, many tasks), never more than half."""
+    assert confirm_share(0.001, 30, 120) == CONFIRM_SHARE  # 7.5 s of 120
+    assert confirm_share(0.004, 30, 120) == pytest.approx(0.25)  # 30 s of 120
+    assert confirm_share(0.050, 30, 120) == MAX_CONFIRM_SHARE
+    assert confirm_share(0.004, 30, float("inf")) == CONFIRM_SHARE
