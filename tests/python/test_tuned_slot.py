@@ -301,6 +301,11 @@ def test_cli_tunes_a_model_binds_and_reports_the_whole_replay(tmp_path):
     assert tuning.TuningDatabase(db).count() == result["trials"] + sum(
         t["compared"] for t in result["confirmed"])
     assert result["peers"] is None  # --no-peers
+    # Where the tuned replay's time went, and the budget's share the re-timing had.
+    shares = result["time_shares"]
+    assert 0 < shares["tunable_share"] <= 1 and shares["wall_ms"] > 0
+    assert "nimble::max_pool2d_nhwc" in shares["others_ms"]
+    assert 0.15 <= result["confirm_share"] <= 0.5
 
 
 def test_cli_compares_schedulers_on_a_model_with_bests_remeasured_side_by_side():
