@@ -74,7 +74,10 @@ double trace_finishing_seconds(const Trace& trace, const SimulationOptions& opti
 }
 
 double default_trace_budget_seconds(const Trace& trace, const SimulationOptions& options) {
-  return trace_finishing_seconds(trace, options) / 4;
+  // Where finishing takes longer than measuring everything once (spaces of a few configs at
+  // many repeats), a third of the latter, so that runs still cannot measure every config.
+  return std::min(trace_finishing_seconds(trace, options) / 4,
+                  exhaustive_seconds(trace, minimum_repeats(options)) / 3);
 }
 
 double default_trace_slot_seconds(const Trace& trace, const SimulationOptions& options) {

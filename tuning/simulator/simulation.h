@@ -36,9 +36,10 @@ double trace_finishing_seconds(const Trace& trace, const SimulationOptions& opti
 // task (trace_finishing_seconds), so that it is at most a third of what finishing takes any
 // run, whatever its scheduler and seed (issue 44's "budgets that run out"): finishing varies by
 // up to a quarter between seeds and schedulers (search order, and what the tasks teach each
-// other), and on the four lowered traces every run's finishing is 3.3-4.0x this budget
+// other), and on the four lowered traces every run's finishing is 3.3-4.5x this budget
 // (docs/numbers.md). A third of measuring every recorded configuration, the rule before, was
-// 0.35-0.41 of finishing on resnet18's lowered trace.
+// 0.35-0.41 of finishing on resnet18's lowered trace; it stays as a cap, for spaces of a few
+// configurations where finishing takes longer than measuring each once.
 double default_trace_budget_seconds(const Trace& trace, const SimulationOptions& options);
 
 // The slot a run on a trace gets when its options give none (slot_seconds <= 0): what one batch

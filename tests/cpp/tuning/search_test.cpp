@@ -123,7 +123,7 @@ TEST(MoveMemory, JudgesAMoveOnlyByOtherTasksOnceEnoughMeasuredIt) {
   const Config start = task.space.random_config(rng);
   const std::vector<Config> near = task.space.one_knob_neighbors(start);
   ASSERT_GT(near.size(), 2u);
-  MoveMemory memory;
+  MoveMemory memory(TransferOptions{true, 2});
   memory.remember(1, task.space, start, near[0], 4.0, false);
   EXPECT_FALSE(memory.predicted_ratio(2, task.space, start, near[0]));  // one task: too few
   memory.remember(2, task.space, start, near[0], 9.0, false);
