@@ -246,7 +246,7 @@ void bind_simulator(py::module_& t) {
         return default_trace_budget_seconds(*trace_from_python(trace), o);
       },
       py::arg("trace"), py::arg("adaptive") = true,
-      "A third of what measuring every configuration of the trace once takes.");
+      "A quarter of what finishing every task of the trace takes (docs/tuning.md, \"Comparing\").");
 
   t.def(
       "trace_slot_seconds",

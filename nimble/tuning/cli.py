@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
                         "the trace (docs/tuning.md, \"Traces\")")
     p.add_argument("--trace", default=None, metavar="FILE.jsonl",
                    help="with --compare: replay this recorded trace instead of synthetic "
-                        "models or a recording (default budget: a third of exhausting it)")
+                        "models or a recording (default budget: a quarter of finishing every task)")
     p.add_argument("--trace-sample", type=int, default=12, metavar="N",
                    help="with --record-trace or --model --compare: record the rule's "
                         "configuration and its one-knob neighbourhood, N random configurations "

@@ -118,8 +118,14 @@ def compared():
 
 def test_budget_runs_out_and_schedulers_end_apart(compared):
     t, result = compared
-    # A third of measuring every recorded configuration at the evaluator's minimum repeats.
-    assert result["budget_seconds"] == pytest.approx(trace.exhaustive_seconds(t, 2) / 3)
+    # A quarter of finishing every task (the sequential scheduler on seed 0, no budget).
+    assert result["budget_seconds"] == pytest.approx(tuning.trace_budget_seconds(t))
+    finishing = tuning.compare(schedulers=["sequential", "dynatune"], seeds=[0, 3], trace=t,
+                               slot_seconds=0.5, budget_seconds=1e9, **FAST)
+    for run in finishing["runs"]:
+        assert run["stop_reason"] == "all-tasks-finished"
+        # At most a third of what finishing takes any of these runs.
+        assert result["budget_seconds"] <= run["tuning_seconds"] / 3
     for row in result["rows"]:
         assert row["unfinished_runs"] == 5, row
     finals = {}
@@ -140,6 +146,17 @@ def test_budget_runs_out_and_schedulers_end_apart(compared):
     assert len({by[s + " trials"] for by in finals.values() for s in SCHEDULERS}) > 10
     assert len({round(by[s], 6) for by in finals.values() for s in SCHEDULERS}) > 8
     assert len({round(row["final_ms"], 6) for row in result["rows"]}) >= 3
+
+
+def test_moves_cold_on_other_tasks_wait_so_cold_share_stays_low():
+    """The search learns across tasks which one-knob moves from the rule are cold (on this
+    trace: switching to oneDNN, on nearly every task) and defers them: with it the gradient
+    scheduler spends 7% of its time on cold candidates here, without it 13% (17.9% with the
+    budget before, docs/numbers.md)."""
+    t = trace.load(str(LOWERED))
+    result = tuning.compare(schedulers=["gradient"], seeds=[0, 1, 2, 3, 4], trace=t,
+                            slot_seconds=tuning.trace_slot_seconds(t), **FAST)
+    assert result["rows"][0]["cold_time_share"] <= 0.10, result["rows"]
 
 
 def test_comparison_numbers_follow_from_the_trace(compared):
@@ -212,7 +229,8 @@ def test_command_line_compares_on_a_lowered_trace():
     out = json.loads(done.stdout)
     assert [r["scheduler"] for r in out["rows"]] == tuning.scheduler_names()
     assert sorted({r["seed"] for r in out["runs"]}) == [3, 4, 5, 6, 7]
-    assert out["budget_seconds"] <= out["exhaustive_seconds"] / 3
+    assert out["budget_seconds"] == pytest.approx(tuning.trace_budget_seconds(trace.load(
+        str(LOWERED))))
     # One batch of the median task: 8 candidates at two repeats, each at its task's mean cost.
     t = trace.load(str(LOWERED))
     batches = sorted(8 * sum(s + (2 * r if e == "none" else 0) for s, r, e in zip(

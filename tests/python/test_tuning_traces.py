@@ -48,8 +48,9 @@ def _compare(t: dict, schedulers, seeds, **kwargs) -> dict:
 def test_budget_runs_out_and_identical_seeds_repeat(path):
     t = trace.load(str(path))
     budget = tuning.trace_budget_seconds(t)
-    # A third of measuring everything at the adaptive evaluator's minimum of two repeats.
-    assert budget == pytest.approx(trace.exhaustive_seconds(t, 2) / 3)
+    # A quarter of finishing every task, at most a third of measuring everything once at the
+    # adaptive evaluator's minimum of two repeats.
+    assert 0 < budget <= trace.exhaustive_seconds(t, 2) / 3 * (1 + 1e-9)
     a = _compare(t, ["round-robin", "dynatune"], [0, 1])
     b = _compare(t, ["round-robin", "dynatune"], [0, 1])
     assert a["budget_seconds"] == pytest.approx(budget)

@@ -1,17 +1,39 @@
 #include "tuning/search/task_tuner.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "tuning/search/diverse_selection.h"
 
 namespace nimble::tuning {
 
-TaskTuner::TaskTuner(const Task& task, SearchOptions options, uint64_t seed)
+TaskTuner::TaskTuner(const Task& task, SearchOptions options, uint64_t seed, MoveMemory* moves,
+                     size_t index)
     : task_(task),
       options_(options),
       rng_(seed),
       model_(options.cost_model, seed),
-      filter_(options.cold_filter) {}
+      filter_(options.cold_filter),
+      moves_(options.transfer.enabled && !task.start.empty() ? moves : nullptr),
+      index_(index) {}
+
+bool TaskTuner::transfer_says_cold(const Config& c) const {
+  if (!moves_) return false;
+  const std::optional<double> ratio = moves_->predicted_ratio(index_, task_.space, task_.start, c);
+  if (!ratio) return false;
+  const double factor = options_.cold_filter.cold_factor;
+  if (start_seconds_ > 0 && has_best()) return *ratio * start_seconds_ >= factor * best_seconds_;
+  return *ratio >= factor;  // the best is at most the rule's time
+}
+
+void TaskTuner::teach(const Config& c, double seconds, bool failed) {
+  if (!moves_) return;
+  if (!(start_seconds_ > 0)) {
+    untaught_.push_back({c, seconds, failed});
+    return;
+  }
+  moves_->remember(index_, task_.space, task_.start, c, seconds / start_seconds_, failed);
+}
 
 double TaskTuner::best_gflops() const {
   return has_best() ? task_.flops / best_seconds_ / 1e9 : 0.0;
@@ -37,27 +59,49 @@ std::vector<Config> TaskTuner::first_proposals(int count,
   const auto fresh = [&](const Config& c) {
     return !visited_.count(c) && !pending_.count(c) && !taken.count(c);
   };
+  const auto take = [&](Config c) {
+    taken.insert(c);
+    out.push_back(std::move(c));
+  };
   const Config& start = task_.start;
   if (!start.empty() && task_.space.valid(start)) {
-    if (fresh(start)) out.push_back(start);
+    if (fresh(start)) take(start);
+    // What the other tasks' moves say is the best combination: a warm first candidate that can
+    // reach several knobs' gains at once (the neighbourhood changes one knob at a time).
+    if (moves_ && static_cast<int>(out.size()) < count)
+      if (const std::optional<Config> best = moves_->combined_best(index_, task_.space, start))
+        if (fresh(*best)) take(*best);
     // The start's one-knob neighbours before anything else: the start is the rule's choice, so
     // its neighbourhood is where a first gain is likeliest and mostly warm (on the lowered
-    // traces, 13-15 configs a task holding the task's best in most tasks). Once the cost model
-    // has data, the cold filter judges them as it judges the model's own picks.
+    // traces, 13-15 configs a task holding the task's best in most tasks). The moves other
+    // tasks found faster go first; those they found cold wait for the cost model's search
+    // (where the filter may still let them through). Once the cost model has data, the cold
+    // filter judges them as it judges the model's own picks.
     const int batches_seen = static_cast<int>(trials() / std::max(1, options_.batch_size));
     std::vector<Config> near = task_.space.one_knob_neighbors(start);
     std::shuffle(near.begin(), near.end(), rng_);
+    if (moves_) {
+      std::vector<double> ratio(near.size(), 1.0);
+      for (size_t i = 0; i < near.size(); ++i)
+        ratio[i] = moves_->predicted_ratio(index_, task_.space, start, near[i]).value_or(1.0);
+      std::vector<size_t> order(near.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t a, size_t b) { return ratio[a] < ratio[b]; });
+      std::vector<Config> sorted;
+      for (const size_t i : order) sorted.push_back(std::move(near[i]));
+      near = std::move(sorted);
+    }
     for (Config& c : near) {
       if (static_cast<int>(out.size()) >= count) break;
-      if (!fresh(c)) continue;
+      if (!fresh(c) || transfer_says_cold(c)) continue;
       if (model_.trained()) {
         const std::vector<float> f = task_.space.features(c);
         if (filter_.should_replace(f, model_.predict({f})[0], batches_seen, rng_)) continue;
       }
-      out.push_back(std::move(c));
+      take(std::move(c));
     }
   }
-  for (const Config& c : out) taken.insert(c);
   if (!model_.trained())
     for (Config& c : random_unvisited(count - static_cast<int>(out.size()), taken))
       out.push_back(std::move(c));
@@ -109,8 +153,12 @@ std::vector<Config> TaskTuner::search(int count) {
   // The filter's coin decays once per batch's worth of records, not per model update: batches
   // shortened by skipped proposals must not wear the filter out sooner.
   const int batches_seen = static_cast<int>(trials() / std::max(1, options_.batch_size));
+  // The other tasks' verdict counts with the filter's own coin (Trimmer's decaying
+  // probability), so that a move cold elsewhere is still tried now and then here.
+  std::uniform_real_distribution<double> coin(0, 1);
   const auto filtered_out = [&](const Config& c, double predicted) {
-    return filter_.should_replace(task_.space.features(c), predicted, batches_seen, rng_);
+    if (filter_.should_replace(task_.space.features(c), predicted, batches_seen, rng_)) return true;
+    return transfer_says_cold(c) && coin(rng_) < filter_.probability(batches_seen);
   };
   std::vector<Config> skipped;  // filtered, with no non-cold pool entry to replace them
   std::uniform_real_distribution<double> uniform(0, 1);
@@ -135,7 +183,8 @@ std::vector<Config> TaskTuner::search(int count) {
       const ScoredConfig* replacement = nullptr;
       while (spare < pool.size() && !replacement) {
         if (!used[spare] && !taken.count(pool[spare].config) &&
-            !filter_.is_cold(task_.space.features(pool[spare].config), pool[spare].score))
+            !filter_.is_cold(task_.space.features(pool[spare].config), pool[spare].score) &&
+            !transfer_says_cold(pool[spare].config))
           replacement = &pool[spare];
         ++spare;
       }
@@ -181,6 +230,13 @@ void TaskTuner::record(const std::vector<Config>& configs,
     } else if (has_best() && seconds > options_.cold_filter.cold_factor * best_seconds_) {
       ++cold_stats_.cold_measured;
       cold_stats_.cold_seconds += r.cost_seconds;
+    }
+    if (moves_ && config == task_.start) {
+      start_seconds_ = r.ok() && seconds > 0 ? seconds : 0;
+      if (start_seconds_ > 0)
+        for (const Measured& m : std::exchange(untaught_, {})) teach(m.config, m.seconds, m.failed);
+    } else {
+      teach(config, seconds, !r.ok());
     }
     const double previous_best = best_gflops();
     if (r.ok() && seconds < best_seconds_) {

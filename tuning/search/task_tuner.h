@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tuning/filter/cold_candidate_filter.h"
+#include "tuning/search/move_memory.h"
 #include "tuning/search/simulated_annealing.h"
 #include "tuning/search/xgboost_cost_model.h"
 #include "tuning/task/task.h"
@@ -33,6 +34,7 @@ struct SearchOptions {
   AnnealingOptions annealing;
   CostModelOptions cost_model;
   ColdFilterOptions cold_filter;
+  TransferOptions transfer;  // what the run's other tasks teach (move_memory.h)
 };
 
 struct ColdStats {
@@ -46,7 +48,10 @@ struct ColdStats {
 
 class TaskTuner {
  public:
-  TaskTuner(const Task& task, SearchOptions options, uint64_t seed);
+  // `moves` (may be null): the run's memory of one-knob moves, shared by its tasks' tuners;
+  // `index` names this task there.
+  TaskTuner(const Task& task, SearchOptions options, uint64_t seed, MoveMemory* moves = nullptr,
+            size_t index = 0);
 
   // Up to `count` configs neither measured nor in flight; fewer only when the space is
   // exhausted or the rest of it is in flight. The configs are in flight until recorded or
@@ -81,6 +86,11 @@ class TaskTuner {
   // Before the cost model has data: the task's start, then its one-knob neighbours, then random.
   std::vector<Config> first_proposals(int count, std::unordered_set<Config, ConfigHash>& taken);
   void retrain();
+  // The other tasks' moves predict `c` at least cold_factor x this task's best (or its rule's
+  // time before it has one).
+  bool transfer_says_cold(const Config& c) const;
+  // Teach the run's move memory what measuring `c` one knob from the rule showed.
+  void teach(const Config& c, double seconds, bool failed);
 
   const Task& task_;
   SearchOptions options_;
@@ -99,6 +109,15 @@ class TaskTuner {
   bool exhausted_ = false;
   bool all_cold_ = false;
   ColdStats cold_stats_;
+  MoveMemory* moves_;
+  size_t index_;
+  double start_seconds_ = 0;  // the rule's measured time; 0 until it ran
+  struct Measured {
+    Config config;
+    double seconds;
+    bool failed;
+  };
+  std::vector<Measured> untaught_;  // measured before the rule came back
 };
 
 }  // namespace nimble::tuning

@@ -58,8 +58,26 @@ int minimum_repeats(const SimulationOptions& options) {
 
 }  // namespace
 
+double trace_finishing_seconds(const Trace& trace, const SimulationOptions& options) {
+  SimulationOptions o = options;
+  o.trace = std::make_shared<const Trace>(trace);
+  o.scheduler = "sequential";
+  o.model.seed = 0;
+  o.tuner.seed = 0;
+  o.scheduler_options.seed = 0;
+  o.tuner.budget_trials = 0;
+  // Finite, so that run_simulation does not ask for the default; more than any task can use.
+  o.tuner.budget_seconds = 1e3 * exhaustive_seconds(trace, minimum_repeats(options)) + 1;
+  // Sequential's per-task trial cap would end a task before its early stop.
+  o.scheduler_options.sequential_trials_per_task = std::numeric_limits<long>::max() / 2;
+  return run_simulation(o).tuning_seconds;
+}
+
 double default_trace_budget_seconds(const Trace& trace, const SimulationOptions& options) {
-  return exhaustive_seconds(trace, minimum_repeats(options)) / 3;
+  // Where finishing takes longer than measuring everything once (spaces of a few configs at
+  // many repeats), a third of the latter, so that runs still cannot measure every config.
+  return std::min(trace_finishing_seconds(trace, options) / 4,
+                  exhaustive_seconds(trace, minimum_repeats(options)) / 3);
 }
 
 double default_trace_slot_seconds(const Trace& trace, const SimulationOptions& options) {
@@ -128,10 +146,14 @@ Comparison compare_schedulers(const std::vector<std::string>& schedulers,
   Comparison out;
   for (const auto seed : seeds)
     for (const auto& name : schedulers) out.runs.push_back({name, seed, {}, 0, 0, {}, 0});
+  // One budget for every run, worked out once (it costs a run of its own).
+  SimulationOptions common = base;
+  if (base.trace && base.tuner.budget_trials == 0 && !std::isfinite(base.tuner.budget_seconds))
+    common.tuner.budget_seconds = default_trace_budget_seconds(*base.trace, base);
   std::atomic<size_t> next{0};
   const auto work = [&] {
     for (size_t i = next++; i < out.runs.size(); i = next++) {
-      SimulationOptions o = base;
+      SimulationOptions o = common;
       o.scheduler = out.runs[i].scheduler;
       o.model.seed = out.runs[i].seed;
       out.runs[i].report = run_simulation(o, nullptr, {}, nullptr, &out.runs[i].remeasured_curve);
@@ -154,10 +176,8 @@ Comparison compare_schedulers(const std::vector<std::string>& schedulers,
     }
     for (const auto seed : seeds) reference[seed] = best;
     out.trace_reference_seconds = best;
-    const TunerOptions& t = base.tuner;
-    out.budget_seconds = std::isfinite(t.budget_seconds) || t.budget_trials > 0
-                             ? t.budget_seconds
-                             : default_trace_budget_seconds(*base.trace, base);
+    const TunerOptions& t = common.tuner;
+    out.budget_seconds = t.budget_seconds;
     out.slot_seconds =
         t.slot_seconds > 0 ? t.slot_seconds : default_trace_slot_seconds(*base.trace, base);
   }

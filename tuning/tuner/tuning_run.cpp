@@ -29,9 +29,10 @@ TuningRun::TuningRun(const std::vector<Task>& tasks, const TunerOptions& options
       had_slot_(tasks.size(), false),
       survey_(options.survey),
       task_in_flight_(tasks.size(), 0) {
+  moves_ = std::make_unique<MoveMemory>(options.search.transfer);
   for (size_t i = 0; i < tasks.size(); ++i)
-    tuners_.push_back(
-        std::make_unique<TaskTuner>(tasks[i], options.search, options.seed * 7919 + 17 * i + 1));
+    tuners_.push_back(std::make_unique<TaskTuner>(
+        tasks[i], options.search, options.seed * 7919 + 17 * i + 1, moves_.get(), i));
   report_.scheduler = std::move(scheduler);
   report_.slot_seconds = options.slot_seconds;
 }

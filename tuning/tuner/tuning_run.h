@@ -131,6 +131,8 @@ class TuningRun {
 
   const std::vector<Task>& tasks_;
   const TunerOptions& options_;
+  // What the tasks' one-knob moves did, shared by their tuners (before them: they point at it).
+  std::unique_ptr<MoveMemory> moves_;
   std::vector<std::unique_ptr<TaskTuner>> tuners_;
   std::vector<TaskProgress> progress_view_;
   std::vector<std::vector<double>> seconds_per_slot_;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <unordered_set>
@@ -8,6 +9,7 @@
 #include "tuning/filter/cold_candidate_filter.h"
 #include "tuning/measure/adaptive_evaluator.h"
 #include "tuning/search/diverse_selection.h"
+#include "tuning/search/move_memory.h"
 #include "tuning/search/task_tuner.h"
 #include "tuning/search/xgboost_cost_model.h"
 
@@ -113,6 +115,58 @@ TEST(TaskTuner, MeasuresTheStartsWholeNeighbourhoodBeforeTheModelsPicks) {
   EXPECT_EQ(order[0], task.start);
   for (size_t i = 1; i <= near.size(); ++i)
     EXPECT_TRUE(neighbourhood.count(order[i])) << "proposal " << i << " is not a neighbour";
+}
+
+TEST(MoveMemory, JudgesAMoveOnlyByOtherTasksOnceEnoughMeasuredIt) {
+  const Task task = testing::bowl_task("moves", 1e9, 1, 3);
+  std::mt19937_64 rng(4);
+  const Config start = task.space.random_config(rng);
+  const std::vector<Config> near = task.space.one_knob_neighbors(start);
+  ASSERT_GT(near.size(), 2u);
+  MoveMemory memory(TransferOptions{true, 2});
+  memory.remember(1, task.space, start, near[0], 4.0, false);
+  EXPECT_FALSE(memory.predicted_ratio(2, task.space, start, near[0]));  // one task: too few
+  memory.remember(2, task.space, start, near[0], 9.0, false);
+  // Task 1 asks: its own measurement is no evidence about itself.
+  EXPECT_FALSE(memory.predicted_ratio(1, task.space, start, near[0]));
+  memory.remember(3, task.space, start, near[0], 0, true);  // a failure counts as cold
+  EXPECT_NEAR(*memory.predicted_ratio(0, task.space, start, near[0]), 9.0, 1e-9);  // median
+  EXPECT_FALSE(memory.predicted_ratio(0, task.space, start, near[1]));
+  EXPECT_FALSE(memory.combined_best(0, task.space, start));  // no move known to help
+  // Not one knob away from the start: teaches nothing.
+  const Config far = task.space.one_knob_neighbors(near[0]).back();
+  if (far != start) memory.remember(1, task.space, start, far, 0.1, false);
+  EXPECT_FALSE(memory.combined_best(0, task.space, start));
+}
+
+TEST(TaskTuner, OtherTasksMovesDeferColdNeighboursAndLeadWithTheirBestCombination) {
+  Task task = testing::bowl_task("transfer", 1e9, 1, 6);
+  std::mt19937_64 rng(9);
+  task.start = task.space.random_config(rng);
+  const std::vector<Config> near = task.space.one_knob_neighbors(task.start);
+  ASSERT_GT(near.size(), 8u);
+  const Config& cold = near.front();
+  const Config& fast = near.back();  // another knob than the cold one's
+  MoveMemory memory;
+  for (size_t other = 1; other <= 2; ++other) {
+    memory.remember(other, task.space, task.start, cold, 4.0, false);
+    memory.remember(other, task.space, task.start, fast, 0.5, false);
+  }
+  SearchOptions options;
+  options.cold_filter.enabled = false;  // only the other tasks judge
+  const int all = static_cast<int>(near.size()) + 1;
+  const std::vector<Config> with = TaskTuner(task, options, 6, &memory, 0).propose(all);
+  ASSERT_GE(with.size(), 2u);
+  EXPECT_EQ(with[0], task.start);
+  EXPECT_EQ(with[1], fast);  // the one move known to help is the combination
+  EXPECT_EQ(std::count(with.begin(), with.end(), fast), 1);
+  EXPECT_EQ(std::count(with.begin(), with.end(), cold), 0);
+  // Every other neighbour is still proposed in the first batch.
+  for (const Config& c : near)
+    if (c != cold) EXPECT_EQ(std::count(with.begin(), with.end(), c), 1);
+  // Without the memory the cold neighbour is measured with the rest.
+  const std::vector<Config> without = TaskTuner(task, options, 6).propose(all);
+  EXPECT_EQ(std::count(without.begin(), without.end(), cold), 1);
 }
 
 TEST(TaskTuner, ExhaustsASmallSpaceWithoutRepeating) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
@@ -122,13 +123,24 @@ TEST(TraceMeasurer, AnswersFromTheRecordWithSeededNoiseAndRecordedCost) {
   EXPECT_EQ(a.measure({{0, 0, 0, 5}}, four)[0].error, MeasureError::kCompile);  // not recorded
 }
 
-TEST(TraceSimulation, DefaultBudgetIsAThirdOfExhaustingTheTraceAndRunsOut) {
+TEST(TraceSimulation, DefaultBudgetIsAQuarterOfFinishingEveryTaskAndRunsOut) {
   SimulationOptions o = fast_options();
   o.trace = skewed_trace();
   o.scheduler = "round-robin";
   o.model.seed = 1;
   const double budget = default_trace_budget_seconds(*o.trace, o);
-  EXPECT_NEAR(budget, exhaustive_seconds(*o.trace, 2) / 3, 1e-9);
+  // Finishing: the sequential scheduler on seed 0 with no budget, until all tasks finished.
+  SimulationOptions unlimited = o;
+  unlimited.scheduler = "sequential";
+  unlimited.model.seed = 0;
+  unlimited.tuner.budget_seconds = 1e9;
+  unlimited.scheduler_options.sequential_trials_per_task = 1L << 40;
+  const TuningReport finished = run_simulation(unlimited);
+  EXPECT_EQ(finished.stop_reason, "all-tasks-finished");
+  EXPECT_NEAR(budget, std::min(finished.tuning_seconds / 4, exhaustive_seconds(*o.trace, 2) / 3),
+              1e-9);
+  EXPECT_LE(budget, finished.tuning_seconds / 3);
+  EXPECT_NEAR(trace_finishing_seconds(*o.trace, o), finished.tuning_seconds, 1e-9);
   const TuningReport r = run_simulation(o);
   EXPECT_EQ(r.stop_reason, "budget");
   EXPECT_GE(r.tuning_seconds, budget);
