@@ -249,23 +249,49 @@ def test_a_batch_norm_after_a_convolution_left_to_aten_in_a_channels_last_model(
     assert_matches_eager(fast(x), expected)
 
 
-def test_squeeze_excitation_and_global_pooling_take_the_mean_over_pixels_channels_last():
+@pytest.mark.parametrize("channels,scale_first", [(24, False), (37, True)])
+def test_squeeze_excitation_and_global_pooling_take_the_mean_over_pixels_channels_last(
+        channels, scale_first):
+    """The means and the channel-wise product run nimble's kernels (37 channels: units of 16
+    channels with a tail; both orders of the product)."""
     class SqueezeExcite(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.a = torch.nn.Conv2d(3, 24, 3, padding=1)
-            self.reduce = torch.nn.Conv2d(24, 6, 1)
-            self.expand = torch.nn.Conv2d(6, 24, 1)
-            self.b = torch.nn.Conv2d(24, 16, 3, padding=1)
+            self.a = torch.nn.Conv2d(3, channels, 3, padding=1)
+            self.reduce = torch.nn.Conv2d(channels, 6, 1)
+            self.expand = torch.nn.Conv2d(6, channels, 1)
+            self.b = torch.nn.Conv2d(channels, 16, 3, padding=1)
             self.fc = torch.nn.Linear(16, 5)
 
         def forward(self, x):
             y = torch.relu(self.a(x))
             scale = torch.sigmoid(self.expand(torch.relu(self.reduce(y.mean((2, 3), keepdim=True)))))
-            z = self.b(y * scale)
+            z = self.b(scale * y if scale_first else y * scale)
             return self.fc(z.mean((-1, -2)))
 
     fast = _check(SqueezeExcite().eval(), torch.randn(2, 3, 9, 9))
     ops = fast.schedule["ops"]
     assert ops.count("nimble::mean_hw_nhwc") == 2, ops
+    assert ops.count("nimble::scale_channels_nhwc") == 1, ops
+    assert not any(n.startswith("aten::mul") for n in ops), ops
     assert not any(n.startswith("aten::clone") for n in ops), ops
+
+
+def test_a_product_that_is_not_per_channel_stays_atens_and_the_kernel_takes_any_layout():
+    class Weighted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.w = torch.nn.Parameter(torch.randn(1, 8, 9, 9))  # a weight per pixel too
+            self.b = torch.nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            return self.b(self.a(x) * self.w)
+
+    fast = _check(Weighted().eval(), torch.randn(2, 3, 9, 9))
+    assert "nimble::scale_channels_nhwc" not in fast.schedule["ops"]
+    # Called on what the plan did not foresee (NCHW input, a scale per pixel), ATen's product.
+    x, s = torch.randn(2, 5, 4, 3), torch.randn(2, 5, 1, 1)
+    for a, b in [(x, s), (x.contiguous(memory_format=torch.channels_last), torch.randn(2, 5, 4, 3))]:
+        got = torch.ops.nimble.scale_channels_nhwc(a, b)
+        assert torch.equal(got, a * b) and got.is_contiguous(memory_format=torch.channels_last)

@@ -256,20 +256,51 @@ TEST(NhwcChannelOps, ScaleShiftIsAnAffinePerChannelThenTheActivation) {
   }
 }
 
-TEST(NhwcChannelOps, MeanOverPixelsAveragesEachImagesChannels) {
-  std::mt19937_64 rng(9);
-  const int64_t images = 3, pixels = 7, channels = 35;
-  const std::vector<float> x = random_values(rng, images * pixels * channels);
-  std::vector<float> y(static_cast<size_t>(images * channels));
-  mean_over_pixels(x.data(), y.data(), pixels, channels, 0, 1);
-  mean_over_pixels(x.data(), y.data(), pixels, channels, 1, images);
-  for (int64_t n = 0; n < images; ++n)
-    for (int64_t c = 0; c < channels; ++c) {
-      double sum = 0;
-      for (int64_t p = 0; p < pixels; ++p)
-        sum += x[static_cast<size_t>((n * pixels + p) * channels + c)];
-      ASSERT_NEAR(y[static_cast<size_t>(n * channels + c)], sum / pixels, 1e-6);
+// Units of kMeanChannels channels of one image, split anywhere: channel counts below, at and
+// past a unit's, pixel counts that the four-pixel chains do and do not divide.
+TEST(NhwcChannelOps, MeanOverPixelsMatchesASumInDoubleForAnySplitOfItsUnits) {
+  std::mt19937_64 rng(11);
+  for (const int64_t channels : {3, 16, 35, 48, 144}) {
+    for (const int64_t pixels : {1, 4, 7, 49, 130}) {
+      const int64_t images = 2;
+      const std::vector<float> x = random_values(rng, images * pixels * channels);
+      std::vector<float> y(static_cast<size_t>(images * channels), -1.0F);
+      const int64_t units = mean_units(images, channels);
+      const int64_t cut = std::uniform_int_distribution<int64_t>(0, units)(rng);
+      for (const Isa isa : runnable_isas()) {
+        std::fill(y.begin(), y.end(), -1.0F);
+        mean_over_pixels(isa, x.data(), y.data(), pixels, channels, 0, cut);
+        mean_over_pixels(isa, x.data(), y.data(), pixels, channels, cut, units);
+        for (int64_t n = 0; n < images; ++n)
+          for (int64_t c = 0; c < channels; ++c) {
+            double sum = 0;
+            for (int64_t p = 0; p < pixels; ++p)
+              sum += x[static_cast<size_t>((n * pixels + p) * channels + c)];
+            ASSERT_NEAR(y[static_cast<size_t>(n * channels + c)], sum / pixels, 1e-6)
+                << isa_name(isa) << ", " << channels << " channels, " << pixels
+                << " pixels, channel " << c;
+          }
+      }
     }
+  }
+}
+
+TEST(NhwcChannelOps, ScaleChannelsMultipliesEachImagesChannelsByItsScale) {
+  std::mt19937_64 rng(12);
+  const int64_t images = 2, pixels = 9, channels = 37;
+  const std::vector<float> x = random_values(rng, images * pixels * channels);
+  const std::vector<float> scale = random_values(rng, images * channels);
+  for (const Isa isa : runnable_isas()) {
+    std::vector<float> y(x.size());
+    scale_channels(isa, x.data(), scale.data(), y.data(), pixels, channels, 0, 5);
+    scale_channels(isa, x.data(), scale.data(), y.data(), pixels, channels, 5, images * pixels);
+    for (int64_t n = 0; n < images; ++n)
+      for (int64_t p = 0; p < pixels; ++p)
+        for (int64_t c = 0; c < channels; ++c) {
+          const size_t i = static_cast<size_t>((n * pixels + p) * channels + c);
+          ASSERT_EQ(y[i], x[i] * scale[static_cast<size_t>(n * channels + c)]) << isa_name(isa);
+        }
+  }
 }
 
 }  // namespace

@@ -2,9 +2,12 @@
 // Per-channel ops on NHWC float arrays that the lowered program runs between convolutions in
 // channels_last (nhwc_tensor_ops.h): concatenation along channels (densenet's blocks make 62
 // at 64x64 pixels, 7 us a call through ATen), ShuffleNet's channel shuffle of a
-// concatenation, and the mean over pixels (squeeze-excitation blocks and global pooling,
-// 8 us a call through ATen). (The inference batch norm is epilogue.h's scale_shift.)
+// concatenation, the mean over pixels (squeeze-excitation blocks and global pooling,
+// 8 us a call through ATen) and the channel-wise product of squeeze-excitation. (The inference
+// batch norm is epilogue.h's scale_shift.)
 #include <cstdint>
+
+#include "csrc/kernels/cpu/channels_last/isa.h"
 
 namespace nimble::kernels::nhwc {
 
@@ -34,9 +37,25 @@ void shuffle_channels(const ChannelRows* inputs, int64_t count, int64_t groups, 
 void to_channels_last(const float* x, float* y, int64_t channels, int64_t pixels, int64_t begin,
                       int64_t end);
 
-// y[n, c] = the mean of x[n, p, c] over the `pixels` pixels of images [begin, end); x is
-// [images, pixels, channels], y [images, channels].
-void mean_over_pixels(const float* x, float* y, int64_t pixels, int64_t channels, int64_t begin,
-                      int64_t end);
+// Channels a unit of mean_over_pixels: a cache line of each pixel, so that the units of one
+// image (efficientnet's first squeeze-excitation: 32 channels) can run on different threads.
+constexpr int64_t kMeanChannels = 16;
+// Units of mean_over_pixels for `images` images of `channels` channels.
+inline int64_t mean_units(int64_t images, int64_t channels) {
+  return images * ((channels + kMeanChannels - 1) / kMeanChannels);
+}
+
+// y[n, c] = the mean of x[n, p, c] over the `pixels` pixels, for the units [begin, end) of
+// mean_units(): unit u is image u / blocks, channels [b * kMeanChannels, ...) of block
+// b = u % blocks. x is [images, pixels, channels], y [images, channels].
+// `isa`: the code that runs (isa.h).
+void mean_over_pixels(Isa isa, const float* x, float* y, int64_t pixels, int64_t channels,
+                      int64_t begin, int64_t end);
+
+// y[n, p, c] = x[n, p, c] * scale[n, c] for the pixels [begin, end) of all images (flattened
+// images x pixels): a squeeze-excitation block's channel-wise product (x * s, s of sizes
+// [n, c, 1, 1]). x and y are [images, pixels, channels], not overlapping, scale [images, channels].
+void scale_channels(Isa isa, const float* x, const float* scale, float* y, int64_t pixels,
+                    int64_t channels, int64_t begin, int64_t end);
 
 }  // namespace nimble::kernels::nhwc

@@ -2,14 +2,28 @@
 
 #include <cmath>
 
+#include "csrc/kernels/cpu/channels_last/vector_ops.h"
+
 namespace nimble::kernels::nhwc {
 namespace {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 namespace avx512 {
+using Ops = Avx512Ops;
 #include "csrc/kernels/cpu/channels_last/epilogue_body.inc"
+#include "csrc/kernels/cpu/channels_last/vector_math.inc"
 }  // namespace avx512
+#pragma GCC pop_options
+
+// The AVX2 vector code in a region of its own: vector_ops.h's AVX2 operations cannot be inlined
+// into the region below (its optimize pragma makes the targets differ).
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2_vectors {
+using Ops = Avx2Ops;
+#include "csrc/kernels/cpu/channels_last/vector_math.inc"
+}  // namespace avx2_vectors
 #pragma GCC pop_options
 
 #pragma GCC push_options
@@ -19,12 +33,19 @@ namespace avx512 {
 // only floating-point exception flags may differ, which nothing here reads.
 #pragma GCC optimize("no-trapping-math")
 namespace avx2 {
+inline void sigmoid_family(float* y, const float* residual, int64_t n, bool silu) {
+  avx2_vectors::sigmoid_family(y, residual, n, silu);
+}
 #include "csrc/kernels/cpu/channels_last/epilogue_body.inc"
 }  // namespace avx2
 #pragma GCC pop_options
 
 namespace portable {
 #include "csrc/kernels/cpu/channels_last/epilogue_body.inc"
+inline void sigmoid_family(float* y, const float* residual, int64_t n, bool silu) {
+  if (silu) return apply(y, residual, n, [](float v) { return v * sigmoid(v); });
+  apply(y, residual, n, [](float v) { return sigmoid(v); });
+}
 }  // namespace portable
 
 }  // namespace

@@ -37,6 +37,29 @@ struct Avx512Ops {
   NIMBLE_VECTOR_OP Vec leaky_relu(Vec y, Vec slope) {
     return _mm512_mask_mul_ps(y, _mm512_cmp_ps_mask(y, zero(), _CMP_LT_OQ), y, slope);
   }
+  NIMBLE_VECTOR_OP Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+  NIMBLE_VECTOR_OP Vec abs(Vec a) { return _mm512_abs_ps(a); }
+  NIMBLE_VECTOR_OP Vec round(Vec a) {
+    return _mm512_maskz_roundscale_ps(0xFFFF, a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  // p * 2^n for integral n in [-126, 127].
+  NIMBLE_VECTOR_OP Vec times_power_of_two(Vec p, Vec n) {
+    return _mm512_maskz_scalef_ps(0xFFFF, p, n);
+  }
+  // 1 / d for d in [1, 2], correctly rounded but rarely: the 14-bit estimate and one Newton
+  // step, r + r (1 - d r) with the residual by an FMA (1 / 1 is 1 exactly).
+  NIMBLE_VECTOR_OP Vec reciprocal(Vec d) {
+    const Vec r = _mm512_maskz_rcp14_ps(0xFFFF, d);
+    return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(1.0F)), r);
+  }
+  // x < 0 ? negative : otherwise, lane by lane.
+  NIMBLE_VECTOR_OP Vec where_negative(Vec x, Vec negative, Vec otherwise) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, zero(), _CMP_LT_OQ), otherwise, negative);
+  }
+  // x where x is NaN, y elsewhere.
+  NIMBLE_VECTOR_OP Vec nan_from(Vec x, Vec y) {
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+  }
   // Lanes [0, n), 0 <= n < kWidth.
   NIMBLE_VECTOR_OP Mask first_lanes(int n) { return static_cast<Mask>((1U << n) - 1); }
 };
@@ -65,6 +88,29 @@ struct Avx2Ops {
   NIMBLE_VECTOR_OP Vec min(Vec a, Vec b) { return _mm256_min_ps(a, b); }
   NIMBLE_VECTOR_OP Vec leaky_relu(Vec y, Vec slope) {
     return _mm256_blendv_ps(y, _mm256_mul_ps(y, slope), _mm256_cmp_ps(y, zero(), _CMP_LT_OQ));
+  }
+  NIMBLE_VECTOR_OP Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+  NIMBLE_VECTOR_OP Vec abs(Vec a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0F), a); }
+  NIMBLE_VECTOR_OP Vec round(Vec a) {
+    return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  // In the exponent bits: n is integral and p * 2^n a normal float.
+  NIMBLE_VECTOR_OP Vec times_power_of_two(Vec p, Vec n) {
+    const __m256i shifted = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), shifted));
+  }
+  // The 12-bit estimate needs two Newton steps (one leaves 1 / 1 one ulp short of 1).
+  NIMBLE_VECTOR_OP Vec reciprocal(Vec d) {
+    const Vec one = _mm256_set1_ps(1.0F);
+    Vec r = _mm256_rcp_ps(d);
+    r = _mm256_fmadd_ps(r, _mm256_fnmadd_ps(d, r, one), r);
+    return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(d, r, one), r);
+  }
+  NIMBLE_VECTOR_OP Vec where_negative(Vec x, Vec negative, Vec otherwise) {
+    return _mm256_blendv_ps(otherwise, negative, _mm256_cmp_ps(x, zero(), _CMP_LT_OQ));
+  }
+  NIMBLE_VECTOR_OP Vec nan_from(Vec x, Vec y) {
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   }
   NIMBLE_VECTOR_OP Mask first_lanes(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));

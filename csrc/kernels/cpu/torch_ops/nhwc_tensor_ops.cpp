@@ -218,8 +218,28 @@ at::Tensor mean_hw_nhwc(const at::Tensor& self, bool keepdim) {
   const float* x_data = self.const_data_ptr<float>();
   float* y_data = y.mutable_data_ptr<float>();
   const int64_t pixels = self.size(2) * self.size(3);
-  split_work(images, worth_forking(self.numel()), [&](int64_t begin, int64_t end) {
-    nhwc::mean_over_pixels(x_data, y_data, pixels, channels, begin, end);
+  split_work(nhwc::mean_units(images, channels), worth_forking(self.numel()),
+             [&](int64_t begin, int64_t end) {
+               nhwc::mean_over_pixels(nhwc::best_isa(), x_data, y_data, pixels, channels, begin,
+                                      end);
+             });
+  return y;
+}
+
+at::Tensor scale_channels_nhwc(const at::Tensor& self, const at::Tensor& scale) {
+  const bool per_channel = scale.device().is_cpu() && scale.scalar_type() == at::kFloat &&
+                           scale.dim() == 4 && scale.is_contiguous() && scale.size(2) == 1 &&
+                           scale.size(3) == 1 && scale.size(0) == self.size(0) &&
+                           scale.size(1) == self.size(1);
+  if (!dense_channels_last(self) || !per_channel)
+    return at::mul(self, scale).contiguous(at::MemoryFormat::ChannelsLast);
+  at::Tensor y = empty_channels_last(self.sizes(), self);
+  const float* x_data = self.const_data_ptr<float>();
+  const float* s_data = scale.const_data_ptr<float>();
+  float* y_data = y.mutable_data_ptr<float>();
+  const int64_t channels = self.size(1), pixels = self.size(2) * self.size(3);
+  split_work(self.size(0) * pixels, worth_forking(self.numel()), [&](int64_t begin, int64_t end) {
+    nhwc::scale_channels(nhwc::best_isa(), x_data, s_data, y_data, pixels, channels, begin, end);
   });
   return y;
 }
@@ -237,6 +257,7 @@ c10::OperatorHandle cat_nhwc_op() { return nimble_op("nimble::cat_nhwc"); }
 c10::OperatorHandle channel_shuffle_op() { return nimble_op("nimble::channel_shuffle"); }
 c10::OperatorHandle channel_shuffle_nhwc_op() { return nimble_op("nimble::channel_shuffle_nhwc"); }
 c10::OperatorHandle mean_hw_nhwc_op() { return nimble_op("nimble::mean_hw_nhwc"); }
+c10::OperatorHandle scale_channels_nhwc_op() { return nimble_op("nimble::scale_channels_nhwc"); }
 
 TORCH_LIBRARY_FRAGMENT(nimble, m) {
   m.def(
@@ -252,6 +273,7 @@ TORCH_LIBRARY_FRAGMENT(nimble, m) {
   m.def("channel_shuffle(Tensor[] tensors, int groups) -> Tensor");
   m.def("channel_shuffle_nhwc(Tensor[] tensors, int groups) -> Tensor");
   m.def("mean_hw_nhwc(Tensor self, bool keepdim) -> Tensor");
+  m.def("scale_channels_nhwc(Tensor self, Tensor scale) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(nimble, CPU, m) {
@@ -262,6 +284,7 @@ TORCH_LIBRARY_IMPL(nimble, CPU, m) {
   m.impl("channel_shuffle", TORCH_FN(channel_shuffle));
   m.impl("channel_shuffle_nhwc", TORCH_FN(channel_shuffle_nhwc));
   m.impl("mean_hw_nhwc", TORCH_FN(mean_hw_nhwc));
+  m.impl("scale_channels_nhwc", TORCH_FN(scale_channels_nhwc));
 }
 
 }  // namespace nimble::kernels

@@ -10,11 +10,14 @@
 //   cat_nhwc(tensors)  (along channels)
 //   channel_shuffle_nhwc(tensors, groups)  (channel_shuffle's, channels_last)
 //   mean_hw_nhwc(self, keepdim)  (over the pixels: mean(self, [2, 3], keepdim))
+//   scale_channels_nhwc(self, scale)  (self * scale, scale of sizes [n, c, 1, 1]: the
+//                                      channel-wise product of squeeze-excitation)
 //
 // Each returns a new channels_last tensor equal to its ATen op's (batch_norm_nhwc: the
 // inference batch norm, then `activation` as activation_name (program/epilogue.h) names it, with
 // `lo`, `hi` its bounds or slope). An input that is not dense channels_last float (a layout the
-// plan did not foresee) runs ATen's op instead, so the result is right whatever comes. (cat_nhwc
+// plan did not foresee; scale_channels_nhwc: a scale that is not dense float [n, c, 1, 1]) runs
+// ATen's op instead, so the result is right whatever comes. (cat_nhwc
 // and channel_shuffle_nhwc take inputs that are slices of a wider tensor's channels too.)
 //
 // One op of any layout: channel_shuffle(tensors, groups), ShuffleNet's shuffle of the
@@ -32,5 +35,6 @@ c10::OperatorHandle cat_nhwc_op();
 c10::OperatorHandle channel_shuffle_op();
 c10::OperatorHandle channel_shuffle_nhwc_op();
 c10::OperatorHandle mean_hw_nhwc_op();
+c10::OperatorHandle scale_channels_nhwc_op();
 
 }  // namespace nimble::kernels
