@@ -10,17 +10,26 @@
 namespace nimble::kernels::nhwc::gemm {
 
 // Everything one microkernel call reads and writes. Rows are output pixels; row i reads, for
-// tap t, the `channels` floats at rows[i] + offsets[i][t], or `zero` where that offset is
-// negative (padding). Without offsets (a product in place) there is one tap and row i reads
-// rows[0] + i * row_stride.
+// tap t, the `channels` floats at rows[i] + offsets[i][t] + first_channel, or zeros where that
+// offset is negative (padding). Without offsets (a product in place) there is one tap and row
+// i reads rows[0] + i * row_stride + first_channel.
+//
+// A call reduces over one block of the reduction: taps [first_tap, first_tap + taps) times
+// channels [first_channel, first_channel + channels) of the `tap_channels` a tap holds. The
+// first block starts from the bias, the others from the partial sums the block before stored
+// (`accumulate`); only the last (`finish`) adds the residual and applies the activation. The
+// sums are added in the order one unblocked call adds them and stored as the floats the
+// registers hold, so a blocked reduction gives the unblocked result bit for bit.
 struct TileArgs {
   const float* const* rows = nullptr;       // [rows]: input base of each row (its image, its group)
   const int32_t* const* offsets = nullptr;  // [rows]: each row's [taps] offsets from its base
   int64_t row_stride = 0;
-  const float* zero = nullptr;  // `channels` zeros
-  int64_t taps = 0, channels = 0;
-  // The chunk's first panel, [tap][channel][width]; the chunk's other panels follow it at
-  // `panel_stride` floats each. Width: 2 vectors, or 1 for a narrow (last) panel.
+  const float* zero = nullptr;  // `tap_channels` zeros
+  int64_t first_tap = 0, taps = 0, first_channel = 0, channels = 0, tap_channels = 0;
+  bool accumulate = false, finish = true;
+  // The chunk's first panel, [tap][tap_channels][width] from its first tap; the chunk's other
+  // panels follow it at `panel_stride` floats each. Width: 2 vectors, or 1 for a narrow (last)
+  // panel.
   const float* weight = nullptr;
   int64_t panel_stride = 0;
   const float* bias = nullptr;  // the chunk's padded bias, contiguous over its panels
