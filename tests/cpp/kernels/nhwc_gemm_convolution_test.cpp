@@ -494,6 +494,24 @@ TEST(GemmConvolutionTest, TilingParametersAreTheOnesInEffect) {
   }
 }
 
+// AVX-512 tiles tall blocks of a short reduction 6 rows by 4 vectors, of a long one 8 by 2
+// (gemm_microkernels.h, kWideTileReduction); AVX2 keeps 6 by 2.
+TEST(GemmConvolutionTest, TallBlocksOfShortReductionsTakeWideTiles) {
+  ConvolutionGeometry pointwise = linear(784, 256, 128), dense;
+  dense.height = dense.width = 28;
+  dense.in_channels = dense.out_channels = 128;
+  dense.kernel_h = dense.kernel_w = 3;
+  dense.pad_h = dense.pad_w = 1;
+  const std::vector<float> weight(128 * 256 * 9, 0.5F);
+  for (const Isa isa : runnable_isas()) {
+    if (isa == Isa::kPortable) continue;
+    const int64_t long_reduction = isa == Isa::kAvx512 ? 8 : 6;
+    EXPECT_EQ(GemmConvolution(weight.data(), nullptr, pointwise, isa).tiling().tile_rows, 6);
+    EXPECT_EQ(GemmConvolution(weight.data(), nullptr, dense, isa).tiling().tile_rows,
+              long_reduction);
+  }
+}
+
 TEST(GemmConvolutionTest, BytesCoverThePackedWeightAndLittleMore) {
   ConvolutionGeometry g;
   g.height = g.width = 16;

@@ -229,7 +229,9 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
 }
 
 int64_t GemmConvolution::register_tile_rows(int64_t block_rows, bool narrow_only) const {
-  const int64_t most = gemm::tile_shape(kernel_isa_, block_rows, narrow_only).rows;
+  const int64_t most =
+      gemm::tile_shape(kernel_isa_, block_rows, narrow_only, reduction_taps_ * reduction_channels_)
+          .rows;
   return max_tile_rows_ > 0 ? std::min(most, max_tile_rows_) : most;
 }
 

@@ -104,10 +104,11 @@ void portable_tile(int rows, int vectors, const TileArgs& t) {
 
 }  // namespace
 
-TileShape tile_shape(Isa isa, int64_t block_rows, bool narrow_only) {
+TileShape tile_shape(Isa isa, int64_t block_rows, bool narrow_only, int64_t reduction) {
   switch (isa) {
     case Isa::kAvx512:
       if (narrow_only) return {1, avx512::Ops::kRows1};
+      if (block_rows >= 7 && reduction < kWideTileReduction) return {4, avx512::Ops::kRows4};
       if (block_rows >= 7) return {2, avx512::Ops::kRows2};
       if (block_rows >= 4) return {4, avx512::Ops::kRows4};
       return {8, avx512::Ops::kRows8};
