@@ -295,3 +295,24 @@ def test_a_product_that_is_not_per_channel_stays_atens_and_the_kernel_takes_any_
     for a, b in [(x, s), (x.contiguous(memory_format=torch.channels_last), torch.randn(2, 5, 4, 3))]:
         got = torch.ops.nimble.scale_channels_nhwc(a, b)
         assert torch.equal(got, a * b) and got.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("channels", [19, 64])
+def test_max_pooling_keeps_nan_where_eager_does(channels):
+    """NaN wins a max window in every lane (the kernel runs vector code of the CPU's ISA), and
+    -inf stays where the window holds nothing larger."""
+    pool = Lambda(lambda x: F.max_pool2d(x, 3, 2, 1))
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, channels, 1), pool,
+                                torch.nn.Conv2d(channels, 8, 1)).eval()
+    x = torch.randn(1, 3, 15, 15)
+    fast = nimble.Nimble(model).prepare(x)
+    assert "nimble::max_pool2d_nhwc" in fast.schedule["ops"]
+    x[0, :, 4, 7] = float("nan")
+    x[0, :, 10, 2] = float("-inf")
+    with torch.no_grad():
+        expected = model(x)
+    got = fast(x)
+    assert torch.isnan(expected).any()
+    assert torch.equal(torch.isnan(got), torch.isnan(expected))
+    keep = ~torch.isnan(expected)
+    assert_matches_eager(got[keep], expected[keep])

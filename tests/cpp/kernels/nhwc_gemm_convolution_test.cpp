@@ -214,6 +214,7 @@ TEST_P(GemmConvolutionIsaTest, EveryTilingMatchesNaiveReference) {
   with(&GemmTiling::rows_per_block, {1, 7, 8, 24, 100, 512, 4096});
   with(&GemmTiling::column_splits, {1, 2, 3, 4, 9});
   with(&GemmTiling::tile_rows, {1, 2, 3, 4, 5, 6, 7, 8, 12});
+  with(&GemmTiling::reduction_block, {1, 3, 16, 40, 100, 100000});
   for (const LoopOrder order : {LoopOrder::kRowsOutside, LoopOrder::kColumnsOutside}) {
     tilings.emplace_back();
     tilings.back().loop_order = order;
@@ -222,7 +223,8 @@ TEST_P(GemmConvolutionIsaTest, EveryTilingMatchesNaiveReference) {
   for (int trial = 0; trial < 60; ++trial) {
     const Problem p = random_problem(rng);
     const std::vector<float> want = p.reference();
-    GemmTiling mixed{pick(8), 8 * pick(20), pick(4), static_cast<LoopOrder>(pick(2)), pick(8)};
+    GemmTiling mixed{pick(8), 8 * pick(20), pick(4), static_cast<LoopOrder>(pick(2)),
+                     pick(8), pick(80)};
     tilings.push_back(mixed);
     for (const GemmTiling& t : tilings) {
       expect_close(p.run(GetParam(), t), want,
@@ -230,11 +232,68 @@ TEST_P(GemmConvolutionIsaTest, EveryTilingMatchesNaiveReference) {
                        std::to_string(t.pieces) + " rows " + std::to_string(t.rows_per_block) +
                        " splits " + std::to_string(t.column_splits) + " order " +
                        std::to_string(static_cast<int>(t.loop_order)) + " tile rows " +
-                       std::to_string(t.tile_rows));
+                       std::to_string(t.tile_rows) + " reduction block " +
+                       std::to_string(t.reduction_block));
       if (HasFatalFailure()) return;
     }
     tilings.pop_back();
   }
+}
+
+// A blocked reduction adds the same products in the same order as one pass and keeps its
+// partial sums as the floats the registers held: bit for bit the unblocked result, for blocks
+// of parts of a tap's channels, of whole taps, and of a few taps with a short last block, on
+// every kind of row (offsets with padding, merged taps of a first layer, rows in place with
+// a pixel stride), every epilogue.
+TEST_P(GemmConvolutionIsaTest, BlockedReductionIsBitForBitTheUnblockedOne) {
+  std::mt19937 rng(46);
+  std::vector<Problem> problems;
+  for (int trial = 0; trial < 40; ++trial) problems.push_back(random_problem(rng));
+  ConvolutionGeometry first;  // merged taps: 3 channels, 7x7, stride 2
+  first.height = first.width = 19;
+  first.in_channels = 3;
+  first.out_channels = 40;
+  first.kernel_h = first.kernel_w = 7;
+  first.stride_h = first.stride_w = 2;
+  first.pad_h = first.pad_w = 3;
+  problems.push_back(make_problem(first, rng, true, true, {Activation::kRelu}));
+  ConvolutionGeometry wide;  // 3x3 of 300 channels on a 9x9 map, residual and a finish()
+  wide.height = wide.width = 9;
+  wide.in_channels = 300;
+  wide.out_channels = 72;
+  wide.kernel_h = wide.kernel_w = 3;
+  wide.pad_h = wide.pad_w = 1;
+  problems.push_back(make_problem(wide, rng, true, true, {Activation::kSilu}));
+  problems.push_back(
+      make_problem(linear(37, 517, 90), rng, true, true, {Activation::kClamp, 0, 6}));
+  for (const Problem& p : problems) {
+    const std::vector<float> whole = p.run(GetParam());
+    for (const int64_t floats : {1, 7, 64, 300, 301, 900, 1000}) {
+      GemmTiling blocked;
+      blocked.reduction_block = floats;
+      const std::vector<float> got = p.run(GetParam(), blocked);
+      ASSERT_EQ(0, std::memcmp(whole.data(), got.data(), whole.size() * sizeof(float)))
+          << describe(p) << " reduction block " << floats;
+    }
+  }
+  // Rows in place, read `stride` floats apart (a slice of a wider tensor's channels).
+  const ConvolutionGeometry g = linear(29, 200, 48);
+  const Problem p = make_problem(g, rng);
+  const int64_t stride = 230;
+  std::vector<float> strided(29 * stride, 99.0F);
+  for (int64_t r = 0; r < 29; ++r)
+    std::copy_n(p.input.data() + r * 200, 200, strided.data() + r * stride);
+  std::vector<float> whole(29 * 48), got(29 * 48);
+  GemmTiling blocked;
+  blocked.reduction_block = 48;
+  const GemmConvolution one(p.weight.data(), p.bias.data(), g, GetParam());
+  const GemmConvolution parts(p.weight.data(), p.bias.data(), g, GetParam(), blocked);
+  one.run(strided.data(), whole.data(), nullptr, {}, 0, one.row_blocks(), 0, one.column_blocks(),
+          stride);
+  parts.run(strided.data(), got.data(), nullptr, {}, 0, parts.row_blocks(), 0,
+            parts.column_blocks(), stride);
+  EXPECT_EQ(0, std::memcmp(whole.data(), got.data(), whole.size() * sizeof(float)));
+  expect_close(whole, p.reference(), describe(p) + " strided rows");
 }
 
 TEST_P(GemmConvolutionIsaTest, LinearLayerShapesIncludingOneRow) {
@@ -339,6 +398,20 @@ TEST_P(GemmConvolutionIsaTest, TilesInAnyOrderOrOnTwoThreadsMatchOneCall) {
     EXPECT_EQ(0, std::memcmp(whole.data(), tiled.data(), size * sizeof(float))) << describe(p);
     EXPECT_EQ(0, std::memcmp(whole.data(), threaded.data(), size * sizeof(float))) << describe(p);
     expect_close(whole, p.reference(), describe(p));
+    // run_tiles in either order, over ranges that start and end inside a row or column block.
+    for (const LoopOrder order : {LoopOrder::kRowsOutside, LoopOrder::kColumnsOutside}) {
+      GemmTiling tiling;
+      tiling.loop_order = order;
+      const GemmConvolution ordered(p.weight.data(), p.bias.data(), g, GetParam(), tiling);
+      const int64_t tiles = ordered.row_blocks() * ordered.column_blocks();
+      std::vector<float> ranges(size, -7.0F);
+      for (int64_t begin = 0, step = 1; begin < tiles; begin += step, step = step % 5 + 2) {
+        ordered.run_tiles(p.input.data(), ranges.data(), p.residual.data(), p.epilogue, begin,
+                          std::min(tiles, begin + step));
+      }
+      EXPECT_EQ(0, std::memcmp(whole.data(), ranges.data(), size * sizeof(float)))
+          << describe(p) << " order " << static_cast<int>(order);
+    }
   }
 }
 
@@ -398,6 +471,7 @@ TEST(GemmConvolutionTest, TilingParametersAreTheOnesInEffect) {
     asked.column_splits = 2;
     asked.loop_order = LoopOrder::kColumnsOutside;
     asked.tile_rows = 3;
+    asked.reduction_block = 100;  // 9 taps of 32 channels: blocks of 3 taps
     const GemmConvolution tuned(weight.data(), nullptr, g, isa, asked);
     const GemmTiling got = tuned.tiling();
     EXPECT_EQ(got.rows_per_block, 24);
@@ -406,6 +480,10 @@ TEST(GemmConvolutionTest, TilingParametersAreTheOnesInEffect) {
     EXPECT_EQ(tuned.column_blocks(), 2);
     EXPECT_EQ(got.loop_order, LoopOrder::kColumnsOutside);
     EXPECT_EQ(got.tile_rows, 3);
+    EXPECT_EQ(got.reduction_block, 96);
+    EXPECT_EQ(resolved.reduction_block, 9 * 32);  // the rule's: not blocked
+    asked.reduction_block = 20;                   // parts of a tap's 32 channels: two of 16
+    EXPECT_EQ(GemmConvolution(weight.data(), nullptr, g, isa, asked).tiling().reduction_block, 16);
     GemmTiling pieces;
     pieces.pieces = 1;
     const GemmConvolution one(weight.data(), nullptr, g, isa, pieces);
@@ -413,6 +491,24 @@ TEST(GemmConvolutionTest, TilingParametersAreTheOnesInEffect) {
     GemmTiling negative;
     negative.tile_rows = -1;
     EXPECT_THROW(GemmConvolution(weight.data(), nullptr, g, isa, negative), std::invalid_argument);
+  }
+}
+
+// AVX-512 tiles tall blocks of a short reduction 6 rows by 4 vectors, of a long one 8 by 2
+// (gemm_microkernels.h, kWideTileReduction); AVX2 keeps 6 by 2.
+TEST(GemmConvolutionTest, TallBlocksOfShortReductionsTakeWideTiles) {
+  ConvolutionGeometry pointwise = linear(784, 256, 128), dense;
+  dense.height = dense.width = 28;
+  dense.in_channels = dense.out_channels = 128;
+  dense.kernel_h = dense.kernel_w = 3;
+  dense.pad_h = dense.pad_w = 1;
+  const std::vector<float> weight(128 * 256 * 9, 0.5F);
+  for (const Isa isa : runnable_isas()) {
+    if (isa == Isa::kPortable) continue;
+    const int64_t long_reduction = isa == Isa::kAvx512 ? 8 : 6;
+    EXPECT_EQ(GemmConvolution(weight.data(), nullptr, pointwise, isa).tiling().tile_rows, 6);
+    EXPECT_EQ(GemmConvolution(weight.data(), nullptr, dense, isa).tiling().tile_rows,
+              long_reduction);
   }
 }
 

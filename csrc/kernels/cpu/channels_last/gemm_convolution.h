@@ -51,6 +51,12 @@ class GemmConvolution {
   void run(const float* input, float* output, const float* residual, const Epilogue& epilogue,
            int64_t row_block_begin, int64_t row_block_end, int64_t column_block_begin,
            int64_t column_block_end, int64_t input_pixel_stride = 0) const;
+  // Tiles [begin, end) of the row_blocks() x column_blocks() tiles, numbered in the order the
+  // tiling visits them (rows outside: row block by row block; columns outside: column block by
+  // column block), so that a thread's run of consecutive tiles reuses what the order keeps in
+  // cache: a row block's input, or a column block's weight. Arguments as run()'s.
+  void run_tiles(const float* input, float* output, const float* residual, const Epilogue& epilogue,
+                 int64_t begin, int64_t end, int64_t input_pixel_stride = 0) const;
   // 1x1, stride 1, no padding: each output pixel's row is its input pixel's channels.
   bool reads_rows_in_place() const { return direct_; }
   // Bytes held by the packed weight, bias and offsets.
@@ -67,6 +73,9 @@ class GemmConvolution {
   // The input window of output pixel `pixel` of the image at `image`, zeros in the padding,
   // as [kernel_h][kernel_w][in_channels] (merged_taps_).
   void copy_window(const float* image, int64_t pixel, float* window) const;
+
+  // Bounds the row pointers a block keeps on the stack (8 KiB of them).
+  static constexpr int64_t kMaxBlockRows = 512;
 
   ConvolutionGeometry geometry_;
   Isa isa_;
@@ -106,10 +115,17 @@ class GemmConvolution {
   // 4, (3136, 24, 144) 40 x 1. A GemmTiling replaces any of these choices (kernel_parameters.h).
   int64_t rows_per_block_ = 1, panels_per_block_ = 1, blocks_per_group_ = 1;
   int64_t max_tile_rows_ = 0;  // 0: the tile shape's
-  // run()'s order over its tiles: row blocks outside when the whole packed weight is small
-  // (at most 256 KiB, it stays in L2 while each row block's input is reused by every column
-  // block; ~5% on a 3x3 convolution of 16 groups of 8), column blocks outside otherwise (a
-  // block's panels stay in cache while the rows go by).
+  // The reduction as the microkernels see it, reduction_taps_ x reduction_channels_ (taps_ x
+  // group_in_, or kernel rows x kernel_w x group_in_ where merged_taps_), swept in blocks of
+  // tap_block_ x channel_block_: a block's rows go through one part of the reduction before
+  // the next part (GemmTiling::reduction_block; the rule's is one block, the .cpp says why).
+  int64_t reduction_taps_ = 1, reduction_channels_ = 0, tap_block_ = 1, channel_block_ = 0;
+  // run()'s and run_tiles()' order over the tiles: row blocks outside when the whole packed
+  // weight is small (at most 256 KiB, it stays in L2 while each row block's input is reused by
+  // every column block; ~5% on a 3x3 convolution of 16 groups of 8), column blocks outside
+  // otherwise (a block's panels stay in cache while the rows go by, where rows outside would
+  // stream the whole weight from memory once per row block: 1.8x on resnet50's 3x3 of 512
+  // channels on a 7x7 map, one thread on the Xeon).
   bool rows_outside_ = false;
   std::vector<float, PackedAllocator<float>> packed_;  // [group][panel][tap][channel][width]
   std::vector<float, PackedAllocator<float>> bias_;    // [group][group_columns_], zero-padded

@@ -20,17 +20,22 @@ inline bool in_registers(Activation activation) {
          activation == Activation::kClamp || activation == Activation::kLeakyRelu;
 }
 
-// Row i of the tile reads tap `tap` from here.
+// Row i of the tile reads tap `tap` (of the whole reduction) from here.
 inline const float* tap_row(const TileArgs& t, int i, int64_t tap) {
-  if (!t.offsets) return t.rows[0] + i * t.row_stride;
+  if (!t.offsets) return t.rows[0] + i * t.row_stride + t.first_channel;
   const int32_t offset = t.offsets[i][tap];
-  return offset < 0 ? t.zero : t.rows[i] + offset;
+  return (offset < 0 ? t.zero : t.rows[i] + offset) + t.first_channel;
+}
+
+// The weight of tap `tap` (of the block) at the block's first channel, in a panel of `width`.
+inline const float* tap_weight(const TileArgs& t, int64_t tap, int64_t width) {
+  return t.weight + ((t.first_tap + tap) * t.tap_channels + t.first_channel) * width;
 }
 
 // The activations not applied in registers, on the stored rows (residual already added).
 template <int MR>
 inline void finish_rows(const TileArgs& t) {
-  if (in_registers(t.epilogue->activation)) return;
+  if (!t.finish || in_registers(t.epilogue->activation)) return;
   for (int i = 0; i < MR; ++i) finish(t.isa, t.out + i * t.ldc, nullptr, t.columns, *t.epilogue);
 }
 
@@ -65,12 +70,18 @@ constexpr int kPortableRows = 8, kPortableColumns = 64;
 void portable_tile(int rows, int vectors, const TileArgs& t) {
   const int panels = vectors == 1 ? 1 : vectors / 2;
   const int width = 8 * vectors / panels;
-  float acc[kPortableRows][kPortableColumns];
-  for (int i = 0; i < rows; ++i) std::memcpy(acc[i], t.bias, sizeof(float) * 8 * vectors);
-  const float* w = t.weight;
+  float acc[kPortableRows][kPortableColumns] = {};
+  for (int i = 0; i < rows; ++i) {
+    if (t.accumulate) {
+      std::memcpy(acc[i], t.out + i * t.ldc, sizeof(float) * t.columns);
+    } else {
+      std::memcpy(acc[i], t.bias, sizeof(float) * 8 * vectors);
+    }
+  }
   const float* a[kPortableRows];
   for (int64_t tap = 0; tap < t.taps; ++tap) {
-    for (int i = 0; i < rows; ++i) a[i] = tap_row(t, i, tap);
+    for (int i = 0; i < rows; ++i) a[i] = tap_row(t, i, t.first_tap + tap);
+    const float* w = tap_weight(t, tap, width);
     for (int64_t c = 0; c < t.channels; ++c) {
       for (int p = 0; p < panels; ++p) {
         const float* wp = w + p * t.panel_stride;
@@ -86,16 +97,18 @@ void portable_tile(int rows, int vectors, const TileArgs& t) {
   for (int i = 0; i < rows; ++i) {
     float* out = t.out + i * t.ldc;
     std::memcpy(out, acc[i], sizeof(float) * t.columns);
-    finish(t.isa, out, t.residual ? t.residual + i * t.ldc : nullptr, t.columns, *t.epilogue);
+    if (t.finish)
+      finish(t.isa, out, t.residual ? t.residual + i * t.ldc : nullptr, t.columns, *t.epilogue);
   }
 }
 
 }  // namespace
 
-TileShape tile_shape(Isa isa, int64_t block_rows, bool narrow_only) {
+TileShape tile_shape(Isa isa, int64_t block_rows, bool narrow_only, int64_t reduction) {
   switch (isa) {
     case Isa::kAvx512:
       if (narrow_only) return {1, avx512::Ops::kRows1};
+      if (block_rows >= 7 && reduction < kWideTileReduction) return {4, avx512::Ops::kRows4};
       if (block_rows >= 7) return {2, avx512::Ops::kRows2};
       if (block_rows >= 4) return {4, avx512::Ops::kRows4};
       return {8, avx512::Ops::kRows8};

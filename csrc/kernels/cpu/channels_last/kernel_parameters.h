@@ -25,11 +25,14 @@ struct GemmTiling {
   int64_t column_splits = 0;   // blocks a group's panels are split into (0: what is left)
   LoopOrder loop_order = LoopOrder::kRule;
   int64_t tile_rows = 0;  // most rows of one register tile (0: the tile shape's most)
+  // Floats of the reduction ((tap, input channel) pairs) a block's rows sweep before the next
+  // part of the reduction (0: the rule's; at least the whole reduction: not blocked).
+  int64_t reduction_block = 0;
 
   bool operator==(const GemmTiling& o) const {
     return pieces == o.pieces && rows_per_block == o.rows_per_block &&
            column_splits == o.column_splits && loop_order == o.loop_order &&
-           tile_rows == o.tile_rows;
+           tile_rows == o.tile_rows && reduction_block == o.reduction_block;
   }
 };
 

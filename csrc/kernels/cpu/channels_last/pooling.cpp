@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "csrc/kernels/cpu/channels_last/isa.h"
+
 namespace nimble::kernels::nhwc {
 
 namespace {
@@ -10,8 +12,10 @@ namespace {
 // Calls f(image, out, oh, ow) for each output pixel of rows [row_begin, row_end): `image` is
 // that pixel's input image, `out` its `channels` results.
 template <typename F>
-void for_each_output_pixel(const float* x, float* y, const PoolGeometry& g, int64_t row_begin,
-                           int64_t row_end, F f) {
+__attribute__((always_inline)) inline void for_each_output_pixel(const float* x, float* y,
+                                                                 const PoolGeometry& g,
+                                                                 int64_t row_begin, int64_t row_end,
+                                                                 F f) {
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t oh = row % g.out_height;
     const float* image = x + row / g.out_height * g.height * g.width * g.channels;
@@ -22,25 +26,33 @@ void for_each_output_pixel(const float* x, float* y, const PoolGeometry& g, int6
 
 }  // namespace
 
+// Compiled for the best ISA this CPU has (isa.h's run_for_isa), where the build's baseline
+// compared 4 floats at a time: googlenet at 224x224, one thread on the Xeon, its max pools took
+// 5.1 ms against ONNX Runtime's 1.2.
 void max_pool(const float* x, float* y, const PoolGeometry& g, int64_t row_begin, int64_t row_end) {
   const int64_t c_count = g.channels;
-  for_each_output_pixel(x, y, g, row_begin, row_end,
-                        [&](const float* image, float* __restrict out, int64_t oh, int64_t ow) {
-                          std::fill(out, out + c_count, -std::numeric_limits<float>::infinity());
-                          for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
-                            const int64_t ih = oh * g.stride_h - g.pad_h + kh * g.dilation_h;
-                            if (ih < 0 || ih >= g.height) continue;
-                            for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-                              const int64_t iw = ow * g.stride_w - g.pad_w + kw * g.dilation_w;
-                              if (iw < 0 || iw >= g.width) continue;
-                              const float* __restrict in = image + (ih * g.width + iw) * c_count;
-                              for (int64_t c = 0; c < c_count; ++c) {
-                                const float v = in[c];
-                                out[c] = (v > out[c] || v != v) ? v : out[c];
-                              }
-                            }
-                          }
-                        });
+  run_for_isa(
+      best_isa(), [&]() __attribute__((always_inline)) {
+        for_each_output_pixel(
+            x, y, g, row_begin, row_end,
+            [&](const float* image, float* __restrict out, int64_t oh, int64_t ow)
+                __attribute__((always_inline)) {
+                  std::fill(out, out + c_count, -std::numeric_limits<float>::infinity());
+                  for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
+                    const int64_t ih = oh * g.stride_h - g.pad_h + kh * g.dilation_h;
+                    if (ih < 0 || ih >= g.height) continue;
+                    for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
+                      const int64_t iw = ow * g.stride_w - g.pad_w + kw * g.dilation_w;
+                      if (iw < 0 || iw >= g.width) continue;
+                      const float* __restrict in = image + (ih * g.width + iw) * c_count;
+                      for (int64_t c = 0; c < c_count; ++c) {
+                        const float v = in[c];
+                        out[c] = (v > out[c] || v != v) ? v : out[c];
+                      }
+                    }
+                  }
+                });
+      });
 }
 
 void avg_pool(const float* x, float* y, const PoolGeometry& g, bool count_include_pad,

@@ -116,16 +116,9 @@ void NhwcConvolution::run(const float* in, float* out, const float* res, const E
         [&](int64_t begin, int64_t end) { winograd_->run(in, out, res, epilogue, begin, end); });
     return;
   }
-  const int64_t columns = gemm_->column_blocks();
-  split_work(gemm_->row_blocks() * columns, worth_forking(multiply_adds, threads),
+  split_work(gemm_->row_blocks() * gemm_->column_blocks(), worth_forking(multiply_adds, threads),
              [&](int64_t begin, int64_t end) {
-               // Tiles in row-major order: whole or partial runs of one row block's column blocks.
-               for (int64_t tile = begin; tile < end;) {
-                 const int64_t row = tile / columns, column = tile % columns;
-                 const int64_t last = std::min(end - row * columns, columns);
-                 gemm_->run(in, out, res, epilogue, row, row + 1, column, last, input_pixel_stride);
-                 tile = row * columns + last;
-               }
+               gemm_->run_tiles(in, out, res, epilogue, begin, end, input_pixel_stride);
              });
 }
 

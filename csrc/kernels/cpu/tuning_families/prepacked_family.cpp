@@ -121,7 +121,8 @@ std::vector<tuning::Knob> gemm_parameter_knobs(const TunableOp& op) {
           tuning::Knob::categorical("gemm_rows_per_block", rows_per_block),
           tuning::Knob::integer_range("gemm_column_splits", 0, 2),
           tuning::Knob::categorical("gemm_loop_order", {"rule", "rows", "columns"}),
-          tuning::Knob::integer_range("gemm_tile_rows", 0, 6, 2)};
+          tuning::Knob::integer_range("gemm_tile_rows", 0, 6, 2),
+          tuning::Knob::categorical("gemm_reduction_block", {"rule", "256"})};
 }
 
 nhwc::KernelParameters prepacked_parameters(const TunableOp& op, const KnobValues& k) {
@@ -142,6 +143,8 @@ nhwc::KernelParameters prepacked_parameters(const TunableOp& op, const KnobValue
                       : order == "columns" ? nhwc::LoopOrder::kColumnsOutside
                                            : nhwc::LoopOrder::kRule;
   p.gemm.tile_rows = k.value("gemm_tile_rows");
+  const std::string reduction = k.label("gemm_reduction_block");
+  p.gemm.reduction_block = reduction == "rule" ? 0 : std::stoll(reduction);
   return p;
 }
 

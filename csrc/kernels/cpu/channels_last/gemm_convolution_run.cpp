@@ -1,0 +1,183 @@
+// GemmConvolution (gemm_convolution.h): running its tiles, in the tiling's order, and the loop
+// over a tile's register tiles (gemm_microkernels.cpp) and the parts of its reduction.
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "csrc/kernels/cpu/channels_last/gemm_convolution.h"
+#include "csrc/kernels/cpu/channels_last/gemm_microkernels.h"
+
+namespace nimble::kernels::nhwc {
+
+void GemmConvolution::run(const float* input, float* output, const float* residual,
+                          const Epilogue& epilogue, int64_t row_block_begin, int64_t row_block_end,
+                          int64_t column_block_begin, int64_t column_block_end,
+                          int64_t input_pixel_stride) const {
+  if (input_pixel_stride <= 0) input_pixel_stride = geometry_.in_channels;
+  if (!direct_ && input_pixel_stride != geometry_.in_channels)
+    throw std::invalid_argument("GemmConvolution: only a 1x1 product reads strided pixels");
+  const int64_t rows = geometry_.out_pixels();
+  const auto block = [&](int64_t rb, int64_t cb) {
+    const int64_t group = cb / blocks_per_group_;
+    const int64_t panel_begin = cb % blocks_per_group_ * panels_per_block_;
+    const int64_t row_begin = rb * rows_per_block_;
+    run_block(input, output, residual, epilogue, row_begin,
+              std::min(rows, row_begin + rows_per_block_), group, panel_begin,
+              std::min(panels_, panel_begin + panels_per_block_), input_pixel_stride);
+  };
+  if (rows_outside_) {
+    for (int64_t rb = row_block_begin; rb < row_block_end; ++rb) {
+      for (int64_t cb = column_block_begin; cb < column_block_end; ++cb) block(rb, cb);
+    }
+  } else {
+    for (int64_t cb = column_block_begin; cb < column_block_end; ++cb) {
+      for (int64_t rb = row_block_begin; rb < row_block_end; ++rb) block(rb, cb);
+    }
+  }
+}
+
+void GemmConvolution::run_tiles(const float* input, float* output, const float* residual,
+                                const Epilogue& epilogue, int64_t begin, int64_t end,
+                                int64_t input_pixel_stride) const {
+  const int64_t rows = row_blocks(), columns = column_blocks();
+  // Whole or partial runs of one row block's column blocks, or of one column block's rows.
+  for (int64_t tile = begin; tile < end;) {
+    if (rows_outside_) {
+      const int64_t row = tile / columns, column = tile % columns;
+      const int64_t last = std::min(end - row * columns, columns);
+      run(input, output, residual, epilogue, row, row + 1, column, last, input_pixel_stride);
+      tile = row * columns + last;
+    } else {
+      const int64_t column = tile / rows, row = tile % rows;
+      const int64_t last = std::min(end - column * rows, rows);
+      run(input, output, residual, epilogue, row, last, column, column + 1, input_pixel_stride);
+      tile = column * rows + last;
+    }
+  }
+}
+
+void GemmConvolution::run_block(const float* input, float* output, const float* residual,
+                                const Epilogue& epilogue, int64_t row_begin, int64_t row_end,
+                                int64_t group, int64_t panel_begin, int64_t panel_end,
+                                int64_t input_pixel_stride) const {
+  const ConvolutionGeometry& g = geometry_;
+  const int64_t n = row_end - row_begin;
+  const float* bases[kMaxBlockRows];
+  const int32_t* offsets[kMaxBlockRows];
+  const float* group_input = input + group * group_in_;
+  // Windows copied for the block's pixels that reach into the padding (merged_taps_ only).
+  std::vector<float> windows;
+  if (!direct_) {
+    const int64_t pixels = g.out_height() * g.out_width();
+    const int64_t image_floats = g.height * g.width * g.in_channels;
+    const int64_t row_taps = merged_taps_ ? g.kernel_h : taps_;
+    int64_t image = row_begin / pixels, pixel = row_begin % pixels, padded = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      bases[i] = group_input + image * image_floats;
+      offsets[i] = offsets_.data() + pixel * row_taps;
+      padded += merged_taps_ && offsets[i][0] < 0;
+      if (++pixel == pixels) {
+        pixel = 0;
+        ++image;
+      }
+    }
+    if (padded > 0) {
+      const int64_t window_floats = taps_ * g.in_channels;
+      windows.resize(padded * window_floats);
+      float* window = windows.data();
+      for (int64_t i = 0; i < n; ++i) {
+        if (offsets[i][0] >= 0) continue;
+        copy_window(bases[i], (row_begin + i) % pixels, window);
+        bases[i] = window;
+        offsets[i] = window_offsets_.data();
+        window += window_floats;
+      }
+    }
+  }
+
+  gemm::TileArgs t;
+  const float* first_row = nullptr;  // what t.rows points to for a product in place
+  if (direct_) t.rows = &first_row;
+  t.row_stride = input_pixel_stride;
+  t.zero = zeros_.data();
+  t.tap_channels = reduction_channels_;
+  t.panel_stride = panel_floats_;
+  t.ldc = g.out_channels;
+  t.epilogue = &epilogue;
+  t.isa = isa_;
+  const bool narrow_only = narrow_last_ && panel_begin == panels_ - 1;
+  gemm::TileShape shape =
+      gemm::tile_shape(kernel_isa_, n, narrow_only, reduction_taps_ * reduction_channels_);
+  shape.rows = static_cast<int>(register_tile_rows(n, narrow_only));
+  const int64_t lanes = gemm::lanes(kernel_isa_);
+  // Register tiles of near-equal height: 17 rows of 8-row tiles run as 6 + 6 + 5, not
+  // 8 + 8 + 1 (a one-row tile runs at a fraction of the FMA rate).
+  const int64_t subtiles = (n + shape.rows - 1) / shape.rows;
+  const int64_t height = n / subtiles, taller = n % subtiles;
+  const int64_t full_panels_end = narrow_last_ && panel_end == panels_ ? panels_ - 1 : panel_end;
+  // Panels [p, p + chunk) in one call of `vectors` vectors.
+  const auto chunk_at = [&](int64_t p, int* vectors) -> int64_t {
+    if (p >= full_panels_end) {
+      *vectors = 1;
+      return 1;
+    }
+    int64_t chunk = std::min<int64_t>(shape.vectors / 2, full_panels_end - p);
+    while (chunk & (chunk - 1)) --chunk;  // kernels come in 1, 2 and 4 panels
+    *vectors = static_cast<int>(2 * chunk);
+    return chunk;
+  };
+  const auto tile = [&](int64_t p, int vectors, int64_t i, int64_t m) {
+    t.weight = packed_.data() + group * group_floats_ + p * panel_floats_;
+    t.bias = bias_.data() + group * group_columns_ + p * panel_width_;
+    t.columns = std::min(group_out_ - p * panel_width_, vectors * lanes);
+    const int64_t at = (row_begin + i) * g.out_channels + group * group_out_ + p * panel_width_;
+    if (direct_) {
+      first_row = group_input + (row_begin + i) * input_pixel_stride;
+    } else {
+      t.rows = bases + i;
+      t.offsets = offsets + i;
+    }
+    t.out = output + at;
+    t.residual = residual ? residual + at : nullptr;
+    gemm::run_tile(kernel_isa_, static_cast<int>(m), vectors, t);
+  };
+  // One part of the reduction at a time: its weight for a chunk of panels stays in L1 while
+  // the block's rows go by, and the rows' inputs for it stay in L1/L2 while the chunks go by.
+  for (int64_t tap = 0; tap < reduction_taps_; tap += tap_block_) {
+    t.first_tap = tap;
+    t.taps = std::min(tap_block_, reduction_taps_ - tap);
+    for (int64_t c = 0; c < reduction_channels_; c += channel_block_) {
+      t.first_channel = c;
+      t.channels = std::min(channel_block_, reduction_channels_ - c);
+      t.accumulate = tap > 0 || c > 0;
+      t.finish = tap + t.taps == reduction_taps_ && c + t.channels == reduction_channels_;
+      for (int64_t p = panel_begin, chunk = 0; p < panel_end; p += chunk) {
+        int vectors = 0;
+        chunk = chunk_at(p, &vectors);
+        for (int64_t s = 0, i = 0; s < subtiles; ++s) {
+          const int64_t m = height + (s < taller ? 1 : 0);
+          tile(p, vectors, i, m);
+          i += m;
+        }
+      }
+    }
+  }
+}
+
+void GemmConvolution::copy_window(const float* image, int64_t pixel, float* window) const {
+  const ConvolutionGeometry& g = geometry_;
+  const int64_t oy = pixel / g.out_width(), ox = pixel % g.out_width();
+  for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
+    const int64_t iy = oy * g.stride_h - g.pad_h + ky * g.dilation_h;
+    for (int64_t kx = 0; kx < g.kernel_w; ++kx, window += g.in_channels) {
+      const int64_t ix = ox * g.stride_w - g.pad_w + kx;
+      if (iy >= 0 && iy < g.height && ix >= 0 && ix < g.width) {
+        std::copy_n(image + (iy * g.width + ix) * g.in_channels, g.in_channels, window);
+      } else {
+        std::fill_n(window, g.in_channels, 0.0F);
+      }
+    }
+  }
+}
+
+}  // namespace nimble::kernels::nhwc
