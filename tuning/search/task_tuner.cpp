@@ -1,7 +1,6 @@
 #include "tuning/search/task_tuner.h"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 
 #include "tuning/search/diverse_selection.h"
@@ -110,19 +109,7 @@ std::vector<Config> TaskTuner::first_proposals(int count,
 }
 
 std::vector<Config> TaskTuner::propose(int count) {
-  std::vector<Config> out;
-  while (!remeasure_queue_.empty() && static_cast<int>(out.size()) < count) {
-    Config c = std::move(remeasure_queue_.back());
-    remeasure_queue_.pop_back();
-    if (remeasuring_.insert(c).second) out.push_back(std::move(c));
-  }
-  const int again = static_cast<int>(out.size());
-  for (Config& c : search(count - again)) out.push_back(std::move(c));
-  if (again > 0) {
-    std::vector<Config> fresh(out.begin() + again, out.end());
-    pending_.insert(fresh.begin(), fresh.end());
-    return out;
-  }
+  std::vector<Config> out = search(count);
   // Only a space used up with nothing left in flight is exhausted; otherwise an empty proposal
   // means the rest of the space is being measured.
   if (out.empty() && pending_.empty() && !all_cold_) exhausted_ = true;
@@ -131,10 +118,7 @@ std::vector<Config> TaskTuner::propose(int count) {
 }
 
 void TaskTuner::settle(const std::vector<Config>& configs) {
-  for (const Config& c : configs) {
-    pending_.erase(c);
-    remeasuring_.erase(c);
-  }
+  for (const Config& c : configs) pending_.erase(c);
 }
 
 std::vector<Config> TaskTuner::search(int count) {
@@ -236,10 +220,6 @@ void TaskTuner::record(const std::vector<Config>& configs,
     const Config& config = configs[i];
     const MeasureResult& r = results[i];
     pending_.erase(config);
-    if (remeasuring_.erase(config)) {
-      pool(config, r);
-      continue;
-    }
     if (!visited_.insert(config).second) continue;  // a restored duplicate adds nothing
     const double seconds = r.mean_seconds();
     const double gflops = r.ok() && seconds > 0 ? task_.flops / seconds / 1e9 : 0.0;
@@ -259,20 +239,11 @@ void TaskTuner::record(const std::vector<Config>& configs,
       teach(config, seconds, !r.ok());
     }
     const double previous_best = best_gflops();
-    if (r.ok()) {
-      Pooled& p = pooled_[config];
-      for (const double s : r.seconds) p.sum += s;
-      p.count = static_cast<int>(r.seconds.size());
-      p.rounds = 1;
-      p.record = configs_.size();
-    }
     if (r.ok() && seconds < best_seconds_) {
-      const double runner_up = best_seconds_;
       best_seconds_ = seconds;
       best_config_ = config;
       last_improvement_trial_ = trials() + 1;
       if (previous_best > 0) filter_.rescale(previous_best / gflops);
-      maybe_queue_remeasure(runner_up);
     }
     const double best = best_gflops();
     filter_.remember(task_.space.features(config), best > 0 ? gflops / best : 0.0, !r.ok());
@@ -281,47 +252,6 @@ void TaskTuner::record(const std::vector<Config>& configs,
     history_.push_back(best);
   }
   retrain();
-}
-
-void TaskTuner::maybe_queue_remeasure(double runner_up_seconds) {
-  if (!(options_.remeasure_margin > 0) || !std::isfinite(runner_up_seconds)) return;
-  if (best_seconds_ < (1 - options_.remeasure_margin) * runner_up_seconds) return;
-  std::vector<std::pair<double, Config>> top;
-  for (const auto& [config, p] : pooled_)
-    if (p.rounds < options_.remeasure_max_rounds && !remeasuring_.count(config))
-      top.emplace_back(p.mean(), config);
-  const size_t n = std::min<size_t>(top.size(), std::max(options_.remeasure_top, 0));
-  std::partial_sort(top.begin(), top.begin() + static_cast<long>(n), top.end(),
-                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  remeasure_queue_.clear();
-  // The queue is taken from its back: the best first.
-  for (size_t i = n; i-- > 0;) remeasure_queue_.push_back(top[i].second);
-}
-
-void TaskTuner::pool(const Config& c, const MeasureResult& r) {
-  const auto it = pooled_.find(c);
-  if (it == pooled_.end() || !r.ok()) return;
-  Pooled& p = it->second;
-  for (const double s : r.seconds) p.sum += s;
-  p.count += static_cast<int>(r.seconds.size());
-  ++p.rounds;
-  cold_stats_.total_seconds += r.cost_seconds;
-  throughput_[p.record] = task_.flops / p.mean() / 1e9;
-  // The best by pooled means: a re-measurement may demote the best or promote another.
-  const Config* best = nullptr;
-  double best_mean = std::numeric_limits<double>::infinity();
-  for (const auto& [config, q] : pooled_)
-    if (q.mean() < best_mean) {
-      best_mean = q.mean();
-      best = &config;
-    }
-  if (best && !(*best == best_config_)) last_improvement_trial_ = trials() + 1;
-  if (best) {
-    filter_.rescale(best_seconds_ / best_mean);
-    best_seconds_ = best_mean;
-    best_config_ = *best;
-  }
-  history_.push_back(best_gflops());
 }
 
 void TaskTuner::retrain() {

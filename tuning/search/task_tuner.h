@@ -5,7 +5,6 @@
 // measured (several batches of one task may be in flight on different workers).
 #include <limits>
 #include <random>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -32,16 +31,6 @@ struct SearchOptions {
   // ... and only after this many trials without improvement: a model that has just found a
   // new best region may call everything else cold too early.
   int cold_patience = 24;
-  // Re-measure before trusting: a candidate that becomes the best by less than this share of
-  // the runner-up's time (within the noise one measurement shows) makes the task re-measure
-  // its top remeasure_top candidates in its next batch, and the best is then the lowest mean
-  // of all of a candidate's pooled samples. A lucky noise draw otherwise keeps a slower
-  // configuration as the best for the rest of the run. The re-measurements cost tuning time
-  // like any trial. 0 turns it off. Off by default: 5% (chosen on the lowered traces' seeds 0-4)
-  // made DynaTune reach 99% on 1 of 4 held-out models instead of 3 (docs/tuning.md).
-  double remeasure_margin = 0.0;
-  int remeasure_top = 3;
-  int remeasure_max_rounds = 3;  // measurements a candidate gets at most, the first included
   AnnealingOptions annealing;
   CostModelOptions cost_model;
   ColdFilterOptions cold_filter;
@@ -71,7 +60,7 @@ class TaskTuner {
   // The measurement of `configs` came back, whether it is recorded or not (the tuner settles
   // every batch; a tuner whose callbacks do not record lets the search propose them again).
   void settle(const std::vector<Config>& configs);
-  bool has_pending() const { return !pending_.empty() || !remeasuring_.empty(); }
+  bool has_pending() const { return !pending_.empty(); }
   // Feed back a measured batch (also used to restore records from a database).
   void record(const std::vector<Config>& configs, const std::vector<MeasureResult>& results);
 
@@ -102,10 +91,6 @@ class TaskTuner {
   bool transfer_says_cold(const Config& c) const;
   // Teach the run's move memory what measuring `c` one knob from the rule showed.
   void teach(const Config& c, double seconds, bool failed);
-  // Pool a re-measured candidate's samples and choose the best again by pooled means.
-  void pool(const Config& c, const MeasureResult& r);
-  // After a new best: queue the top candidates for re-measuring if the lead is within noise.
-  void maybe_queue_remeasure(double runner_up_seconds);
 
   const Task& task_;
   SearchOptions options_;
@@ -133,16 +118,6 @@ class TaskTuner {
     bool failed;
   };
   std::vector<Measured> untaught_;  // measured before the rule came back
-  struct Pooled {
-    double sum = 0;
-    int count = 0;      // samples
-    int rounds = 0;     // measurements
-    size_t record = 0;  // its index in configs_
-    double mean() const { return sum / count; }
-  };
-  std::unordered_map<Config, Pooled, ConfigHash> pooled_;  // successful candidates
-  std::vector<Config> remeasure_queue_;                    // proposed before anything new
-  std::unordered_set<Config, ConfigHash> remeasuring_;     // in flight for re-measuring
 };
 
 }  // namespace nimble::tuning

@@ -31,14 +31,7 @@ std::vector<MeasureResult> TraceMeasurer::measure(const std::vector<Config>& bat
       r.message = p.message;
       continue;
     }
-    uint64_t round = 0;
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      round = measured_[batch[i]]++;
-    }
-    // The first measurement's stream is the one a configuration always had.
-    std::mt19937_64 rng(seed_ * 1000003ULL ^ ConfigHash{}(batch[i]) ^
-                        (round * 0x9E3779B97F4A7C15ULL));
+    std::mt19937_64 rng(seed_ * 1000003ULL ^ ConfigHash{}(batch[i]));
     // The log-normal whose relative standard deviation is the recorded one: a spread of 3 (a
     // loaded machine's stalls) gives a wide, right-skewed tail, not a symmetric one.
     std::normal_distribution<double> normal(0, std::sqrt(std::log1p(p.noise * p.noise)));

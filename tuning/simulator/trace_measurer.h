@@ -5,7 +5,6 @@
 // would.
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -17,10 +16,9 @@ namespace nimble::tuning {
 
 class TraceMeasurer : public Measurer {
  public:
-  // The noise of a configuration is drawn from a stream seeded by `seed`, the configuration and
-  // how often it was measured before: two runs of one seed see the same timing of a
-  // configuration's n-th measurement, whatever order their schedulers measured things in, and a
-  // re-measurement draws new noise as a real one would.
+  // The noise of a configuration is drawn from a stream seeded by `seed` and the configuration
+  // alone: two runs of one seed see the same timing of a configuration, whatever order their
+  // schedulers measured things in.
   TraceMeasurer(std::shared_ptr<const Trace> trace, size_t task, uint64_t seed);
   std::vector<MeasureResult> measure(const std::vector<Config>& batch,
                                      const RepeatPolicy& repeats) override;
@@ -30,8 +28,6 @@ class TraceMeasurer : public Measurer {
   const TraceTask& task_;
   uint64_t seed_;
   std::unordered_map<Config, size_t, ConfigHash> index_;
-  std::mutex mutex_;  // batches of one task may be measured on several workers
-  std::unordered_map<Config, uint64_t, ConfigHash> measured_;  // measurements so far
 };
 
 // The trace's tasks for the tuner, each measured by a TraceMeasurer of seed `noise_seed`.

@@ -225,45 +225,6 @@ TEST(TaskTuner, RecordsFailuresAndKeepsGoing) {
   EXPECT_EQ(tuner.best_gflops_history(), std::vector<double>(24, 0.0));
 }
 
-MeasureResult timed(std::vector<double> seconds) {
-  MeasureResult r;
-  r.seconds = std::move(seconds);
-  r.cost_seconds = 0.1;
-  return r;
-}
-
-TEST(TaskTuner, ReMeasuresANewBestWithinNoiseAndChoosesByPooledSamples) {
-  Task task = testing::bowl_task("noisy", 1e9, 1, 0);
-  task.space = KnobSpace({Knob::integer_range("a", 0, 9)});
-  const Config slow{0}, steady{1};
-  SearchOptions o;
-  o.remeasure_margin = 0.1;
-  o.remeasure_top = 2;
-  TaskTuner tuner(task, o, 1);
-  tuner.record({steady}, {timed({0.95e-3, 0.95e-3})});
-  // A lucky draw: `slow` (truly 1 ms) looks 5% faster than `steady` once.
-  tuner.record({slow}, {timed({0.90e-3, 0.90e-3})});
-  ASSERT_EQ(tuner.best_config(), slow);
-  // Its next batch re-measures both, best first, before anything new.
-  const std::vector<Config> batch = tuner.propose(4);
-  ASSERT_EQ(batch.size(), 4u);
-  EXPECT_EQ(batch[0], slow);
-  EXPECT_EQ(batch[1], steady);
-  EXPECT_TRUE(tuner.measured(batch[2]) == false && tuner.measured(batch[3]) == false);
-  tuner.record({slow, steady}, {timed({1.0e-3, 1.0e-3, 1.0e-3, 1.0e-3}), timed({0.95e-3})});
-  tuner.settle(batch);
-  // Pooled: slow (2 x 0.90 + 4 x 1.0) / 6 = 0.967 ms, steady 0.95 ms.
-  EXPECT_EQ(tuner.best_config(), steady);
-  EXPECT_NEAR(tuner.best_seconds(), 0.95e-3, 1e-12);
-  EXPECT_EQ(tuner.trials(), 4);  // a re-measurement is a trial: it costs tuning time
-  EXPECT_FALSE(tuner.has_pending());
-  // A clear win (beyond the margin) is trusted as it is.
-  TaskTuner clear(task, o, 1);
-  clear.record({steady}, {timed({0.95e-3})});
-  clear.record({slow}, {timed({0.5e-3})});
-  for (const Config& c : clear.propose(2)) EXPECT_FALSE(clear.measured(c));
-}
-
 TEST(ColdCandidateFilter, FlagsPredictedSlowAndFailedNeighbourhoods) {
   ColdFilterOptions o;
   o.neighbors = 2;
