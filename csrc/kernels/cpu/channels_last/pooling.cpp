@@ -3,9 +3,61 @@
 #include <algorithm>
 #include <limits>
 
+#include "csrc/kernels/cpu/channels_last/vector_ops.h"
+
 namespace nimble::kernels::nhwc {
 
 namespace {
+
+// The taps [first, first + count) of a window along one axis that fall inside the input
+// (ATen's -inf padding never wins a max, so they are all a max reads).
+struct Taps {
+  int64_t first, count;
+};
+
+Taps taps(int64_t o, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation, int64_t size) {
+  const int64_t start = o * stride - pad;
+  const int64_t first = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
+  const int64_t last = size - 1 - start < 0 ? 0 : (size - 1 - start) / dilation + 1;
+  return {first, std::max<int64_t>(0, std::min(last, kernel) - first)};
+}
+
+// pooling.inc for each ISA (isa.h). A NaN in a window wins it: the maxima keep to ATen's
+// order on ties, and a mask of the lanes that saw a NaN puts it back at the end.
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+namespace avx512 {
+struct Ops : Avx512Ops {
+  using NanMask = __mmask16;
+  static __attribute__((always_inline)) inline NanMask no_nan() { return 0; }
+  static __attribute__((always_inline)) inline NanMask add_nan(NanMask m, Vec x) {
+    return m | _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  }
+  static __attribute__((always_inline)) inline Vec with_nan(Vec y, NanMask m) {
+    return _mm512_mask_mov_ps(y, m, _mm512_set1_ps(__builtin_nanf("")));
+  }
+};
+#include "csrc/kernels/cpu/channels_last/pooling.inc"
+}  // namespace avx512
+#pragma GCC pop_options
+
+// AVX2 has no mask registers: the lanes that saw a NaN are a vector of compare results.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+struct Ops : Avx2Ops {
+  using NanMask = __m256;
+  static __attribute__((always_inline)) inline NanMask no_nan() { return _mm256_setzero_ps(); }
+  static __attribute__((always_inline)) inline NanMask add_nan(NanMask m, Vec x) {
+    return _mm256_or_ps(m, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  }
+  static __attribute__((always_inline)) inline Vec with_nan(Vec y, NanMask m) {
+    return _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_nanf("")), m);
+  }
+};
+#include "csrc/kernels/cpu/channels_last/pooling.inc"
+}  // namespace avx2
+#pragma GCC pop_options
 
 // Calls f(image, out, oh, ow) for each output pixel of rows [row_begin, row_end): `image` is
 // that pixel's input image, `out` its `channels` results.
@@ -20,9 +72,9 @@ void for_each_output_pixel(const float* x, float* y, const PoolGeometry& g, int6
   }
 }
 
-}  // namespace
-
-void max_pool(const float* x, float* y, const PoolGeometry& g, int64_t row_begin, int64_t row_end) {
+// The baseline ISA's max pooling: plain C++ the compiler vectorizes.
+void portable_max_pool(const float* x, float* y, const PoolGeometry& g, int64_t row_begin,
+                       int64_t row_end) {
   const int64_t c_count = g.channels;
   for_each_output_pixel(x, y, g, row_begin, row_end,
                         [&](const float* image, float* __restrict out, int64_t oh, int64_t ow) {
@@ -41,6 +93,20 @@ void max_pool(const float* x, float* y, const PoolGeometry& g, int64_t row_begin
                             }
                           }
                         });
+}
+
+}  // namespace
+
+void max_pool(Isa isa, const float* x, float* y, const PoolGeometry& g, int64_t row_begin,
+              int64_t row_end) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return avx512::max_pool_rows(x, y, g, row_begin, row_end);
+    case Isa::kAvx2:
+      return avx2::max_pool_rows(x, y, g, row_begin, row_end);
+    case Isa::kPortable:
+      return portable_max_pool(x, y, g, row_begin, row_end);
+  }
 }
 
 void avg_pool(const float* x, float* y, const PoolGeometry& g, bool count_include_pad,
