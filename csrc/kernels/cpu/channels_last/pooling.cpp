@@ -29,7 +29,11 @@ Taps taps(int64_t o, int64_t kernel, int64_t stride, int64_t pad, int64_t dilati
 namespace avx512 {
 struct Ops : Avx512Ops {
   using NanMask = __mmask16;
+  static constexpr int kSeparableBlock = 4;  // 3 x 4 column maxima and 4 inputs
   static __attribute__((always_inline)) inline NanMask no_nan() { return 0; }
+  static __attribute__((always_inline)) inline NanMask or_nan(NanMask a, NanMask b) {
+    return a | b;
+  }
   static __attribute__((always_inline)) inline NanMask add_nan(NanMask m, Vec x) {
     return m | _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   }
@@ -47,7 +51,12 @@ struct Ops : Avx512Ops {
 namespace avx2 {
 struct Ops : Avx2Ops {
   using NanMask = __m256;
+  // 3 x 2 column maxima, their 3 x 2 NaN lanes and 2 inputs fit the 16 registers.
+  static constexpr int kSeparableBlock = 2;
   static __attribute__((always_inline)) inline NanMask no_nan() { return _mm256_setzero_ps(); }
+  static __attribute__((always_inline)) inline NanMask or_nan(NanMask a, NanMask b) {
+    return _mm256_or_ps(a, b);
+  }
   static __attribute__((always_inline)) inline NanMask add_nan(NanMask m, Vec x) {
     return _mm256_or_ps(m, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   }
