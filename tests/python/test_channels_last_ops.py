@@ -4,7 +4,10 @@ nimble's kernels (kernels/cpu/torch_ops/nhwc_tensor_ops.h), elementwise ops pass
 results stay eager's: random pooling geometries, a batch norm with each activation fused,
 statistics changed after prepare, indices someone reads, values written in place."""
 
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -316,3 +319,55 @@ def test_max_pooling_keeps_nan_where_eager_does(channels):
     assert torch.equal(torch.isnan(got), torch.isnan(expected))
     keep = ~torch.isnan(expected)
     assert_matches_eager(got[keep], expected[keep])
+
+MAX_POOL_VS_ATEN = r"""
+import random, sys
+import torch, torch.nn.functional as F
+import nimble._C
+
+rng = random.Random(5)
+# googlenet's at 224 first (threads split them), then random geometries.
+shapes = [(192, 28, 3, 1, 1, False), (480, 28, 3, 2, 0, True), (832, 14, 3, 1, 1, False),
+          (528, 14, 3, 1, 1, False), (64, 112, 3, 2, 0, True)]
+for trial in range(400):
+    if trial < len(shapes):
+        channels, size, k, stride, padding, ceil_mode = shapes[trial]
+        batch, h, w = 1, size, size
+    else:
+        k, stride = rng.choice([2, 3]), rng.choice([1, 2])
+        padding, ceil_mode = rng.randint(0, k // 2), rng.random() < 0.5
+        channels = rng.choice([rng.randint(1, 40), rng.randint(41, 300)])  # tails, blocks
+        batch, h, w = rng.randint(1, 2), rng.randint(k, 17), rng.randint(k, 17)
+    nhwc = torch.randn(batch, h, w, channels)
+    if trial % 4 == 1:
+        nhwc.view(-1)[rng.randrange(nhwc.numel())] = float("-inf")
+    if trial % 4 == 2:  # NaN wins its windows, as in ATen
+        nhwc.view(-1)[rng.randrange(nhwc.numel())] = float("nan")
+    x = nhwc.permute(0, 3, 1, 2)  # channels_last
+    got = torch.ops.nimble.max_pool2d_nhwc(x, [k, k], [stride, stride], [padding, padding],
+                                           [1, 1], ceil_mode)
+    want = F.max_pool2d(x, k, stride, padding, 1, ceil_mode)
+    what = (trial, tuple(x.shape), k, stride, padding, ceil_mode)
+    assert got.shape == want.shape, what
+    assert got.is_contiguous(memory_format=torch.channels_last), what
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan), what
+    # Bit for bit where no NaN is: a max is exact, ties keep ATen's first value.
+    assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32)), what
+print(nimble._C.kernels.device_key())
+"""
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
+def test_max_pooling_matches_aten_bit_for_bit_with_each_isa(isa):
+    """nimble's channels-last max pooling (channels_last/pooling.h) against ATen's on
+    googlenet's shapes and random ones (tails of the channel vectors, odd sizes, kernel 2 and
+    3, stride 1 and 2, padding, ceil_mode), running each ISA's code (NIMBLE_CPU_ISA)."""
+    flag = {"avx512": "avx512f", "avx2": "avx2", "portable": "sse"}[isa]
+    if flag not in open("/proc/cpuinfo").read():
+        pytest.skip(f"this CPU has no {isa}")
+    env = {**os.environ, "NIMBLE_CPU_ISA": isa}
+    done = subprocess.run([sys.executable, "-c", MAX_POOL_VS_ATEN], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith(f"kernels {isa}") or isa == "avx512", done.stdout

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "csrc/kernels/cpu/channels_last/channel_ops.h"
@@ -65,17 +66,23 @@ int64_t out_index(const PoolGeometry& g, int64_t n, int64_t oh, int64_t ow, int6
   return ((n * g.out_height + oh) * g.out_width + ow) * g.channels + c;
 }
 
-TEST(NhwcPooling, MaxPoolingMatchesTheDefinitionOnRandomGeometries) {
+// Each ISA's code this CPU runs (the vector code's register blocks, tails of every length).
+class NhwcMaxPooling : public testing::TestWithParam<Isa> {};
+
+TEST_P(NhwcMaxPooling, MatchesTheDefinitionOnRandomGeometries) {
+  if (!supports(GetParam())) GTEST_SKIP() << "this CPU has no " << isa_name(GetParam());
   std::mt19937_64 rng(7);
-  for (int trial = 0; trial < 300; ++trial) {
-    const PoolGeometry g = random_geometry(rng, /*dilated=*/true);
+  for (int trial = 0; trial < 600; ++trial) {
+    PoolGeometry g = random_geometry(rng, /*dilated=*/true);
+    if (trial % 3 == 0) g.channels += 64;  // several register blocks, then single vectors
     std::vector<float> x = random_values(rng, g.batch * g.height * g.width * g.channels);
     if (trial % 5 == 0) x[x.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+    if (trial % 7 == 0) x[x.size() / 3] = -std::numeric_limits<float>::infinity();
     std::vector<float> y(static_cast<size_t>(g.rows() * g.out_width * g.channels));
     // In two ranges of rows, as a split over threads calls it.
     const int64_t half = g.rows() / 2;
-    max_pool(x.data(), y.data(), g, 0, half);
-    max_pool(x.data(), y.data(), g, half, g.rows());
+    max_pool(GetParam(), x.data(), y.data(), g, 0, half);
+    max_pool(GetParam(), x.data(), y.data(), g, half, g.rows());
     for (int64_t n = 0; n < g.batch; ++n)
       for (int64_t oh = 0; oh < g.out_height; ++oh)
         for (int64_t ow = 0; ow < g.out_width; ++ow)
@@ -102,6 +109,12 @@ TEST(NhwcPooling, MaxPoolingMatchesTheDefinitionOnRandomGeometries) {
           }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Isas, NhwcMaxPooling,
+                         testing::Values(Isa::kAvx512, Isa::kAvx2, Isa::kPortable),
+                         [](const testing::TestParamInfo<Isa>& info) {
+                           return std::string(isa_name(info.param));
+                         });
 
 TEST(NhwcPooling, AveragePoolingMatchesAtenDivisorsOnRandomGeometries) {
   std::mt19937_64 rng(11);

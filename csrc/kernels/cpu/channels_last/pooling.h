@@ -6,6 +6,8 @@
 // where this takes a few.
 #include <cstdint>
 
+#include "csrc/kernels/cpu/channels_last/isa.h"
+
 namespace nimble::kernels::nhwc {
 
 struct PoolGeometry {
@@ -17,8 +19,9 @@ struct PoolGeometry {
 };
 
 // Output rows [row_begin, row_end) of batch * out_height: x is [batch, height, width,
-// channels], y [batch, out_height, out_width, channels], both dense.
-void max_pool(const float* x, float* y, const PoolGeometry& g, int64_t row_begin, int64_t row_end);
+// channels], y [batch, out_height, out_width, channels], both dense. Runs `isa`'s code.
+void max_pool(Isa isa, const float* x, float* y, const PoolGeometry& g, int64_t row_begin,
+              int64_t row_end);
 // `divisor` 0: ATen's (the window clipped to the padded input with count_include_pad, else
 // to the input); otherwise divisor_override. Dilation must be 1, as avg_pool2d has none.
 void avg_pool(const float* x, float* y, const PoolGeometry& g, bool count_include_pad,

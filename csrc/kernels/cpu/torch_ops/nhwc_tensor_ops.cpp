@@ -72,7 +72,9 @@ at::Tensor max_pool2d_nhwc(const at::Tensor& self, at::IntArrayRef kernel_size,
   const float* x_data = self.const_data_ptr<float>();
   float* y_data = y.mutable_data_ptr<float>();
   split_work(g.rows(), worth_forking(y.numel() * g.kernel_h * g.kernel_w),
-             [&](int64_t begin, int64_t end) { nhwc::max_pool(x_data, y_data, g, begin, end); });
+             [&](int64_t begin, int64_t end) {
+               nhwc::max_pool(nhwc::best_isa(), x_data, y_data, g, begin, end);
+             });
   return y;
 }
 
