@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <memory>
-#include <set>
 #include <stdexcept>
 
 namespace nimble::tuning {
@@ -40,16 +38,14 @@ KnobSpace trace_space(const TraceTask& task) {
     if (!k.parent.empty()) space.add_condition(k.name, k.parent, k.parent_labels);
   if (task.points.empty())
     throw std::invalid_argument("trace task '" + task.name + "' has no configuration");
-  auto recorded = std::make_shared<std::set<std::vector<int64_t>>>();
+  std::vector<Config> recorded;
   for (const TracePoint& p : task.points) {
     if (!space.valid(p.config))
       throw std::invalid_argument("trace task '" + task.name + "': configuration " +
                                   config_to_json(p.config) + " is not valid in its knob space");
-    recorded->insert(space.values(p.config));
+    recorded.push_back(p.config);
   }
-  space.add_constraint("recorded in the trace", [recorded](const std::vector<int64_t>& values) {
-    return recorded->count(values) > 0;
-  });
+  space.restrict_to("recorded in the trace", recorded);
   if (!task.start.empty() && !space.valid(task.start))
     throw std::invalid_argument("trace task '" + task.name + "': its start " +
                                 config_to_json(task.start) + " is not a recorded configuration");

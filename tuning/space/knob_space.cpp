@@ -1,6 +1,7 @@
 #include "tuning/space/knob_space.h"
 
 #include <algorithm>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -136,7 +137,32 @@ bool KnobSpace::satisfies_constraints(const Config& config) const {
   return true;
 }
 
+void KnobSpace::restrict_to(std::string description, const std::vector<Config>& configs) {
+  auto listed = std::make_shared<std::vector<Config>>();
+  std::set<std::vector<int64_t>> allowed;
+  for (Config config : configs) {
+    pin_inactive(config);
+    if (!in_range(config)) throw std::invalid_argument(description + ": a config out of range");
+    allowed.insert(values(config));
+    listed->push_back(std::move(config));
+  }
+  add_constraint(std::move(description),
+                 [allowed = std::move(allowed)](const std::vector<int64_t>& values) {
+                   return allowed.count(values) > 0;
+                 });
+  listed_ = std::move(listed);
+}
+
 Config KnobSpace::random_config(std::mt19937_64& rng) const {
+  if (listed_) {
+    // Every listed config meets the list's constraint; the others may still reject some.
+    std::vector<const Config*> valid_configs;
+    for (const Config& config : *listed_)
+      if (satisfies_constraints(config)) valid_configs.push_back(&config);
+    if (valid_configs.empty())
+      throw std::runtime_error("knob space has no config satisfying its constraints");
+    return *valid_configs[std::uniform_int_distribution<size_t>(0, valid_configs.size() - 1)(rng)];
+  }
   Config config(knobs_.size());
   // Constraints usually reject a modest share; 10000 tries is far beyond what valid spaces need.
   for (int attempt = 0; attempt < 10000; ++attempt) {

@@ -4,6 +4,7 @@
 // family's own knobs, say). An inactive knob is pinned to its first value, so that configs
 // differing only in knobs that do not matter are one config.
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,6 +27,9 @@ class KnobSpace {
   // Common constraints, named so that their description says what they check.
   void add_product_at_most(const std::vector<std::string>& knob_names, int64_t limit);
   void add_divides(const std::string& divisor_knob, const std::string& dividend_knob);
+  // Only these configs are valid (a recorded trace's): random_config draws from the list, since
+  // rejection sampling over the whole product of the knobs rarely hits a short list.
+  void restrict_to(std::string description, const std::vector<Config>& configs);
 
   // `knob` is active only while the categorical knob `parent` takes one of `labels`. The
   // parent must come before the knob and be unconditioned itself.
@@ -44,7 +48,8 @@ class KnobSpace {
   bool satisfies_constraints(const Config& config) const;
   // In range, inactive knobs at their first value, constraints met.
   bool valid(const Config& config) const;
-  // Uniform over the valid configs (rejection sampling); throws when none found.
+  // Uniform over the valid configs (rejection sampling, or a draw from restrict_to's list);
+  // throws when none found.
   Config random_config(std::mt19937_64& rng) const;
   // A valid config that differs from `config` in one active knob (a step for ordered knobs);
   // knobs that a changed parent activates take random values.
@@ -71,6 +76,8 @@ class KnobSpace {
   std::vector<Condition> conditions_;  // per knob; parent -1: always active
   std::vector<KnobConstraint> constraints_;
   std::vector<std::string> descriptions_;
+  // restrict_to's configs; shared, since a space is copied per task and per run.
+  std::shared_ptr<const std::vector<Config>> listed_;
 };
 
 }  // namespace nimble::tuning

@@ -4,6 +4,7 @@
 
 #include <random>
 #include <set>
+#include <string>
 
 namespace nimble::tuning {
 namespace {
@@ -83,6 +84,26 @@ TEST(KnobSpace, UnsatisfiableSpaceThrows) {
   s.add_constraint("never", [](const std::vector<int64_t>&) { return false; });
   std::mt19937_64 rng(0);
   EXPECT_THROW(s.random_config(rng), std::runtime_error);
+}
+
+TEST(KnobSpace, AListedSpaceDrawsFromItsListHoweverLargeTheProduct) {
+  // Ten knobs of ten values: 1e10 configs, of which three are valid (a recorded trace's); a
+  // rejection sampler would almost never hit one.
+  KnobSpace s;
+  for (int k = 0; k < 10; ++k) s.add_knob(Knob::integer_range("k" + std::to_string(k), 0, 9));
+  const std::vector<Config> listed = {Config(10, 0), Config(10, 9), {1, 2, 3, 4, 5, 6, 7, 8, 9, 0}};
+  s.restrict_to("recorded", listed);
+  s.add_constraint("not all nines", [](const std::vector<int64_t>& v) { return v[0] != 9; });
+  std::mt19937_64 rng(2);
+  std::set<Config> seen;
+  for (int i = 0; i < 200; ++i) {
+    const Config c = s.random_config(rng);
+    ASSERT_TRUE(s.valid(c));
+    seen.insert(c);
+  }
+  EXPECT_EQ(seen, (std::set<Config>{listed[0], listed[2]}));  // both, and never the rejected one
+  EXPECT_FALSE(s.valid(Config(10, 1)));
+  EXPECT_THROW(s.restrict_to("bad", {Config(10, 10)}), std::invalid_argument);
 }
 
 TEST(Config, JsonRoundTripProperty) {
