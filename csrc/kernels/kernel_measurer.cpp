@@ -3,11 +3,11 @@
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 
-#include <chrono>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 
+#include "csrc/runtime/cpu/steady_ns.h"
 #include "tuning/measure/adaptive_evaluator.h"
 #ifdef NIMBLE_WITH_CUDA
 #include "csrc/kernels/cuda/device_timing.h"
@@ -16,10 +16,6 @@
 
 namespace nimble::kernels {
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Seconds `call` takes where it runs: the host's clock, or a GPU's events.
 double seconds_of(const MeasureOptions& options, const std::function<void()>& call) {
@@ -30,9 +26,9 @@ double seconds_of(const MeasureOptions& options, const std::function<void()>& ca
     throw std::runtime_error("timing a CUDA kernel in a build without CUDA");
 #endif
   }
-  const double start = now_seconds();
+  const double start = steady_seconds();
   call();
-  return now_seconds() - start;
+  return steady_seconds() - start;
 }
 
 }  // namespace
@@ -178,9 +174,9 @@ std::vector<tuning::MeasureResult> measure_each(
   std::vector<tuning::MeasureResult> out;
   out.reserve(batch.size());
   for (const tuning::Config& config : batch) {
-    const double start = now_seconds();
+    const double start = steady_seconds();
     out.push_back(measure_one(config));
-    out.back().cost_seconds = now_seconds() - start;
+    out.back().cost_seconds = steady_seconds() - start;
   }
   return out;
 }

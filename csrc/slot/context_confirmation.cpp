@@ -9,6 +9,7 @@
 #include "csrc/runtime/cpu/steady_ns.h"
 #include "csrc/slot/context_measurer.h"
 #include "tuning/measure/adaptive_evaluator.h"
+#include "tuning/measure/measure_result.h"
 
 namespace nimble::slot {
 namespace {
@@ -84,7 +85,7 @@ ConfirmedTask confirm(Replay& replay, const std::vector<at::Tensor>& inputs, con
   out.weight = static_cast<int>(claim.task.sites.size());
   out.claimed_seconds = claim.claimed_seconds;
   if (failed[0] || samples[0].empty()) return out;  // the rule's own kernel failed: nothing
-  out.rule_seconds = median_seconds(samples[0]);
+  out.rule_seconds = tuning::median_seconds(samples[0]);
   out.best = claim.configs[0];
   out.best_seconds = out.rule_seconds;
   double best_ratio = 1;
@@ -100,8 +101,8 @@ ConfirmedTask confirm(Replay& replay, const std::vector<at::Tensor>& inputs, con
       ratios.push_back(samples[i][r] / samples[0][r]);
       faster += samples[i][r] < samples[0][r] ? 1 : 0;
     }
-    const double ratio = median_seconds(ratios);
-    const double seconds = median_seconds(samples[i]);
+    const double ratio = tuning::median_seconds(ratios);
+    const double seconds = tuning::median_seconds(samples[i]);
     const bool beats = i > 0 && ratio < 1 - options.min_gain && seconds < out.rule_seconds &&
                        faster >= options.faster_share * static_cast<double>(ratios.size());
     if (beats && ratio < best_ratio) {
@@ -124,13 +125,6 @@ ConfirmedTask confirm(Replay& replay, const std::vector<at::Tensor>& inputs, con
 }
 
 }  // namespace
-
-double median_seconds(std::vector<double> seconds) {
-  if (seconds.empty()) return 0;
-  std::sort(seconds.begin(), seconds.end());
-  const size_t n = seconds.size();
-  return n % 2 == 1 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
-}
 
 std::vector<ConfirmedTask> confirm_in_context(
     Replay& replay, const std::vector<at::Tensor>& inputs, tuning::TuningDatabase& database,

@@ -54,9 +54,6 @@ struct ConfirmedTask {
   int compared = 0;  // configurations re-timed, the rule's included (0: the rule's failed)
 };
 
-// The median of a record's times (0 for none): how a re-timed record is ranked.
-double median_seconds(std::vector<double> seconds);
-
 // Re-times, in `replay` on `inputs`, the tasks whose search records (run != kConfirmedRun)
 // hold a configuration faster than the rule's, the largest claimed gain (weight x (rule - best))
 // first, and appends the results to `database`. `each` is called after every task.

@@ -11,16 +11,13 @@
 
 #include "csrc/kernels/cpu/tuning_families/cpu_families.h"
 #include "csrc/kernels/kernel_family.h"
+#include "csrc/runtime/cpu/steady_ns.h"
 #include "csrc/slot/lowering_choices.h"
 #include "csrc/slot/program_tasks.h"
 #include "tuning/measure/adaptive_evaluator.h"
 
 namespace nimble::slot {
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // The argument of `op` holding its lowered product, or -1.
 int packed_argument(const OpNode& op) {

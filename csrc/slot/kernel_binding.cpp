@@ -8,6 +8,7 @@
 #include "csrc/kernels/kernel_family.h"
 #include "csrc/slot/program_tasks.h"
 #include "tuning/measure/adaptive_evaluator.h"
+#include "tuning/measure/measure_result.h"
 
 namespace nimble::slot {
 namespace {
@@ -47,11 +48,6 @@ class AbsorbedOp : public KernelOverride {
  private:
   int into_;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // The best record for the task: this device's, or with `any_device` the fastest of any.
 std::optional<tuning::DatabaseRecord> best_record(const tuning::TuningDatabase& database,
@@ -113,8 +109,8 @@ std::vector<BoundOp> bind_tuned_kernels(Replay& replay, const tuning::TuningData
             tuned.push_back(
                 kernels::time_calls([&] { built[0]->run(operands); }, three, measure, t, cold));
           }
-          first.aten_seconds = median(aten);
-          first.tuned_seconds = median(tuned);
+          first.aten_seconds = tuning::median_seconds(aten);
+          first.tuned_seconds = tuning::median_seconds(tuned);
           first.bound = first.aten_seconds >= options.min_speedup * first.tuned_seconds;
           if (!first.bound) first.reason = "not faster than ATen when timed side by side";
         } catch (const std::exception& e) {

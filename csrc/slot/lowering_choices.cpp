@@ -12,6 +12,7 @@
 #include "csrc/kernels/kernel_family.h"
 #include "csrc/kernels/kernel_space.h"
 #include "csrc/slot/context_confirmation.h"
+#include "tuning/measure/measure_result.h"
 
 namespace nimble::slot {
 namespace {
@@ -162,8 +163,8 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
         // search's, whose fastest is the luckiest of hundreds of short timings; its median
         // holds against the rounds a busy machine slowed.
         const bool confirmed = in_context && record.run == kConfirmedRun;
-        const double seconds =
-            confirmed ? median_seconds(record.result.seconds) : record.result.mean_seconds();
+        const double seconds = confirmed ? tuning::median_seconds(record.result.seconds)
+                                         : record.result.mean_seconds();
         const auto found = out.find(key);
         if (found != out.end() &&
             std::make_tuple(!found->second.in_context, !found->second.confirmed,

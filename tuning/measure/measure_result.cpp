@@ -1,5 +1,6 @@
 #include "tuning/measure/measure_result.h"
 
+#include <algorithm>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
@@ -30,6 +31,13 @@ MeasureError measure_error_from_string(const std::string& name) {
 double MeasureResult::mean_seconds() const {
   if (!ok()) return std::numeric_limits<double>::infinity();
   return std::accumulate(seconds.begin(), seconds.end(), 0.0) / static_cast<double>(seconds.size());
+}
+
+double median_seconds(std::vector<double> seconds) {
+  if (seconds.empty()) return 0;
+  std::sort(seconds.begin(), seconds.end());
+  const size_t n = seconds.size();
+  return n % 2 == 1 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
 }
 
 }  // namespace nimble::tuning

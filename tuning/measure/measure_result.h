@@ -22,4 +22,9 @@ struct MeasureResult {
   double mean_seconds() const;
 };
 
+// The median of `seconds` (the mean of the middle two for an even count; 0 for none): how the
+// re-timing and the binding compare candidates, since timings on a shared machine are
+// heavy-tailed.
+double median_seconds(std::vector<double> seconds);
+
 }  // namespace nimble::tuning

@@ -1,5 +1,5 @@
 #pragma once
-// Nanoseconds on the steady clock: what the CPU backends time their ops with.
+// The steady clock: what the CPU backends time their ops with, and the tuner its candidates.
 #include <chrono>
 #include <cstdint>
 
@@ -9,6 +9,10 @@ inline int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+inline double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace nimble

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "tuning/measure/adaptive_evaluator.h"
+#include "tuning/measure/measure_result.h"
 #include "tuning/simulator/simulated_measurer.h"
 #include "tuning/simulator/simulated_model.h"
 
@@ -83,6 +84,12 @@ TEST(MeasureResult, MeanAndErrorNames) {
                        MeasureError::kTimeout})
     EXPECT_EQ(measure_error_from_string(to_string(e)), e);
   EXPECT_THROW(measure_error_from_string("bogus"), std::invalid_argument);
+}
+
+TEST(MedianSeconds, IgnoresOneOutlierAndAveragesTheMiddleTwo) {
+  EXPECT_DOUBLE_EQ(median_seconds({}), 0.0);
+  EXPECT_DOUBLE_EQ(median_seconds({3, 1, 100}), 3.0);     // a preempted repeat changes nothing
+  EXPECT_DOUBLE_EQ(median_seconds({4, 1, 100, 2}), 3.0);  // even: the middle two's mean
 }
 
 TEST(SimulatedMeasurer, AdaptiveEvaluationSpendsLessTimeThanFixedRepeats) {
