@@ -214,9 +214,19 @@ std::vector<Config> TaskTuner::search(int count) {
   const int wanted = first + count - static_cast<int>(skipped.size());
   if (static_cast<int>(out.size()) < wanted) {
     auto more = random_unvisited(wanted - static_cast<int>(out.size()), taken);
-    for (auto& c : more)
-      if (!filtered_out(c, model_.predict({task_.space.features(c)})[0]))
+    std::vector<Config> rejected;
+    for (auto& c : more) {
+      if (filtered_out(c, model_.predict({task_.space.features(c)})[0]))
+        rejected.push_back(std::move(c));
+      else
         out.push_back(std::move(c));
+    }
+    // Nothing else left: one of them is the probe, so that a space is only called used up
+    // once it is.
+    if (out.empty() && !rejected.empty()) {
+      out.push_back(std::move(rejected.front()));
+      only_cold_left_ = true;
+    }
   }
   return out;
 }
