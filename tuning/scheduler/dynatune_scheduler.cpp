@@ -47,8 +47,9 @@ double DynaTuneScheduler::upper_confidence_bound(const SchedulerView& view, size
     return t.weight * t.best_seconds * 1e3 * *share / initial_ms +
            range * std::sqrt(options_.c * std::log(round));
   }
-  return predicted_reduction_ms(view, task) / initial_ms +
-         range * std::sqrt(options_.c * std::log(round) / static_cast<double>(t.slots));
+  const double predicted = predicted_reduction_ms(view, task) / initial_ms;
+  if (options_.no_bonus_when_only_cold_left && t.only_cold_left) return predicted;
+  return predicted + range * std::sqrt(options_.c * std::log(round) / static_cast<double>(t.slots));
 }
 
 std::optional<size_t> DynaTuneScheduler::choose(const SchedulerView& view) {

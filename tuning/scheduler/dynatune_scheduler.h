@@ -41,6 +41,12 @@ struct DynaTuneOptions {
   // [0, range] has it. Unscaled, a bonus of 1% of the model went to a task with 0.3% at stake
   // as much as to one with 20%: on flat beliefs DynaTune became round-robin over tiny tasks.
   bool bonus_scaled_by_stake = true;
+  // No exploration bonus for a task whose search has only cold candidates left
+  // (TaskProgress::only_cold_left): its UCB is what its belief predicts. The bonus is scaled by
+  // the task's stake, so a task whose best is far ahead of the rest of its space (resnet18's
+  // 512-channel convolutions once oneDNN was found) drew slot after slot of cold candidates:
+  // DynaTune's cold share was 24% there (docs/numbers.md, "Schedulers on real kernels").
+  bool no_bonus_when_only_cold_left = true;
   BeliefOptions belief;
 };
 

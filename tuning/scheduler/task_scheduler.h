@@ -20,6 +20,9 @@ struct TaskProgress {
   long slots = 0;  // slots given to the task so far
   long last_slot_trials = 0;
   bool finished = false;  // no improvement for long enough, or space exhausted
+  // Its search's last proposal found only candidates the cold filter calls cold
+  // (TaskTuner::only_cold_left): what is left of its space is expected at least 2x its best.
+  bool only_cold_left = false;
   const std::vector<double>* best_gflops_history = nullptr;    // per trial
   const std::vector<double>* best_seconds_per_slot = nullptr;  // after each of its slots
 };

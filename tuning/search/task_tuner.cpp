@@ -122,6 +122,7 @@ void TaskTuner::settle(const std::vector<Config>& configs) {
 }
 
 std::vector<Config> TaskTuner::search(int count) {
+  only_cold_left_ = false;
   std::unordered_set<Config, ConfigHash> taken;
   if (static_cast<double>(visited_.size() + pending_.size()) >= task_.space.size()) return {};
   // The start and its one-knob neighbourhood come first, the cost model's picks fill the rest.
@@ -197,19 +198,35 @@ std::vector<Config> TaskTuner::search(int count) {
     }
     if (taken.insert(pick->config).second) out.push_back(pick->config);
   }
-  // Everything filtered: the model's own picks are still the best guess there is (whether the
-  // task is finished instead was decided above).
-  if (static_cast<int>(out.size()) == first) {
-    for (const Config& c : skipped)
-      if (taken.insert(c).second) out.push_back(c);
-    skipped.clear();
+  // Every pick of the model filtered: its best pick is still the best guess there is, measured
+  // as a probe of whether the model is wrong (whether the task is finished instead was decided
+  // above), after the start's neighbours that passed. Only that one: the whole batch of picks the
+  // filter called cold was cold 3 times in 4 on the lowered traces, and came back every slot a
+  // scheduler gave a task whose best is far ahead of the rest of its space (docs/numbers.md,
+  // "Schedulers on real kernels").
+  if (static_cast<int>(out.size()) == first && !skipped.empty()) {
+    if (taken.insert(skipped.front()).second) out.push_back(skipped.front());
+    only_cold_left_ = true;
+    return out;
   }
-  // A pool short of proposals (a nearly used-up space) is topped up with random configs;
-  // skipped proposals are not.
+  // A pool short of proposals (a nearly used-up space) is topped up with random configs the
+  // filter does not call cold; skipped proposals are not.
   const int wanted = first + count - static_cast<int>(skipped.size());
   if (static_cast<int>(out.size()) < wanted) {
     auto more = random_unvisited(wanted - static_cast<int>(out.size()), taken);
-    for (auto& c : more) out.push_back(std::move(c));
+    std::vector<Config> rejected;
+    for (auto& c : more) {
+      if (filtered_out(c, model_.predict({task_.space.features(c)})[0]))
+        rejected.push_back(std::move(c));
+      else
+        out.push_back(std::move(c));
+    }
+    // Nothing else left: one of them is the probe, so that a space is only called used up
+    // once it is.
+    if (out.empty() && !rejected.empty()) {
+      out.push_back(std::move(rejected.front()));
+      only_cold_left_ = true;
+    }
   }
   return out;
 }

@@ -76,6 +76,12 @@ class TaskTuner {
   bool exhausted() const { return exhausted_; }
   // No candidate left that the filter does not call cold (finish_when_all_cold).
   bool all_cold() const { return all_cold_; }
+  // The last proposal found nothing of the cost model's the cold filter lets through: every
+  // pick was filtered and no warm replacement was left, so it holds only the model's best pick
+  // (a probe) besides any of the start's neighbours that passed, instead of a batch the filter
+  // expects cold. The run ends such a task's slot after that batch, and DynaTune gives it no
+  // exploration bonus until a proposal finds warm candidates again.
+  bool only_cold_left() const { return only_cold_left_; }
   bool measured(const Config& c) const { return visited_.count(c) > 0; }
   const ColdStats& cold_stats() const { return cold_stats_; }
   const XGBoostCostModel& cost_model() const { return model_; }
@@ -108,6 +114,7 @@ class TaskTuner {
   long failures_ = 0;
   bool exhausted_ = false;
   bool all_cold_ = false;
+  bool only_cold_left_ = false;
   ColdStats cold_stats_;
   MoveMemory* moves_;
   size_t index_;

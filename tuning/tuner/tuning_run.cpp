@@ -194,6 +194,7 @@ SchedulerView TuningRun::refreshed_view(bool skip_busy) {
     p.slots = slots_[i];
     p.last_slot_trials = last_slot_trials_[i];
     p.finished = finished_[i] || (skip_busy && task_in_flight_[i] > 0);
+    p.only_cold_left = tuners_[i]->only_cold_left();
     p.best_gflops_history = &tuners_[i]->best_gflops_history();
     p.best_seconds_per_slot = &seconds_per_slot_[i];
   }

@@ -68,6 +68,9 @@ void TuningRun::submit(TaskScheduler& scheduler, MeasurePool& pool) {
     }
     return;
   }
+  // A search left with only cold candidates ends its slot with this batch: the rest of the slot
+  // would measure more of what the filter expects cold; the scheduler chooses again.
+  if (tuners_[k]->only_cold_left()) slot->no_more = true;
   MeasureRequest request;
   request.ticket = next_ticket_++;
   request.task = k;

@@ -258,7 +258,8 @@ TEST(ColdCandidateFilter, FilteringProbabilityDecaysWithBatches) {
 
 // A proposal the filter calls cold is replaced by a non-cold pool entry or skipped, never by a
 // random config; AutoTVM's random share is filtered like any proposal. With every proposal
-// cold and every slot drawing a random config, the batches are the model's own picks.
+// cold and every slot drawing a random config, a batch is the model's own best pick alone (a
+// probe; the search says only cold candidates are left), not a batch of picks it calls cold.
 TEST(TaskTuner, FilteredProposalsGiveWayToTheModelsPicksNeverToRandomConfigs) {
   const Task task = testing::bowl_task("skip", 1e9, 1, 3);
   const auto mean_predicted_score = [&](bool filter) {
@@ -271,8 +272,10 @@ TEST(TaskTuner, FilteredProposalsGiveWayToTheModelsPicksNeverToRandomConfigs) {
     double score = 0;
     int scored = 0;
     for (int b = 0; b < 6; ++b) {
+      const bool trained = tuner.cost_model().trained();
       const auto batch = tuner.propose(8);
-      EXPECT_EQ(batch.size(), 8u) << "a filtered batch still measures something";
+      EXPECT_EQ(batch.size(), filter && trained ? 1u : 8u) << "a filtered batch measures one";
+      EXPECT_EQ(tuner.only_cold_left(), filter && trained);
       if (tuner.cost_model().trained()) {
         for (const Config& c : batch) {
           score += tuner.cost_model().predict({task.space.features(c)})[0];
