@@ -14,9 +14,10 @@ the kept kernels is timed against the rule's run by run, and kept only where it 
 whole. The ops' times miss what a choice costs its neighbours and the gaps between ops: on
 session 10's machine (loaded) mobilenet_v2 at 64x64 bound 38 of 48 ops each faster in this
 check, and the whole tuned replay ran 0.88x the untuned one, efficientnet_b0 0.96x. Many of
-the bound choices ran on one thread (`threads=1`); a guess, not measured: the helper thread then
-sleeps and the next op split over two threads waits for it. Where the whole replay is slower,
-the kept choices without their one-thread ones are tried the same way, then none.
+the bound choices ran on the calling thread alone (`threads=1`, or one piece of work); a guess,
+not measured: the helper thread then sleeps and the next op split over two threads waits for
+it. Where the whole replay is slower, the kept choices without their one-thread ones are tried
+the same way, then none.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def build_with_choices(build: Callable[..., object], options, choices: dict):
     if tuned_ms < default_ms:
         return program, checked
     # Faster op by op, slower as a whole: without the one-thread choices, else none.
-    one_thread = {key for key in kept if " threads=1" in checked[key]["spec"]}
+    one_thread = {key for key in kept if _one_thread(checked[key]["spec"])}
     if one_thread and one_thread != kept:
         dropped = {key: dict(c, kept=c["kept"] and key not in one_thread)
                    for key, c in checked.items()}
@@ -82,6 +83,13 @@ def build_with_choices(build: Callable[..., object], options, choices: dict):
     for key in kept:
         checked[key].update(kept=False, whole_ms=(default_ms, tuned_ms))
     return default, checked
+
+
+def _one_thread(spec: str) -> bool:
+    """Whether a spec runs its op on the calling thread alone: one thread, or one piece of
+    work (nothing to split)."""
+    words = spec.split()
+    return any(w in ("threads=1", "gemm.pieces=1", "depthwise.pieces=1") for w in words)
 
 
 def _built(build, options, checked: dict):

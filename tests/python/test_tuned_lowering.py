@@ -65,7 +65,9 @@ def test_use_tuned_runs_the_databases_kernels_and_stays_equal_to_eager(tuned):
             assert op["kernel"].startswith(choice["kernel"]), (op["kernel"], choice)
         else:
             assert op["tuning"] != choice["spec"], (op["tuning"], choice)
-            assert row["tuned_ms"] >= row["aten_ms"] > 0, row
+            # Slower op by op, or faster op by op and the whole replay slower with it.
+            assert row["aten_ms"] > 0 and (row["tuned_ms"] >= row["aten_ms"]
+                                           or "whole replay" in row["reason"]), row
     for _ in range(2):
         x2 = torch.randn_like(x)
         with torch.no_grad():
