@@ -2,7 +2,9 @@
 
 #include <ATen/Parallel.h>
 
+#include <cmath>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -46,6 +48,74 @@ kernels::TunableOp convolution_of_match(const std::smatch& m, int in, int weight
   };
   op.out_sizes = {op.n, op.k, out_size(op.h, op.r, 0), out_size(op.w, op.s, 1)};
   return op;
+}
+
+// Per shape key, the re-timed configuration (context_confirmation.h) to bind: the one that
+// beat the rule's most over the shape's re-timed signatures (one a fused epilogue: resnet's
+// 3x3 layers come "+relu" and "+add+relu", one shape key for both), by the mean over those
+// signatures of log(its median / the rule's median in the same signature), where a signature
+// that did not re-time it counts as the rule's (0); the rule's configuration where none beat
+// it. Ranking re-timed records by their medians across signatures instead compared one task's
+// rounds with another's: a winner of the "+relu" task, faster than the "+add+relu" task's rule
+// by the epilogue's cost alone, went to every layer of the shape.
+std::map<std::string, tuning::Config> confirmed_picks(const tuning::TuningDatabase& database,
+                                                      const std::vector<std::string>& devices) {
+  struct Retimed {
+    double rule = 0;                           // the rule's median
+    std::map<tuning::Config, double> medians;  // every re-timed configuration's
+    std::set<tuning::Config> winners;          // those that beat the rule there
+  };
+  std::map<std::string, std::vector<Retimed>> by_key;  // per shape key, per signature
+  std::map<std::string, tuning::Config> rules;
+  for (const std::string& on : devices) {
+    for (const std::string& signature : database.signatures(on)) {
+      if (signature.rfind("lowered ", 0) != 0) continue;
+      const std::optional<kernels::TunableOp> op = lowered_op_of_shape_key(signature);
+      if (!op) continue;
+      const kernels::KernelSpace space = lowered_space(*op);
+      if (space.empty()) continue;
+      const tuning::Config rule = space.default_config();
+      Retimed retimed;
+      for (const tuning::DatabaseRecord& record : database.records(signature, on)) {
+        if ((record.run != kConfirmedRun && record.run != kRefutedRun) || !record.result.ok() ||
+            !space.knobs().valid(record.config))
+          continue;
+        const double median = median_seconds(record.result.seconds);
+        if (record.config == rule) {
+          retimed.rule = median;
+        } else {
+          retimed.medians[record.config] = median;
+          if (record.run == kConfirmedRun) retimed.winners.insert(record.config);
+        }
+      }
+      if (retimed.rule <= 0) continue;
+      const std::string key = lowered_shape_key(*op);
+      rules[key] = rule;
+      by_key[key].push_back(std::move(retimed));
+    }
+  }
+  std::map<std::string, tuning::Config> out;
+  for (const auto& [key, signatures] : by_key) {
+    tuning::Config best = rules[key];
+    double best_score = 0;
+    for (const Retimed& r : signatures) {
+      for (const tuning::Config& winner : r.winners) {
+        double score = 0;
+        for (const Retimed& other : signatures) {
+          const auto found = other.medians.find(winner);
+          if (found != other.medians.end() && found->second > 0)
+            score += std::log(found->second / other.rule);
+        }
+        score /= static_cast<double>(signatures.size());
+        if (score < best_score) {
+          best_score = score;
+          best = winner;
+        }
+      }
+    }
+    out[key] = best;
+  }
+  return out;
 }
 
 }  // namespace
@@ -145,6 +215,7 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
   const kernels::Families families = kernels::cpu_families();
   const std::vector<std::string> devices =
       any_device ? database.devices() : std::vector<std::string>{device};
+  const std::map<std::string, tuning::Config> picks = confirmed_picks(database, devices);
   for (const std::string& on : devices) {
     for (const std::string& signature : database.signatures(on)) {
       const bool in_context = signature.rfind("lowered ", 0) == 0;
@@ -163,6 +234,11 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
         // search's, whose fastest is the luckiest of hundreds of short timings; its median
         // holds against the rounds a busy machine slowed.
         const bool confirmed = in_context && record.run == kConfirmedRun;
+        // Of the re-timed records, only the shape's pick (confirmed_picks) is bound.
+        if (confirmed) {
+          const auto pick = picks.find(key);
+          if (pick != picks.end() && pick->second != record.config) continue;
+        }
         const double seconds = confirmed ? tuning::median_seconds(record.result.seconds)
                                          : record.result.mean_seconds();
         const auto found = out.find(key);

@@ -65,8 +65,12 @@ std::string device_key(c10::DeviceType device) {
   if (device != c10::DeviceType::CPU) return c10::DeviceTypeName(device, true);
   std::ostringstream out;
   const kernels::CpuFeatures& cpu = kernels::this_cpu();
-  out << "cpu " << cpu.model << " " << kernels::vector_extension_name(cpu.vector_extension) << " "
-      << cpu.cores << " cores x" << at::get_num_threads() << " threads";
+  // The family and model numbers too: a VM's model name may be one string for several kinds
+  // of CPU (a database tuned on a Cascade Lake is not for a Sapphire Rapids).
+  out << "cpu " << cpu.model << " ";
+  if (!cpu.family_model.empty()) out << "[" << cpu.family_model << "] ";
+  out << kernels::vector_extension_name(cpu.vector_extension) << " " << cpu.cores << " cores x"
+      << at::get_num_threads() << " threads";
   // nimble's kernels capped below what the CPU has (NIMBLE_CPU_ISA): their times are another
   // machine's.
   if (kernels::nhwc::isa_capped())

@@ -122,3 +122,35 @@ def test_the_re_timing_share_grows_with_what_re_timing_every_task_takes():
     assert confirm_share(0.004, 30, 120) == pytest.approx(0.25)  # 30 s of 120
     assert confirm_share(0.050, 30, 120) == MAX_CONFIRM_SHARE
     assert confirm_share(0.004, 30, float("inf")) == CONFIRM_SHARE
+
+
+def test_a_shape_of_several_epilogues_binds_what_beat_the_rule_in_each(lowered, tmp_path):
+    """One shape key, two re-timed tasks (resnet's "+relu" and "+add+relu" 3x3 layers): the
+    re-timed configurations are judged by their time over the rule's in the same task, summed
+    over the shape's tasks, not by their times across tasks (lowering_choices.h)."""
+    _, _, fast = lowered
+    relu = next(t for t in _tasks(fast) if t["signature"].endswith("epilogue=relu")
+                and any(u["signature"] == t["signature"].replace("=relu", "=add+relu")
+                        for u in _tasks(fast)))
+    both = relu["signature"].replace("=relu", "=add+relu")
+    rule, other = relu["start"], next(c for c in relu["configs"] if c != relu["start"])
+    key = _key(relu["signature"])
+    confirmed, refuted = "confirmed in context", "not confirmed in context"
+
+    def choice(lines):
+        return nimble._C.kernels.lowering_choices(database(tmp_path, lines))[key]
+
+    # `other` beat the rule by 10% on the relu task and lost by 20% on the other: not bound,
+    # though its 0.9 ms is the fastest re-timed time of the shape.
+    lost = choice([record_line(relu["signature"], rule, [1e-3], run=confirmed),
+                   record_line(relu["signature"], other, [0.9e-3], run=confirmed),
+                   record_line(both, rule, [2e-3], run=confirmed),
+                   record_line(both, other, [2.4e-3], run=refuted)])
+    assert lost["ms"] == pytest.approx(1.0)  # the rule's own record of the relu task
+    (tmp_path / "tune.db").unlink()
+    # It beat the rule on one task and was not re-timed on the other: bound, though the other
+    # task's rule ran faster (0.8 ms) than it did.
+    won = choice([record_line(relu["signature"], rule, [1e-3], run=confirmed),
+                  record_line(relu["signature"], other, [0.9e-3], run=confirmed),
+                  record_line(both, rule, [0.8e-3], run=confirmed)])
+    assert won["ms"] == pytest.approx(0.9)

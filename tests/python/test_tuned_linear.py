@@ -93,6 +93,8 @@ def test_a_linear_record_is_applied_where_the_replay_runs_it_faster(lowered, tmp
     monkeypatch.setattr(lowered_tuning, "_per_op_ns",
                         lambda default, tuned: [[rule_ns] * len(default.replays[0].ops()),
                                                 [tuned_ns] * len(tuned.replays[0].ops())])
+    monkeypatch.setattr(lowered_tuning, "_whole_replay_ms",
+                        lambda default, tuned: [rule_ns, tuned_ns])
     tuned = nimble.Nimble(model).prepare(x, tuned=db)
     runs = {op["tuning"] for _, op in _linear_ops(tuned) if op["shape_key"] == key}
     rule = {op["tuning"] for _, op in _linear_ops(fast) if op["shape_key"] == key}

@@ -65,7 +65,9 @@ def test_use_tuned_runs_the_databases_kernels_and_stays_equal_to_eager(tuned):
             assert op["kernel"].startswith(choice["kernel"]), (op["kernel"], choice)
         else:
             assert op["tuning"] != choice["spec"], (op["tuning"], choice)
-            assert row["tuned_ms"] >= row["aten_ms"] > 0, row
+            # Slower op by op, or faster op by op and the whole replay slower with it.
+            assert row["aten_ms"] > 0 and (row["tuned_ms"] >= row["aten_ms"]
+                                           or "whole replay" in row["reason"]), row
     for _ in range(2):
         x2 = torch.randn_like(x)
         with torch.no_grad():
@@ -89,10 +91,13 @@ class FakeProgram:
     by its kernel."""
 
     RULE = {"A": "nimble_gemm", "B": "nimble_depthwise", "C": "nimble_gemm"}
+    GAP_NS = {}
 
     def __init__(self, tuned_convolutions, ns):
         self.kernels = {**self.RULE, **tuned_convolutions}
         self.ns = ns
+        # Time between ops: the tuned kernels' cost to their neighbours (per kernel, by decree).
+        self.gap_ns = sum(self.GAP_NS.get(k, 0) for k in self.kernels.values())
         self.example_inputs = []
         self.replays = [self]
 
@@ -102,7 +107,8 @@ class FakeProgram:
                  "tuning": self.kernels[key]} for key in "ABC"]
 
     def run_timed(self, inputs):
-        return 0, [(i, 0, 0, self.ns[(key, self.kernels[key])], 0) for i, key in enumerate("ABC")]
+        ops = [(i, 0, 0, self.ns[(key, self.kernels[key])], 0) for i, key in enumerate("ABC")]
+        return sum(op[3] for op in ops) + self.gap_ns, ops
 
     def snapshot(self):
         import contextlib
@@ -138,6 +144,39 @@ def test_a_databases_kernel_is_kept_only_where_the_replay_runs_it_faster():
     built.clear()
     program, _ = build_with_choices(build, _C.BuildOptions(), {"C": choices["C"]})
     assert built == [{}] and program.kernels == FakeProgram.RULE
+
+
+def test_choices_faster_op_by_op_are_dropped_where_the_whole_replay_runs_slower(monkeypatch):
+    """The ops' times miss what a choice costs the rest of the replay (lowered_tuning.py): the
+    kept choices are kept only where the whole replay runs faster with them; where it does not,
+    the program without the one-thread choices is tried, then the rule's."""
+    from nimble.replay.lowered_tuning import build_with_choices
+
+    ns = {("A", "nimble_gemm"): 300, ("A", "nimble_gemm threads=1"): 200,
+          ("B", "nimble_depthwise"): 100, ("B", "onednn_prepacked"): 80,
+          ("C", "nimble_gemm"): 50}
+    choices = {key: {"kernel": spec.split()[0], "spec": spec, "ms": 0.001, "signature": key}
+               for key, spec in [("A", "nimble_gemm threads=1"), ("B", "onednn_prepacked")]}
+
+    def build(options):
+        return FakeProgram(options.tuned_convolutions, ns)
+
+    # A's one-thread kernel costs the rest of the replay 500 ns: without it, B's choice alone.
+    monkeypatch.setattr(FakeProgram, "GAP_NS", {"nimble_gemm threads=1": 500})
+    program, checked = build_with_choices(build, _C.BuildOptions(), choices)
+    assert program.kernels == {**FakeProgram.RULE, "B": "onednn_prepacked"}
+    assert checked["B"]["kept"] and not checked["A"]["kept"]
+    assert checked["A"]["context_ms"] < checked["A"]["default_ms"]  # faster op by op
+    default_ms, without_a_ms = checked["A"]["whole_ms"]
+    assert without_a_ms < default_ms  # the program it was dropped from ran faster
+    # B's costs 500 ns too: the rule's program.
+    monkeypatch.setattr(FakeProgram, "GAP_NS", {"nimble_gemm threads=1": 500,
+                                                "onednn_prepacked": 500})
+    program, checked = build_with_choices(build, _C.BuildOptions(), choices)
+    assert program.kernels == FakeProgram.RULE
+    assert not checked["A"]["kept"] and not checked["B"]["kept"]
+    default_ms, tuned_ms = checked["B"]["whole_ms"]
+    assert tuned_ms >= default_ms
 
 
 def test_tuned_kernels_follow_weights_changed_after_prepare(tuned):
@@ -214,6 +253,7 @@ def test_a_records_kernel_parameters_and_threads_reach_the_lowered_op(tmp_path, 
     monkeypatch.setattr(lowered_tuning, "_per_op_ns",
                         lambda default, tuned: [[2.0] * len(default.replays[0].ops()),
                                                 [1.0] * len(tuned.replays[0].ops())])
+    monkeypatch.setattr(lowered_tuning, "_whole_replay_ms", lambda default, tuned: [2.0, 1.0])
     fast = nimble.Nimble(model).prepare(x, tuned=db)
     runs = {}
     for op in fast.replay.ops():

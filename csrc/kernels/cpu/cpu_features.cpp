@@ -22,10 +22,16 @@ CpuFeatures read_cpu_features() {
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::string line;
   bool have_model = false, have_flags = false;
+  std::string family, model_number;
   while (std::getline(cpuinfo, line) && !(have_model && have_flags)) {
     if (!have_model && line.rfind("model name", 0) == 0) {
       cpu.model = value_of(line);
       have_model = true;
+    } else if (family.empty() && line.rfind("cpu family", 0) == 0) {
+      family = value_of(line);
+    } else if (model_number.empty() && line.rfind("model", 0) == 0 &&
+               line.find_first_not_of(" \t", 5) == line.find(':')) {
+      model_number = value_of(line);  // "model\t\t: 167", not "model name"
     } else if (!have_flags && line.rfind("flags", 0) == 0) {
       std::istringstream words(value_of(line));
       std::unordered_set<std::string> flags;
@@ -37,6 +43,7 @@ CpuFeatures read_cpu_features() {
       have_flags = true;
     }
   }
+  if (!family.empty() && !model_number.empty()) cpu.family_model = family + "/" + model_number;
   cpu.cores = std::max(1u, std::thread::hardware_concurrency());
   return cpu;
 }

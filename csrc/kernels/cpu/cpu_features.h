@@ -11,6 +11,10 @@ enum class VectorExtension { kNone, kAvx, kAvx2, kAvx512 };
 
 struct CpuFeatures {
   std::string model;  // /proc/cpuinfo's model name, e.g. "AMD EPYC 9R14"
+  // /proc/cpuinfo's "cpu family" and "model" numbers ("6/167"; "" where absent). A VM's model
+  // name may be generic ("Intel(R) Xeon(R) Processor" on a Cascade Lake and on a Sapphire
+  // Rapids host alike), the numbers are not: the tuning database's device key carries both.
+  std::string family_model;
   VectorExtension vector_extension = VectorExtension::kNone;
   int cores = 1;  // logical cores the process may see
 };

@@ -215,6 +215,7 @@ TEST_P(GemmConvolutionIsaTest, EveryTilingMatchesNaiveReference) {
   with(&GemmTiling::column_splits, {1, 2, 3, 4, 9});
   with(&GemmTiling::tile_rows, {1, 2, 3, 4, 5, 6, 7, 8, 12});
   with(&GemmTiling::reduction_block, {1, 3, 16, 40, 100, 100000});
+  with(&GemmTiling::tile_vectors, {1, 2, 3, 4, 8, 20});
   for (const LoopOrder order : {LoopOrder::kRowsOutside, LoopOrder::kColumnsOutside}) {
     tilings.emplace_back();
     tilings.back().loop_order = order;
@@ -223,8 +224,8 @@ TEST_P(GemmConvolutionIsaTest, EveryTilingMatchesNaiveReference) {
   for (int trial = 0; trial < 60; ++trial) {
     const Problem p = random_problem(rng);
     const std::vector<float> want = p.reference();
-    GemmTiling mixed{pick(8), 8 * pick(20), pick(4), static_cast<LoopOrder>(pick(2)),
-                     pick(8), pick(80)};
+    GemmTiling mixed{pick(8), 8 * pick(20), pick(4),    static_cast<LoopOrder>(pick(2)),
+                     pick(8), pick(80),     2 * pick(4)};
     tilings.push_back(mixed);
     for (const GemmTiling& t : tilings) {
       expect_close(p.run(GetParam(), t), want,
@@ -233,7 +234,8 @@ TEST_P(GemmConvolutionIsaTest, EveryTilingMatchesNaiveReference) {
                        " splits " + std::to_string(t.column_splits) + " order " +
                        std::to_string(static_cast<int>(t.loop_order)) + " tile rows " +
                        std::to_string(t.tile_rows) + " reduction block " +
-                       std::to_string(t.reduction_block));
+                       std::to_string(t.reduction_block) + " tile vectors " +
+                       std::to_string(t.tile_vectors));
       if (HasFatalFailure()) return;
     }
     tilings.pop_back();
@@ -488,6 +490,16 @@ TEST(GemmConvolutionTest, TilingParametersAreTheOnesInEffect) {
     pieces.pieces = 1;
     const GemmConvolution one(weight.data(), nullptr, g, isa, pieces);
     EXPECT_EQ(one.column_blocks(), 1);  // the L2 budget still splits the rows
+    if (isa != Isa::kPortable) {        // the portable code has one tile shape
+      GemmTiling wide;
+      wide.tile_vectors = 5;  // the widest kernel at most that: 4 vectors
+      EXPECT_EQ(GemmConvolution(weight.data(), nullptr, g, isa, wide).tiling().tile_vectors, 4);
+      wide.tile_vectors = 8;
+      wide.tile_rows = 2;
+      const GemmTiling eight = GemmConvolution(weight.data(), nullptr, g, isa, wide).tiling();
+      EXPECT_EQ(eight.tile_vectors, 8);
+      EXPECT_LE(eight.tile_rows, 2);
+    }
     GemmTiling negative;
     negative.tile_rows = -1;
     EXPECT_THROW(GemmConvolution(weight.data(), nullptr, g, isa, negative), std::invalid_argument);

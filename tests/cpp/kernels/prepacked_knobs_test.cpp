@@ -106,7 +106,7 @@ TEST(PrepackedKnobs, TunedConvolutionSpecsReadBackWhatTheyWrite) {
   EXPECT_EQ(TunedConvolution::parse("nimble_gemm").to_string(), "nimble_gemm");
   for (const std::string spec :
        {"nimble_gemm threads=1 gemm.pieces=3 gemm.rows_per_block=24 gemm.column_splits=2 "
-        "gemm.loop_order=columns gemm.tile_rows=5 gemm.reduction_block=256",
+        "gemm.loop_order=columns gemm.tile_rows=5 gemm.reduction_block=256 gemm.tile_vectors=4",
         "nimble_depthwise depthwise.channel_vectors=2 depthwise.pixels=3 depthwise.windows=off "
         "depthwise.pieces=4",
         "onednn_prepacked threads=1", "nimble_gemm gemm.loop_order=rows",

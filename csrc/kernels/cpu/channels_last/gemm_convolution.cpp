@@ -166,9 +166,12 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
   }
 
   check(tiling.pieces >= 0 && tiling.rows_per_block >= 0 && tiling.column_splits >= 0 &&
-            tiling.tile_rows >= 0 && tiling.reduction_block >= 0,
+            tiling.tile_rows >= 0 && tiling.reduction_block >= 0 && tiling.tile_vectors >= 0,
         "negative tiling parameter (0 is the rule's choice)");
   max_tile_rows_ = tiling.tile_rows;
+  // The kernels come 2, 4 and 8 vectors wide: the widest of those at most what was asked.
+  if (tiling.tile_vectors > 0)
+    tile_vectors_ = tiling.tile_vectors >= 8 ? 8 : tiling.tile_vectors >= 4 ? 4 : 2;
   reduction_taps_ = merged_taps_ ? g.kernel_h : direct_ ? 1 : taps_;
   reduction_channels_ = merged_taps_ ? g.kernel_w * group_in_ : group_in_;
   {
@@ -228,11 +231,18 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
   blocks_per_group_ = ceil_div(panels_, panels_per_block_);
 }
 
+gemm::TileShape GemmConvolution::register_tile(int64_t block_rows, bool narrow_only) const {
+  gemm::TileShape shape = tile_vectors_ > 0 && !narrow_only
+                              ? gemm::tile_shape_of_width(kernel_isa_, tile_vectors_)
+                              : gemm::tile_shape(kernel_isa_, block_rows, narrow_only,
+                                                 reduction_taps_ * reduction_channels_);
+  if (max_tile_rows_ > 0)
+    shape.rows = static_cast<int>(std::min<int64_t>(shape.rows, max_tile_rows_));
+  return shape;
+}
+
 int64_t GemmConvolution::register_tile_rows(int64_t block_rows, bool narrow_only) const {
-  const int64_t most =
-      gemm::tile_shape(kernel_isa_, block_rows, narrow_only, reduction_taps_ * reduction_channels_)
-          .rows;
-  return max_tile_rows_ > 0 ? std::min(most, max_tile_rows_) : most;
+  return register_tile(block_rows, narrow_only).rows;
 }
 
 GemmTiling GemmConvolution::tiling() const {
@@ -243,6 +253,7 @@ GemmTiling GemmConvolution::tiling() const {
   t.loop_order = rows_outside_ ? LoopOrder::kRowsOutside : LoopOrder::kColumnsOutside;
   t.tile_rows = register_tile_rows(rows_per_block_, false);
   t.reduction_block = tap_block_ * channel_block_;
+  t.tile_vectors = register_tile(rows_per_block_, false).vectors;
   return t;
 }
 

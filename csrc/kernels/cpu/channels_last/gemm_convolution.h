@@ -22,6 +22,10 @@
 
 namespace nimble::kernels::nhwc {
 
+namespace gemm {
+struct TileShape;  // gemm_microkernels.h
+}  // namespace gemm
+
 class GemmConvolution {
  public:
   // `weight`: PyTorch's [K, C / groups, KH, KW], contiguous; `bias`: [K] or null (zeros).
@@ -70,6 +74,9 @@ class GemmConvolution {
   // Rows of the register tiles of a block of `block_rows`: the tile shape's, capped by the
   // tiling's tile_rows (every height below the shape's has its kernel).
   int64_t register_tile_rows(int64_t block_rows, bool narrow_only) const;
+  // The register tile shape of a block of `block_rows`: the tile shape's, or the tiling's
+  // tile_vectors wide, its rows capped by tile_rows.
+  gemm::TileShape register_tile(int64_t block_rows, bool narrow_only) const;
   // The input window of output pixel `pixel` of the image at `image`, zeros in the padding,
   // as [kernel_h][kernel_w][in_channels] (merged_taps_).
   void copy_window(const float* image, int64_t pixel, float* window) const;
@@ -115,6 +122,7 @@ class GemmConvolution {
   // 4, (3136, 24, 144) 40 x 1. A GemmTiling replaces any of these choices (kernel_parameters.h).
   int64_t rows_per_block_ = 1, panels_per_block_ = 1, blocks_per_group_ = 1;
   int64_t max_tile_rows_ = 0;  // 0: the tile shape's
+  int tile_vectors_ = 0;       // 0: the tile shape's; else 2, 4 or 8 (GemmTiling::tile_vectors)
   // The reduction as the microkernels see it, reduction_taps_ x reduction_channels_ (taps_ x
   // group_in_, or kernel rows x kernel_w x group_in_ where merged_taps_), swept in blocks of
   // tap_block_ x channel_block_: a block's rows go through one part of the reduction before

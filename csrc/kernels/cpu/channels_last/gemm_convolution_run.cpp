@@ -106,9 +106,7 @@ void GemmConvolution::run_block(const float* input, float* output, const float* 
   t.epilogue = &epilogue;
   t.isa = isa_;
   const bool narrow_only = narrow_last_ && panel_begin == panels_ - 1;
-  gemm::TileShape shape =
-      gemm::tile_shape(kernel_isa_, n, narrow_only, reduction_taps_ * reduction_channels_);
-  shape.rows = static_cast<int>(register_tile_rows(n, narrow_only));
+  const gemm::TileShape shape = register_tile(n, narrow_only);
   const int64_t lanes = gemm::lanes(kernel_isa_);
   // Register tiles of near-equal height: 17 rows of 8-row tiles run as 6 + 6 + 5, not
   // 8 + 8 + 1 (a one-row tile runs at a fraction of the FMA rate).

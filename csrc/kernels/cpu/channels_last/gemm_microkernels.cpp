@@ -123,6 +123,22 @@ TileShape tile_shape(Isa isa, int64_t block_rows, bool narrow_only, int64_t redu
   return {2, kPortableRows};
 }
 
+TileShape tile_shape_of_width(Isa isa, int vectors) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return {vectors, vectors <= 2   ? avx512::Ops::kRows2
+                       : vectors == 4 ? avx512::Ops::kRows4
+                                      : avx512::Ops::kRows8};
+    case Isa::kAvx2:
+      return {vectors, vectors <= 2   ? avx2::Ops::kRows2
+                       : vectors == 4 ? avx2::Ops::kRows4
+                                      : avx2::Ops::kRows8};
+    case Isa::kPortable:
+      break;
+  }
+  return {2, kPortableRows};  // the portable code has one shape
+}
+
 void run_tile(Isa isa, int rows, int vectors, const TileArgs& args) {
   switch (isa) {
     case Isa::kAvx512:

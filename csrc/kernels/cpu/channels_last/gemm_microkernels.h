@@ -66,6 +66,9 @@ inline int lanes(Isa isa) { return isa == Isa::kAvx512 ? 16 : 8; }
 // block is one narrow panel, which gets more rows instead.
 constexpr int64_t kWideTileReduction = 1024;
 TileShape tile_shape(Isa isa, int64_t block_rows, bool narrow_only, int64_t reduction);
+// The shape of `vectors` (2, 4 or 8) accumulator vectors a row with the most rows `isa`'s kernel
+// of that width takes (GemmTiling::tile_vectors: a tuned width in place of tile_shape's).
+TileShape tile_shape_of_width(Isa isa, int vectors);
 
 // Computes `rows` (1..tile_shape's rows) rows of `vectors` (1, 2, 4 or 8; at most the
 // tile_shape's vectors, or 1) accumulator vectors with `isa`'s code.

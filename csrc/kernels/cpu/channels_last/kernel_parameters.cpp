@@ -19,12 +19,12 @@ const char* loop_order_name(LoopOrder order) {
 }
 
 void refuse(const std::string& text, const std::string& why) {
-  throw std::invalid_argument(
-      "kernel parameters '" + text + "': " + why +
-      " (expected name=value words among gemm.pieces, "
-      "gemm.rows_per_block, gemm.column_splits, gemm.loop_order "
-      "(rows|columns), gemm.tile_rows, gemm.reduction_block, depthwise.channel_vectors, "
-      "depthwise.pixels, depthwise.windows (off), depthwise.pieces)");
+  throw std::invalid_argument("kernel parameters '" + text + "': " + why +
+                              " (expected name=value words among gemm.pieces, "
+                              "gemm.rows_per_block, gemm.column_splits, gemm.loop_order "
+                              "(rows|columns), gemm.tile_rows, gemm.reduction_block, "
+                              "gemm.tile_vectors, depthwise.channel_vectors, "
+                              "depthwise.pixels, depthwise.windows (off), depthwise.pieces)");
 }
 
 }  // namespace
@@ -42,6 +42,7 @@ std::string KernelParameters::to_string() const {
   put("gemm.loop_order", loop_order_name(gemm.loop_order), gemm.loop_order != LoopOrder::kRule);
   put("gemm.tile_rows", gemm.tile_rows, gemm.tile_rows != 0);
   put("gemm.reduction_block", gemm.reduction_block, gemm.reduction_block != 0);
+  put("gemm.tile_vectors", gemm.tile_vectors, gemm.tile_vectors != 0);
   put("depthwise.channel_vectors", depthwise.channel_vectors, depthwise.channel_vectors != 0);
   put("depthwise.pixels", depthwise.pixels, depthwise.pixels != 0);
   put("depthwise.windows", "off", !depthwise.windows);
@@ -85,6 +86,7 @@ KernelParameters KernelParameters::parse(const std::string& text) {
                      : name == "gemm.column_splits"        ? &p.gemm.column_splits
                      : name == "gemm.tile_rows"            ? &p.gemm.tile_rows
                      : name == "gemm.reduction_block"      ? &p.gemm.reduction_block
+                     : name == "gemm.tile_vectors"         ? &p.gemm.tile_vectors
                      : name == "depthwise.channel_vectors" ? &p.depthwise.channel_vectors
                      : name == "depthwise.pixels"          ? &p.depthwise.pixels
                      : name == "depthwise.pieces"          ? &p.depthwise.pieces

@@ -28,11 +28,17 @@ struct GemmTiling {
   // Floats of the reduction ((tap, input channel) pairs) a block's rows sweep before the next
   // part of the reduction (0: the rule's; at least the whole reduction: not blocked).
   int64_t reduction_block = 0;
+  // Accumulator vectors a register tile is wide (2, 4 or 8: one, two or four weight panels; 0:
+  // the tile shape's, by the block's rows and the reduction, gemm_microkernels.h), its rows
+  // then the most that width's kernel takes (tile_rows still caps them). Other values are
+  // clamped to the nearest of those at most 8; a narrow last panel keeps its one vector.
+  int64_t tile_vectors = 0;
 
   bool operator==(const GemmTiling& o) const {
     return pieces == o.pieces && rows_per_block == o.rows_per_block &&
            column_splits == o.column_splits && loop_order == o.loop_order &&
-           tile_rows == o.tile_rows && reduction_block == o.reduction_block;
+           tile_rows == o.tile_rows && reduction_block == o.reduction_block &&
+           tile_vectors == o.tile_vectors;
   }
 };
 

@@ -122,7 +122,8 @@ std::vector<tuning::Knob> gemm_parameter_knobs(const TunableOp& op) {
           tuning::Knob::integer_range("gemm_column_splits", 0, 2),
           tuning::Knob::categorical("gemm_loop_order", {"rule", "rows", "columns"}),
           tuning::Knob::integer_range("gemm_tile_rows", 0, 6, 2),
-          tuning::Knob::categorical("gemm_reduction_block", {"rule", "256"})};
+          tuning::Knob::categorical("gemm_reduction_block", {"rule", "256"}),
+          tuning::Knob::categorical("gemm_tile_vectors", {"rule", "2", "4", "8"})};
 }
 
 nhwc::KernelParameters prepacked_parameters(const TunableOp& op, const KnobValues& k) {
@@ -145,6 +146,8 @@ nhwc::KernelParameters prepacked_parameters(const TunableOp& op, const KnobValue
   p.gemm.tile_rows = k.value("gemm_tile_rows");
   const std::string reduction = k.label("gemm_reduction_block");
   p.gemm.reduction_block = reduction == "rule" ? 0 : std::stoll(reduction);
+  const std::string vectors = k.label("gemm_tile_vectors");
+  p.gemm.tile_vectors = vectors == "rule" ? 0 : std::stoll(vectors);
   return p;
 }
 
