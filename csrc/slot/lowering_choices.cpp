@@ -80,7 +80,7 @@ std::map<std::string, tuning::Config> confirmed_picks(const tuning::TuningDataba
         if ((record.run != kConfirmedRun && record.run != kRefutedRun) || !record.result.ok() ||
             !space.knobs().valid(record.config))
           continue;
-        const double median = median_seconds(record.result.seconds);
+        const double median = tuning::median_seconds(record.result.seconds);
         if (record.config == rule) {
           retimed.rule = median;
         } else {
