@@ -417,6 +417,50 @@ TEST_P(GemmConvolutionIsaTest, TilesInAnyOrderOrOnTwoThreadsMatchOneCall) {
   }
 }
 
+// Layers whose weight is beyond L2 (columns outside: each column block asks for the next
+// one's weight while it runs) and layers whose output is (tiles ask for their output and
+// residual lines first): prefetches change no result. Random shapes of both kinds, against the
+// reference, and run_tiles over ranges that start and end inside column blocks (where the
+// next column block is, or is not, the same thread's) bit for bit as one call.
+TEST_P(GemmConvolutionIsaTest, LayersThatPrefetchMatchReferenceAndOneCall) {
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 8; ++trial) {
+    ConvolutionGeometry g;
+    const bool large_weight = trial % 2 == 0;
+    const auto pick = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    g.images = pick(1, 2);
+    if (large_weight) {  // 0.3-2.4 MB of weight on 3x3-12x12 maps
+      g.height = pick(3, 12);
+      g.width = pick(3, 12);
+      g.in_channels = pick(200, 600);
+      g.out_channels = pick(150, 400);
+      g.kernel_h = g.kernel_w = trial % 4 == 0 ? 3 : 1;
+      g.pad_h = g.pad_w = g.kernel_h / 2;
+      g.stride_h = g.stride_w = pick(1, 2);
+    } else {  // 1.1-3 MB of output
+      g.height = pick(36, 48);
+      g.width = pick(36, 48);
+      g.in_channels = pick(8, 80);
+      g.out_channels = pick(200, 300);
+    }
+    const Problem p = make_problem(g, rng, true, true, {Activation::kRelu});
+    const GemmConvolution conv(p.weight.data(), p.bias.data(), g, GetParam());
+    const size_t size = g.out_pixels() * g.out_channels;
+    std::vector<float> whole(size, -7.0F), ranges(size, -7.0F);
+    const int64_t tiles = conv.row_blocks() * conv.column_blocks();
+    conv.run_tiles(p.input.data(), whole.data(), p.residual.data(), p.epilogue, 0, tiles);
+    expect_close(whole, p.reference(), describe(p));
+    for (int64_t begin = 0; begin < tiles;) {
+      const int64_t end = std::min(tiles, begin + pick(1, 7));
+      conv.run_tiles(p.input.data(), ranges.data(), p.residual.data(), p.epilogue, begin, end);
+      begin = end;
+    }
+    EXPECT_EQ(0, std::memcmp(whole.data(), ranges.data(), size * sizeof(float))) << describe(p);
+  }
+}
+
 TEST_P(GemmConvolutionIsaTest, InputMayMoveBetweenCalls) {
   std::mt19937 rng(9);
   ConvolutionGeometry g;

@@ -67,10 +67,19 @@ class GemmConvolution {
   int64_t bytes() const;
 
  private:
-  // One block of rows by panels [panel_begin, panel_end) of one group.
+  // run(); `next_column_follows`: the caller runs column block column_block_end next (from
+  // its first row block), whose weight the last column block may then ask for ahead.
+  void run_range(const float* input, float* output, const float* residual, const Epilogue& epilogue,
+                 int64_t row_block_begin, int64_t row_block_end, int64_t column_block_begin,
+                 int64_t column_block_end, int64_t input_pixel_stride,
+                 bool next_column_follows) const;
+  // One block of rows by panels [panel_begin, panel_end) of one group. `ahead` (null: none):
+  // the weight of the column block the thread runs next, asked into L2 while this one runs,
+  // by the row blocks of this column block, share `ahead_part` of `ahead_parts` here.
   void run_block(const float* input, float* output, const float* residual, const Epilogue& epilogue,
                  int64_t row_begin, int64_t row_end, int64_t group, int64_t panel_begin,
-                 int64_t panel_end, int64_t input_pixel_stride) const;
+                 int64_t panel_end, int64_t input_pixel_stride, const float* ahead = nullptr,
+                 int64_t ahead_part = 0, int64_t ahead_parts = 1) const;
   // Rows of the register tiles of a block of `block_rows`: the tile shape's, capped by the
   // tiling's tile_rows (every height below the shape's has its kernel).
   int64_t register_tile_rows(int64_t block_rows, bool narrow_only) const;
@@ -135,6 +144,11 @@ class GemmConvolution {
   // stream the whole weight from memory once per row block: 1.8x on resnet50's 3x3 of 512
   // channels on a 7x7 map, one thread on the Xeon).
   bool rows_outside_ = false;
+  // Register tiles ask for their output and residual lines first (.cpp, kPrefetchOutputBytes).
+  bool prefetch_rows_ = false;
+  // Register tiles ask for the next chunk's weight into L2 while they run (columns outside:
+  // the weight is beyond L2; gemm::TileArgs::prefetch).
+  bool prefetch_weight_ = false;
   std::vector<float, PackedAllocator<float>> packed_;  // [group][panel][tap][channel][width]
   std::vector<float, PackedAllocator<float>> bias_;    // [group][group_columns_], zero-padded
   // [out pixel of one image][tap]: floats from the image's start to the input pixel's first

@@ -42,7 +42,7 @@ inline void finish_rows(const TileArgs& t) {
 using Kernel = void (*)(const TileArgs&);
 
 #pragma GCC push_options
-#pragma GCC target("avx512f")
+#pragma GCC target("avx512f,prfchw")
 namespace avx512 {
 // Most rows a tile of so many vectors takes: the accumulators, the weight vectors of one
 // (tap, channel) and a broadcast fit the register file (32 zmm).
@@ -54,7 +54,7 @@ struct Ops : Avx512Ops {
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,prfchw")
 namespace avx2 {
 struct Ops : Avx2Ops {  // 16 ymm
   static constexpr int kRows1 = 12, kRows2 = 6, kRows4 = 3, kRows8 = 1;
