@@ -10,6 +10,15 @@ namespace nimble::tuning {
 void KnobSpace::add_constraint(std::string description, KnobConstraint constraint) {
   descriptions_.push_back(std::move(description));
   constraints_.push_back(std::move(constraint));
+  if (listed_) listed_ = valid_listed(*listed_);
+}
+
+std::shared_ptr<const std::vector<Config>> KnobSpace::valid_listed(
+    const std::vector<Config>& configs) const {
+  auto valid = std::make_shared<std::vector<Config>>();
+  for (const Config& config : configs)
+    if (satisfies_constraints(config)) valid->push_back(config);
+  return valid;
 }
 
 int KnobSpace::knob_index(const std::string& name) const {
@@ -138,30 +147,27 @@ bool KnobSpace::satisfies_constraints(const Config& config) const {
 }
 
 void KnobSpace::restrict_to(std::string description, const std::vector<Config>& configs) {
-  auto listed = std::make_shared<std::vector<Config>>();
+  std::vector<Config> listed;
   std::set<std::vector<int64_t>> allowed;
   for (Config config : configs) {
     pin_inactive(config);
     if (!in_range(config)) throw std::invalid_argument(description + ": a config out of range");
     allowed.insert(values(config));
-    listed->push_back(std::move(config));
+    listed.push_back(std::move(config));
   }
+  listed_.reset();
   add_constraint(std::move(description),
                  [allowed = std::move(allowed)](const std::vector<int64_t>& values) {
                    return allowed.count(values) > 0;
                  });
-  listed_ = std::move(listed);
+  listed_ = valid_listed(listed);
 }
 
 Config KnobSpace::random_config(std::mt19937_64& rng) const {
   if (listed_) {
-    // Every listed config meets the list's constraint; the others may still reject some.
-    std::vector<const Config*> valid_configs;
-    for (const Config& config : *listed_)
-      if (satisfies_constraints(config)) valid_configs.push_back(&config);
-    if (valid_configs.empty())
+    if (listed_->empty())
       throw std::runtime_error("knob space has no config satisfying its constraints");
-    return *valid_configs[std::uniform_int_distribution<size_t>(0, valid_configs.size() - 1)(rng)];
+    return (*listed_)[std::uniform_int_distribution<size_t>(0, listed_->size() - 1)(rng)];
   }
   Config config(knobs_.size());
   // Constraints usually reject a modest share; 10000 tries is far beyond what valid spaces need.

@@ -76,7 +76,12 @@ class KnobSpace {
   std::vector<Condition> conditions_;  // per knob; parent -1: always active
   std::vector<KnobConstraint> constraints_;
   std::vector<std::string> descriptions_;
-  // restrict_to's configs; shared, since a space is copied per task and per run.
+  // Those of `configs` that meet every constraint.
+  std::shared_ptr<const std::vector<Config>> valid_listed(const std::vector<Config>& configs) const;
+
+  // restrict_to's configs that meet every constraint, in its order (refiltered by a constraint
+  // added later), so that a draw needs no scan; shared, since a space is copied per task and
+  // per run.
   std::shared_ptr<const std::vector<Config>> listed_;
 };
 
