@@ -80,6 +80,10 @@ class GemmConvolution {
                  int64_t row_begin, int64_t row_end, int64_t group, int64_t panel_begin,
                  int64_t panel_end, int64_t input_pixel_stride, const float* ahead = nullptr,
                  int64_t ahead_part = 0, int64_t ahead_parts = 1) const;
+  // The packed weight of panel `panel` of group `group`.
+  const float* panel_weight(int64_t group, int64_t panel) const {
+    return packed_.data() + group * group_floats_ + panel * panel_floats_;
+  }
   // Rows of the register tiles of a block of `block_rows`: the tile shape's, capped by the
   // tiling's tile_rows (every height below the shape's has its kernel).
   int64_t register_tile_rows(int64_t block_rows, bool narrow_only) const;

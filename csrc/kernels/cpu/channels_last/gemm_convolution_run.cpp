@@ -46,10 +46,9 @@ void GemmConvolution::run_range(const float* input, float* output, const float* 
       // of it, where this thread runs it next (prefetch_weight_).
       const bool next = prefetch_weight_ && (cb + 1 < column_block_end || next_column_follows) &&
                         cb + 1 < column_blocks();
-      const float* ahead =
-          next ? packed_.data() + (cb + 1) / blocks_per_group_ * group_floats_ +
-                     (cb + 1) % blocks_per_group_ * panels_per_block_ * panel_floats_
-               : nullptr;
+      const float* ahead = next ? panel_weight((cb + 1) / blocks_per_group_,
+                                               (cb + 1) % blocks_per_group_ * panels_per_block_)
+                                : nullptr;
       for (int64_t rb = row_block_begin; rb < row_block_end; ++rb) block(rb, cb, ahead);
     }
   }
@@ -158,7 +157,7 @@ void GemmConvolution::run_block(const float* input, float* output, const float* 
   const int64_t steps = reduction_taps_ * reduction_channels_;
   if (tap_block_ != reduction_taps_ || channel_block_ != reduction_channels_) ahead = nullptr;
   const auto tile = [&](int64_t p, int vectors, int64_t i, int64_t m) {
-    t.weight = packed_.data() + group * group_floats_ + p * panel_floats_;
+    t.weight = panel_weight(group, p);
     t.bias = bias_.data() + group * group_columns_ + p * panel_width_;
     t.columns = std::min(group_out_ - p * panel_width_, vectors * lanes);
     const int64_t at = (row_begin + i) * g.out_channels + group * group_out_ + p * panel_width_;
