@@ -115,30 +115,32 @@ def _differing_ops(default_ops: list[dict], choices: dict) -> dict:
     return out
 
 
+def _timed_runs(programs, rounds: int):
+    """(index of the program, run_timed's result) of `rounds` runs of each program's replay on
+    its example inputs, the programs alternating run by run, after _WARM_UPS untimed rounds."""
+    with programs[0].snapshot():
+        for round_ in range(_WARM_UPS + rounds):
+            for i, program in enumerate(programs):
+                timed = program.replays[0].run_timed(program.example_inputs)
+                if round_ >= _WARM_UPS:
+                    yield i, timed
+
+
 def _per_op_ns(*programs) -> list[list[float]]:
     """Each program's median nanoseconds per op, its replay run alternating with the others'."""
     samples = [[[] for _ in p.replays[0].ops()] for p in programs]
-    with programs[0].snapshot():
-        for round_ in range(_WARM_UPS + _ROUNDS):
-            for program, mine in zip(programs, samples):
-                _, timings = program.replays[0].run_timed(program.example_inputs)
-                if round_ < _WARM_UPS:
-                    continue
-                for op, _stream, start, end, _ in timings:
-                    mine[op].append(end - start)
+    for i, (_, timings) in _timed_runs(programs, _ROUNDS):
+        for op, _stream, start, end, _ in timings:
+            samples[i][op].append(end - start)
     return [[statistics.median(s) if s else 0.0 for s in mine] for mine in samples]
 
 
 def _whole_replay_ms(*programs) -> list[float]:
-    """Each program's median milliseconds per run of its replay on its example inputs (the
-    whole run's wall time), run alternating with the others' after warm-ups."""
+    """Each program's median milliseconds per run of its replay (the whole run's wall time),
+    run alternating with the others'."""
     times = [[] for _ in programs]
-    with programs[0].snapshot():
-        for round_ in range(_WARM_UPS + _WHOLE_ROUNDS):
-            for program, mine in zip(programs, times):
-                total_ns, _ = program.replays[0].run_timed(program.example_inputs)
-                if round_ >= _WARM_UPS:
-                    mine.append(total_ns / 1e6)
+    for i, (total_ns, _) in _timed_runs(programs, _WHOLE_ROUNDS):
+        times[i].append(total_ns / 1e6)
     return [statistics.median(t) for t in times]
 
 
