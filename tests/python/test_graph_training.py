@@ -88,10 +88,8 @@ DEVICE_FORM_RELATIVE = 1e-4
 # On the zoo models at batch 4 that difference is amplified without bound by Adam's
 # normalized update of parameters whose gradients are rounding noise (a batch norm's bias
 # followed by another batch norm: mobilenet_v2's features.1.conv.2.bias differed by 23% of
-# its scale after 3 steps): there only the losses are compared with the default form. The
-# strict check of the device form is the small model's below, bit for bit against torch's
-# capturable Adam.
-ZOO_DEVICE_FORM_RELATIVE = 1e-3
+# its scale after 3 steps): there the replay is compared with torch's capturable Adam, bit
+# for bit, and only the small model below is compared with the default form too.
 
 
 def assert_close_to_scale(got, expected, what="", relative=DEVICE_FORM_RELATIVE):
@@ -103,21 +101,28 @@ def assert_close_to_scale(got, expected, what="", relative=DEVICE_FORM_RELATIVE)
 
 
 def _same(backend, exact=True, relative=DEVICE_FORM_RELATIVE):
-    if exact or backend == "cuda":
+    """`exact`: bit for bit on the twin, 1e-4 on a GPU (assert_trained_alike); else within
+    `relative` of each tensor's scale, on the host (eager's default Adam keeps its step count
+    there, nimble's device form on the parameter's device)."""
+    if exact:
         return lambda got, expected, what: assert_trained_alike(got, expected, backend, what)
     return lambda got, expected, what: assert_close_to_scale(got, expected, what, relative)
 
 
 def _assert_same_training(eager, eager_opt, replayed, replayed_opt, backend, exact=True,
-                          relative=DEVICE_FORM_RELATIVE):
+                          relative=DEVICE_FORM_RELATIVE, settings=True):
     """`exact`: bit for bit on the twin; else within `relative` of each tensor's scale
-    (Adam's device form)."""
+    (Adam's device form). `settings`: the optimizers' param groups equal too."""
     same = _same(backend, exact, relative)
     a, b = eager.state_dict(), replayed.state_dict()
     assert list(a) == list(b), "the models' state entries differ"
     for name in a:
         same(b[name], a[name], name)
-    assert_optimizer_states_alike(eager_opt, replayed_opt, same)
+    assert_optimizer_states_alike(eager_opt, replayed_opt, same, settings)
+
+
+def _reproducible(backend):
+    return deterministic() if backend == "cuda" else contextlib.nullcontext()
 
 
 def _schedulers(optimizers, scheduler):
@@ -142,32 +147,42 @@ def _seed(backend, step):
 )
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_whole_step_matches_eager(backend, model_name, optimizer_name, scheduler):
-    eager, eager_opt, twin, twin_opt = _pair(backend, model_name, optimizer_name)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    data = _batches(backend)
-    fast = nimble.Nimble(twin).prepare(
-        data[0][0], training=True, loss_fn=loss_fn, optimizer=twin_opt,
-        example_targets=data[0][1], **prepare_options(backend),
-    )
-    assert fast.replay.backend in ("cuda-graph", "cpu-graph")
-    schedulers = _schedulers((eager_opt, twin_opt), scheduler)
-    exact = optimizer_name.startswith("sgd")  # Adam: its device form on a graph backend
-    same = _same(backend, exact, ZOO_DEVICE_FORM_RELATIVE)
-    for step, (x, y) in enumerate(data):
-        _seed(backend, step)
-        eager_opt.zero_grad()
-        expected = loss_fn(eager(x), y)
-        expected.backward()
-        eager_opt.step()
-        _seed(backend, step)
-        got = fast.step(x, y)
-        same(got, expected.detach(), f"loss at step {step}")
-        for s in schedulers:
-            s.step()
-    if exact or backend == "cuda":
-        _assert_same_training(eager, eager_opt, twin, twin_opt, backend, exact)
+    """Against eager with the same seeds: SGD as it is, Adam in torch's capturable form from
+    its second step on (what nimble's device form computes; the default form: see
+    DEVICE_FORM_RELATIVE). Bit for bit on the twin; on a GPU in deterministic mode, where
+    eager is reproducible (with torch's defaults Adam's normalized update amplified cuDNN's
+    nondeterministic backward to 2e-3 of the loss in 3 steps on an H200)."""
+    adam = not optimizer_name.startswith("sgd")
+    device = device_of(backend)
+    with _reproducible(backend):
+        eager, eager_opt, twin, twin_opt = _pair(backend, model_name, optimizer_name)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        data = _batches(backend)
+        fast = nimble.Nimble(twin).prepare(
+            data[0][0], training=True, loss_fn=loss_fn, optimizer=twin_opt,
+            example_targets=data[0][1], **prepare_options(backend),
+        )
+        assert fast.replay.backend in ("cuda-graph", "cpu-graph")
+        schedulers = _schedulers((eager_opt, twin_opt), scheduler)
+        same = _same(backend)
+        for step, (x, y) in enumerate(data):
+            if adam and step == 1:  # nimble's first step is eager's default form
+                to_capturable_form(eager_opt)
+            _seed(backend, step)
+            eager_opt.zero_grad()
+            expected = loss_fn(eager(x), y)
+            expected.backward()
+            with _capturable_on(device):
+                eager_opt.step()
+            _seed(backend, step)
+            got = fast.step(x, y)
+            same(got, expected.detach(), f"loss at step {step}")
+            for s in schedulers:
+                s.step()
+    # Adam's settings differ by design (the user's stay non-capturable): its state only.
+    _assert_same_training(eager, eager_opt, twin, twin_opt, backend, settings=not adam)
     # One capture for every step: a graph bakes in only numbers that stay (issue 45).
-    assert fast._training.recaptures == (len(data) - 1 if exact and scheduler else 0)
+    assert fast._training.recaptures == (len(data) - 1 if not adam and scheduler else 0)
 
 
 @pytest.mark.parametrize(
@@ -400,7 +415,7 @@ def test_the_loss_is_the_replays_own_buffer_unless_copies_are_asked_for(backend)
         assert all(p.grad is g for p, g in zip(model.parameters(), grads))
         losses[copy_outputs] = (first, second)
     first, second = losses[False]
-    assert first.data_ptr() == second.data_ptr() and first.device == device
+    assert first.data_ptr() == second.data_ptr() and first.device.type == device.type
     first, second = losses[True]
     assert first.data_ptr() != second.data_ptr()
 
