@@ -136,16 +136,23 @@ def describe_slot(event: dict) -> str:
     belief; other schedulers have none)."""
     text = f"slot {event['slot']} {event['task']}"
     if "task_ms" in event:
-        text += f" {event['task_ms']:.4f} ms"
+        text += f" {_ms(event['task_ms'])} ms"
     if event.get("task_start_ms", 0) > 0:
-        text += f" (start {event['task_start_ms']:.4f})"
+        text += f" (start {_ms(event['task_start_ms'])})"
     gains = event.get("expected_gain_ms") or {}
     if gains:
         top = max(gains, key=gains.get)
-        text += f", expects {gains.get(event['task'], 0.0):.4f} ms from it"
+        text += f", expects {_ms(gains.get(event['task'], 0.0))} ms from it"
         if top != event["task"]:
-            text += f", most from {top} ({gains[top]:.4f} ms)"
+            text += f", most from {top} ({_ms(gains[top])} ms)"
     return text
+
+
+def _ms(value: float) -> str:
+    """Four decimals, or three significant digits below 0.01 ms: a GPU's tasks take a few
+    microseconds and DynaTune expects tens of nanoseconds from them, which four decimals
+    showed as 0.0000."""
+    return f"{value:.4f}" if value == 0 or abs(value) >= 0.01 else f"{value:.3g}"
 
 
 def busy_warning(load: float | None = None, cores: int | None = None) -> str | None:

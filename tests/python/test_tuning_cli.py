@@ -109,6 +109,14 @@ def test_tuning_progress_shows_the_budget_rate_and_latency(capsys):
         "conv1 (0.0456 ms), model 1.500 ms (untuned 2.000 ms)") in err
 
 
+def test_progress_shows_a_gpus_microsecond_tasks_and_nanosecond_gains():
+    from nimble.tuning.tune import describe_slot
+
+    text = describe_slot({"slot": 3, "task": "dw3x3", "task_ms": 0.00512, "task_start_ms": 0.0063,
+                          "expected_gain_ms": {"dw3x3": 2.4e-5, "conv1x1": 0.0}})
+    assert text == "slot 3 dw3x3 0.00512 ms (start 0.0063), expects 2.4e-05 ms from it"
+
+
 def test_live_progress_carries_each_tasks_best_and_dynatunes_expected_gains():
     """The events a run sends: the slot task's best against its start, and per live task the
     reduction DynaTune's belief expects from one more slot (none from schedulers without one)."""
