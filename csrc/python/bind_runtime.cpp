@@ -22,6 +22,7 @@
 #include "csrc/runtime/cpu/cpu_executor.h"
 #include "csrc/runtime/cpu/work_sharing.h"
 #include "csrc/runtime/replay.h"
+#include "csrc/runtime/trainable_parameters.h"
 
 namespace py = pybind11;
 
@@ -141,7 +142,30 @@ void bind_runtime(py::module_& m) {
           "The hand-over from the capture: stages 2 to 6 of prepare's pipeline on the recorded "
           "trace (csrc/pipeline/replay_pipeline.h); returns the Replay.");
 
+  py::class_<TrainableParameters>(m, "TrainableParameters")
+      .def(py::init<std::vector<at::Tensor>>(), py::arg("params"))
+      .def("unchanged", &TrainableParameters::unchanged);
+  py::class_<GradientTargets>(m, "GradientTargets")
+      .def(py::init<std::vector<at::Tensor>>(), py::arg("params"))
+      .def("__len__", &GradientTargets::size);
+
   py::class_<Replay, std::shared_ptr<Replay>>(m, "Replay")
+      .def(
+          "run_step",
+          // A whole training step: outputs are the loss, then one gradient per target, each
+          // handed over as its parameter's .grad here; only the loss goes back to Python.
+          [](Replay& r, const std::vector<at::Tensor>& inputs, bool copy_loss,
+             const GradientTargets& targets) {
+            if (PreReplayCheck* check = r.pre_check()) check->check();
+            std::vector<at::Tensor> outputs;
+            {
+              py::gil_scoped_release no_gil;
+              outputs = r.run(inputs, copy_loss, 1);
+            }
+            targets.hand_over(outputs, 1);
+            return outputs.at(0);
+          },
+          py::arg("inputs"), py::arg("copy_loss"), py::arg("targets"))
       .def(
           "run",
           [](Replay& r, const std::vector<at::Tensor>& inputs, bool copy_outputs, int copy_first) {

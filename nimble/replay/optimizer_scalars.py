@@ -181,7 +181,7 @@ class OptimizerScalars:
         zero_matters = _ZERO_MATTERS[self.family]
         return [
             (
-                tuple(id(p) for p in g["params"]),
+                tuple(map(id, g["params"])),
                 tuple(g.get(k) for k in _STRUCTURE[self.family]),
                 tuple(g[k] == 0 for k in zero_matters),
             )

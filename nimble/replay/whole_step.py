@@ -180,6 +180,9 @@ class WholeStepReplay:
         self.recaptures = 0
         self.replays = replays
         self._trainable = TrainableParameters(self.module)
+        from .. import _C
+
+        self._gradient_targets = _C.GradientTargets(self.params)
         # An optimizer without state (never stepped) makes it on its first step: that step
         # runs eagerly, and its state then moves into the tensors the replay updates.
         self.first_step_eager = any(not self._before.had_state(p) for p in self.params)
@@ -227,11 +230,10 @@ class WholeStepReplay:
             self._baked = values
             self.step_replay.set_scalars(values)
         self.scalars.write_device_values()
-        outs = self.step_replay.run(list(inputs) + list(targets), self.copy_loss, 1)
-        for p, g in zip(self.params, outs[1:]):
-            if p.grad is not g:  # a graph hands out the same gradient buffers every step
-                p.grad = g
-        return outs[0]
+        # The gradients become the parameters' .grad in C++ (a graph hands out the same
+        # buffers every step); only the loss comes back.
+        return self.step_replay.run_step(list(inputs) + list(targets), self.copy_loss,
+                                         self._gradient_targets)
 
     def _eager_first_step(self, args, kwargs, targets) -> torch.Tensor:
         with torch.enable_grad():

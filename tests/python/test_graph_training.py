@@ -10,6 +10,7 @@ steps, an LR scheduler included."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import os
@@ -17,6 +18,7 @@ import os
 import pytest
 import torch
 import torchvision
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import nimble
 from nimble.replay.optimizer_scalars import _capturable_on
@@ -453,3 +455,90 @@ def test_prepare_leaves_the_generators_as_it_found_them(backend):
     for step, (a, b) in enumerate(zip(got, expected)):
         assert_trained_alike(a, b, backend, f"loss at step {step}")
     _assert_same_training(model, eager_opt, twin, twin_opt, backend)
+
+
+# Ops that launch no kernel (views, metadata, allocations, the optimizer's profiler marks).
+_NO_KERNEL = {"detach", "t", "view", "_unsafe_view", "expand", "as_strided", "alias", "reshape",
+              "_reshape_alias", "slice", "narrow", "permute", "transpose", "unsqueeze", "squeeze",
+              "split", "select", "empty", "empty_like", "empty_strided",
+              "_record_function_enter_new", "_record_function_exit"}
+# What nimble's step may run beyond eager's: AdamW's `1 - lr * weight_decay` is two ops on
+# the device where the learning rate is nimble's device tensor (torch computes it on the
+# host from a float learning rate).
+_DEVICE_LR_OPS = {"mul": 1, "rsub": 1}
+
+
+def _kernel_ops(names) -> collections.Counter:
+    """Op names without namespace and overload (`aten::add.out` -> `add`), no-kernel ops left
+    out."""
+    counts = collections.Counter(n.split("::")[-1].split(".")[0] for n in names)
+    return collections.Counter({k: v for k, v in counts.items() if k not in _NO_KERNEL})
+
+
+class _OpNames(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.name())
+        return func(*args, **(kwargs or {}))
+
+
+_HAND_GRAPH_OPTIMIZERS = {  # nimble/bench/cuda_train.py's, foreach as torch picks on a GPU
+    "sgd-momentum": lambda p, capturable: torch.optim.SGD(
+        p, lr=0.01, momentum=0.9, weight_decay=1e-4, foreach=True),
+    "adamw": lambda p, capturable: torch.optim.AdamW(
+        p, lr=1e-3, weight_decay=1e-2, foreach=True, capturable=capturable),
+}
+
+
+@pytest.mark.parametrize("model_name", ["small", "resnet18"])
+@pytest.mark.parametrize("optimizer_name", list(_HAND_GRAPH_OPTIMIZERS))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_whole_step_runs_an_eager_steps_kernels_and_no_more(backend, model_name,
+                                                                optimizer_name):
+    """The step program (one stream) against the ops one eager step runs below autograd with
+    the hand-captured graph's settings (`bench --train`: zero_grad(set_to_none=True),
+    forward, loss, backward, torch's multi-tensor update; Adam capturable): no op more than
+    eager's but AdamW's two for its device learning rate, the multi-tensor ops kept whole
+    (none split per parameter), no copies or fills of inputs, gradients or the learning rate
+    inside the step. After `zero_grad(set_to_none=True)` a step hands its gradient buffers
+    over as `.grad` again."""
+    device = device_of(backend)
+    torch.manual_seed(0)
+    model = (_small_net(device) if model_name == "small"
+             else torchvision.models.resnet18(num_classes=10).to(device).train())
+    mine = copy.deepcopy(model)
+    make = _HAND_GRAPH_OPTIMIZERS[optimizer_name]
+    opt = make(model.parameters(), capturable=True)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    x = torch.randn(2, 3, 16, 16, device=device)
+    y = torch.randint(0, 10, (2,), device=device)
+    with _capturable_on(device):
+        for _ in range(2):  # state made
+            opt.zero_grad(set_to_none=True)
+            loss_fn(model(x), y).backward()
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        with _OpNames() as eager:
+            loss_fn(model(x), y).backward()
+            opt.step()
+    mine_opt = make(mine.parameters(), capturable=False)
+    fast = nimble.Nimble(mine).prepare(x, training=True, loss_fn=loss_fn, optimizer=mine_opt,
+                                       example_targets=y, streams=1, **prepare_options(backend))
+    expected, got = _kernel_ops(eager.names), _kernel_ops(fast.schedule["ops"])
+    allowed = _DEVICE_LR_OPS if optimizer_name == "adamw" else {}
+    more = {k: (expected[k], n) for k, n in got.items() if n > expected[k] + allowed.get(k, 0)}
+    assert not more, f"ops the step runs more often than eager (eager, nimble): {more}"
+    assert sum(got.values()) <= sum(expected.values()) + sum(allowed.values())
+    foreach = {k: n for k, n in expected.items() if k.startswith("_foreach_")}
+    assert foreach and {k: got[k] for k in foreach} == foreach
+    assert not {"copy_", "fill_", "zero_", "_to_copy"} & set(got)
+    for _ in range(2):
+        fast.step(x, y)
+    grads = [p.grad for p in mine.parameters()]
+    assert all(g is not None for g in grads)
+    mine_opt.zero_grad(set_to_none=True)
+    fast.step(x, y)
+    assert all(p.grad is g for p, g in zip(mine.parameters(), grads))
