@@ -198,6 +198,40 @@ TEST_P(GemmConvolutionIsaTest, FewChannelLayersMatchReferenceOnEveryPaddedWindow
   }
 }
 
+// The copied windows of such layers, where a kernel row reaches past both sides of the image
+// (images narrower than the kernel, paddings up to 6) or lies wholly in the padding: each
+// kernel row is copied as one run of zeros, the taps inside and zeros again.
+TEST_P(GemmConvolutionIsaTest, FewChannelLayersMatchReferenceOnWindowsWiderThanTheImage) {
+  std::mt19937 rng(71);
+  const auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 120; ++trial) {
+    ConvolutionGeometry g;
+    g.images = pick(1, 2);
+    g.in_channels = pick(1, 3);
+    g.out_channels = pick(1, 70);
+    g.kernel_h = pick(1, 7);
+    g.kernel_w = pick(2, 7);
+    g.stride_h = pick(1, 3);
+    g.stride_w = pick(1, 3);
+    g.pad_h = pick(0, 6);
+    g.pad_w = pick(0, 6);
+    g.height = std::max<int64_t>(1, g.kernel_h - 2 * g.pad_h) + pick(0, 6);
+    g.width = std::max<int64_t>(1, g.kernel_w - 2 * g.pad_w) + pick(0, 6);
+    const Problem p = make_problem(g, rng, pick(0, 1) == 1, pick(0, 1) == 1, random_epilogue(rng));
+    const std::vector<float> want = p.reference();
+    GemmTiling odd_blocks;
+    odd_blocks.rows_per_block = pick(1, 20);
+    for (const GemmTiling& t : {GemmTiling{}, odd_blocks}) {
+      expect_close(p.run(GetParam(), t), want,
+                   "trial " + std::to_string(trial) + ": " + describe(p) + " rows " +
+                       std::to_string(t.rows_per_block));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 // Each value of each tiling parameter (kernel_parameters.h), alone and mixed at random, on
 // random geometries and epilogues: the tuner may pick any of them.
 TEST_P(GemmConvolutionIsaTest, EveryTilingMatchesNaiveReference) {
