@@ -168,23 +168,29 @@ TEST_P(GemmConvolutionIsaTest, MatchesNaiveReferenceOnRandomGeometries) {
 // Layers of 1-3 input channels reduce over a kernel row's taps at once, and their pixels whose
 // window reaches into the padding read a copy of it: every window position (all paddings,
 // strides, row dilations, several images, blocks that start mid-row or mid-image) against the
-// reference.
+// reference; then windows whose kernel rows reach past both sides of the image (images narrower
+// than the kernel, paddings up to 6) or lie wholly in the padding: a window's kernel row is
+// copied as one run of zeros, the taps inside and zeros again.
 TEST_P(GemmConvolutionIsaTest, FewChannelLayersMatchReferenceOnEveryPaddedWindow) {
   std::mt19937 rng(7);
   const auto pick = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
-  for (int trial = 0; trial < 150; ++trial) {
+  for (int trial = 0; trial < 270; ++trial) {
+    const bool wide = trial >= 150;  // windows wider than the image
     using G = ConvolutionGeometry;
     const std::vector<std::tuple<int64_t G::*, int64_t, int64_t>> ranges = {
-        {&G::images, 1, 3},    {&G::in_channels, 1, 3}, {&G::out_channels, 1, 70},
-        {&G::kernel_h, 1, 7},  {&G::kernel_w, 2, 7},    {&G::stride_h, 1, 3},
-        {&G::stride_w, 1, 3},  {&G::pad_h, 0, 3},       {&G::pad_w, 0, 3},
+        {&G::images, 1, 3},    {&G::in_channels, 1, 3},      {&G::out_channels, 1, 70},
+        {&G::kernel_h, 1, 7},  {&G::kernel_w, 2, 7},         {&G::stride_h, 1, 3},
+        {&G::stride_w, 1, 3},  {&G::pad_h, 0, wide ? 6 : 3}, {&G::pad_w, 0, wide ? 6 : 3},
         {&G::dilation_h, 1, 2}};
     G g;
     for (const auto& [field, lo, hi] : ranges) g.*field = pick(lo, hi);
-    g.height = g.dilation_h * (g.kernel_h - 1) + 1 + pick(0, 20);
-    g.width = g.kernel_w + pick(0, 20);
+    const int64_t kernel_h = g.dilation_h * (g.kernel_h - 1) + 1;
+    g.height =
+        wide ? std::max<int64_t>(1, kernel_h - 2 * g.pad_h) + pick(0, 6) : kernel_h + pick(0, 20);
+    g.width = wide ? std::max<int64_t>(1, g.kernel_w - 2 * g.pad_w) + pick(0, 6)
+                   : g.kernel_w + pick(0, 20);
     const Problem p = make_problem(g, rng, pick(0, 1) == 1, pick(0, 1) == 1, random_epilogue(rng));
     const std::vector<float> want = p.reference();
     GemmTiling odd_blocks;
@@ -458,6 +464,55 @@ TEST_P(GemmConvolutionIsaTest, LayersThatPrefetchMatchReferenceAndOneCall) {
       begin = end;
     }
     EXPECT_EQ(0, std::memcmp(whole.data(), ranges.data(), size * sizeof(float))) << describe(p);
+  }
+}
+
+// On maps of a few rows the rule's column blocks are at least as wide as the register tile
+// (the tile then runs at its full width): each output is the same sum in the same order as
+// with blocks of one panel and a tile of one panel's width, bit for bit, and the reference's;
+// split over ranges of tiles as the threads split it, the same floats again.
+TEST_P(GemmConvolutionIsaTest, FewRowLayersRunWholeTilesBitForBitAsOnePanelBlocks) {
+  std::mt19937 rng(23);
+  const auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 24; ++trial) {
+    ConvolutionGeometry g;
+    g.images = pick(1, 2);
+    g.height = pick(1, 4);
+    g.width = pick(1, 4);
+    g.in_channels = pick(16, 1100);
+    g.out_channels = pick(17, 600);
+    g.kernel_h = g.kernel_w = trial % 3 == 0 ? 3 : 1;
+    g.pad_h = g.pad_w = g.kernel_h / 2;
+    const Problem p = make_problem(g, rng, pick(0, 1) == 1, pick(0, 1) == 1, random_epilogue(rng));
+    const size_t size = g.out_pixels() * g.out_channels;
+    const float* bias = p.has_bias ? p.bias.data() : nullptr;
+    const GemmConvolution rule(p.weight.data(), bias, g, GetParam());
+    GemmTiling narrow = rule.tiling();
+    narrow.column_splits = 1 << 20;  // one panel a block
+    narrow.tile_vectors = 2;
+    const GemmConvolution one_panel(p.weight.data(), bias, g, GetParam(), narrow);
+    std::vector<float> want(size, -7.0F), got(size, -7.0F), ranges(size, -7.0F);
+    const float* residual = p.has_residual ? p.residual.data() : nullptr;
+    one_panel.run_tiles(p.input.data(), want.data(), residual, p.epilogue, 0,
+                        one_panel.row_blocks() * one_panel.column_blocks());
+    // Blocks of at least the register tile's panels: at most panels / tile panels of them.
+    const int64_t panels = one_panel.column_blocks();
+    const int64_t tile_panels =
+        std::min<int64_t>(std::max<int64_t>(1, rule.tiling().tile_vectors / 2), panels);
+    EXPECT_LE(rule.column_blocks(), (panels + tile_panels - 1) / tile_panels) << describe(p);
+    const int64_t tiles = rule.row_blocks() * rule.column_blocks();
+    rule.run_tiles(p.input.data(), got.data(), residual, p.epilogue, 0, tiles);
+    for (int64_t begin = 0; begin < tiles;) {
+      const int64_t end = std::min(tiles, begin + pick(1, 3));
+      rule.run_tiles(p.input.data(), ranges.data(), residual, p.epilogue, begin, end);
+      begin = end;
+    }
+    expect_close(got, p.reference(), describe(p));
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), size * sizeof(float))) << describe(p);
+    EXPECT_EQ(0, std::memcmp(got.data(), ranges.data(), size * sizeof(float))) << describe(p);
+    if (HasFailure()) return;
   }
 }
 

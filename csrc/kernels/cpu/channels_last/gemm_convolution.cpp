@@ -240,6 +240,16 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
           ? tiling.column_splits
           : std::max<int64_t>(1, tiles / (ceil_div(rows, rows_per_block_) * groups_));
   panels_per_block_ = ceil_div(panels_, std::min(column_splits, panels_));
+  if (tiling.column_splits <= 0) {
+    // A column block at least as wide as the block's register tile: a block of one panel runs
+    // a tile of 4 vectors as one of 2 (chunk_at), with half the multiply-adds a broadcast and,
+    // on a map of a few rows whose weight streams from memory, one stream of weight where the
+    // tile would read two. Small maps made these blocks (the rule's tiles split the columns
+    // where the rows are few): resnet50 at 64x64, one thread, in the replay, 1x1 2048 > 512 and
+    // 3x3 512 > 512 on 2x2 maps, 1x1 256 > 1024 on 4x4 (docs/cpu.md).
+    const int64_t tile_panels = std::max(1, register_tile(rows_per_block_, false).vectors / 2);
+    panels_per_block_ = std::max(panels_per_block_, std::min(tile_panels, panels_));
+  }
   blocks_per_group_ = ceil_div(panels_, panels_per_block_);
 }
 

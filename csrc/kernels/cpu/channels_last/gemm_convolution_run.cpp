@@ -205,18 +205,27 @@ void GemmConvolution::run_block(const float* input, float* output, const float* 
 }
 
 void GemmConvolution::copy_window(const float* image, int64_t pixel, float* window) const {
+  // A kernel row's taps lie side by side in NHWC (merged_taps_: no column dilation), so each
+  // kernel row is one run of zeros, one copy of its taps inside the image and one run of zeros:
+  // a copy of a tap's few channels at a time (49 calls of 3 floats for a 7x7 stem) made a pixel
+  // in the padding cost 3.5x one inside (resnet's stem at 64x64, one thread: 153 against 94 us
+  // without padding, ONNX Runtime's 112).
   const ConvolutionGeometry& g = geometry_;
   const int64_t oy = pixel / g.out_width(), ox = pixel % g.out_width();
-  for (int64_t ky = 0; ky < g.kernel_h; ++ky) {
+  const int64_t c = g.in_channels, row_floats = g.kernel_w * c;
+  const int64_t x0 = ox * g.stride_w - g.pad_w;
+  const int64_t first = std::clamp<int64_t>(-x0, 0, g.kernel_w);
+  const int64_t last = std::clamp<int64_t>(g.width - x0, first, g.kernel_w);
+  for (int64_t ky = 0; ky < g.kernel_h; ++ky, window += row_floats) {
     const int64_t iy = oy * g.stride_h - g.pad_h + ky * g.dilation_h;
-    for (int64_t kx = 0; kx < g.kernel_w; ++kx, window += g.in_channels) {
-      const int64_t ix = ox * g.stride_w - g.pad_w + kx;
-      if (iy >= 0 && iy < g.height && ix >= 0 && ix < g.width) {
-        std::copy_n(image + (iy * g.width + ix) * g.in_channels, g.in_channels, window);
-      } else {
-        std::fill_n(window, g.in_channels, 0.0F);
-      }
+    if (iy < 0 || iy >= g.height) {
+      std::fill_n(window, row_floats, 0.0F);
+      continue;
     }
+    std::fill_n(window, first * c, 0.0F);
+    if (last > first)
+      std::copy_n(image + (iy * g.width + x0 + first) * c, (last - first) * c, window + first * c);
+    std::fill_n(window + last * c, row_floats - last * c, 0.0F);
   }
 }
 
