@@ -163,7 +163,8 @@ void bind_context_trace(py::module_& k) {
       "confirm_in_replay",
       [](Replay& replay, const std::vector<at::Tensor>& inputs, const std::string& database,
          double budget_seconds, int pairs, int min_pairs, int final_pairs, double z,
-         double min_gain, const py::object& each) {
+         double min_gain, const std::map<std::string, double>& handicap_seconds,
+         const py::object& each) {
         tuning::TuningDatabase db(database);
         slot::ReplayConfirmOptions o;
         o.device = slot::device_key(c10::DeviceType::CPU);
@@ -173,6 +174,7 @@ void bind_context_trace(py::module_& k) {
         o.final_pairs = final_pairs;
         o.z = z;
         o.min_gain = min_gain;
+        o.handicap_seconds = handicap_seconds;
         const auto to_dict = [](const slot::ReplayPick& p) {
           using namespace pybind11::literals;
           return py::dict("key"_a = p.key, "spec"_a = p.spec, "signatures"_a = p.signatures,
@@ -197,13 +199,16 @@ void bind_context_trace(py::module_& k) {
       },
       py::arg("replay"), py::arg("inputs"), py::arg("database"), py::arg("budget_seconds"),
       py::arg("pairs") = 100, py::arg("min_pairs") = 24, py::arg("final_pairs") = 0,
-      py::arg("z") = 1.645, py::arg("min_gain") = 0.0, py::arg("each") = py::none(),
+      py::arg("z") = 1.645, py::arg("min_gain") = 0.0,
+      py::arg("handicap_seconds") = std::map<std::string, double>{}, py::arg("each") = py::none(),
       "Confirms the database's picks that differ from the rule's in the whole lowered `replay` "
       "(the rule's kernels) on `inputs`, one at a time by paired runs with and without it, on "
       "top of those kept before, the largest re-timed gain first; then the kept ones together "
       "against the rule's replay (csrc/slot/replay_confirmation.h). Appends the verdicts to "
       "`database` (lowering_choices' `in_replay`). Returns picks (key, spec, signatures, ops, "
-      "gain_ms, comparison, tried, kept, reason), combination, combination_kept, seconds.");
+      "gain_ms, comparison, tried, kept, reason), combination, combination_kept, seconds. "
+      "`handicap_seconds`: per shape key, seconds added to each run timed with its pick (a "
+      "pick forced slower or faster, for tests).");
 }
 
 }  // namespace nimble::python

@@ -62,9 +62,10 @@ double run_seconds(Replay& replay, const std::vector<at::Tensor>& inputs) {
 
 // `pairs` paired runs of the replay in state a (`to_a` puts it there) and state b, the order
 // alternating pair by pair, after warm-ups of both.
+// `a_extra` and `b_extra` are added to each state's times (ReplayConfirmOptions::handicap_seconds).
 std::pair<std::vector<double>, std::vector<double>> paired_runs(
     Replay& replay, const std::vector<at::Tensor>& inputs, const std::function<void()>& to_a,
-    const std::function<void()>& to_b, int pairs, int warm_ups) {
+    const std::function<void()>& to_b, int pairs, int warm_ups, double a_extra, double b_extra) {
   for (int i = 0; i < warm_ups; ++i) {
     to_a();
     run_seconds(replay, inputs);
@@ -75,14 +76,14 @@ std::pair<std::vector<double>, std::vector<double>> paired_runs(
   for (int i = 0; i < pairs; ++i) {
     if (i % 2 == 0) {
       to_a();
-      a.push_back(run_seconds(replay, inputs));
+      a.push_back(run_seconds(replay, inputs) + a_extra);
       to_b();
-      b.push_back(run_seconds(replay, inputs));
+      b.push_back(run_seconds(replay, inputs) + b_extra);
     } else {
       to_b();
-      b.push_back(run_seconds(replay, inputs));
+      b.push_back(run_seconds(replay, inputs) + b_extra);
       to_a();
-      a.push_back(run_seconds(replay, inputs));
+      a.push_back(run_seconds(replay, inputs) + a_extra);
     }
   }
   return {std::move(a), std::move(b)};
@@ -194,7 +195,12 @@ ReplayConfirmation confirm_in_replay(Replay& replay, const std::vector<at::Tenso
   const int final_pairs = options.final_pairs > 0 ? options.final_pairs : 2 * options.pairs;
   const auto cost = [&](int pairs) { return 2.0 * (pairs + options.warm_ups) * run; };
 
+  const auto handicap = [&](const Candidate& c) {
+    const auto found = options.handicap_seconds.find(c.pick.key);
+    return found == options.handicap_seconds.end() ? 0.0 : found->second;
+  };
   std::vector<const Candidate*> kept;
+  double kept_handicap = 0;
   const auto set_kept = [&](bool on) {
     for (const Candidate* c : kept) set(replay, c->sites, on);
   };
@@ -219,12 +225,14 @@ ReplayConfirmation confirm_in_replay(Replay& replay, const std::vector<at::Tenso
     pick.tried = true;
     const auto [a, b] = paired_runs(
         replay, inputs, [&] { set(replay, candidate.sites, false); },
-        [&] { set(replay, candidate.sites, true); }, pairs, options.warm_ups);
+        [&] { set(replay, candidate.sites, true); }, pairs, options.warm_ups, kept_handicap,
+        kept_handicap + handicap(candidate));
     pick.comparison = compare_pairs(a, b, options.z, options.min_gain);
     pick.kept = pick.comparison.b_wins;
     pick.reason = describe(pick.comparison);
     if (pick.kept) {
       kept.push_back(&candidate);  // stays swapped in: the next picks are judged on top of it
+      kept_handicap += handicap(candidate);
     } else {
       set(replay, candidate.sites, false);
     }
@@ -236,7 +244,8 @@ ReplayConfirmation confirm_in_replay(Replay& replay, const std::vector<at::Tenso
         std::min(final_pairs, static_cast<int>((options.budget_seconds - elapsed()) / (2.0 * run)) -
                                   options.warm_ups));
     const auto [a, b] = paired_runs(
-        replay, inputs, [&] { set_kept(false); }, [&] { set_kept(true); }, pairs, options.warm_ups);
+        replay, inputs, [&] { set_kept(false); }, [&] { set_kept(true); }, pairs, options.warm_ups,
+        0.0, kept_handicap);
     out.combination = compare_pairs(a, b, options.z, options.min_gain);
     out.combination_kept = out.combination.b_wins;
     set_kept(false);

@@ -17,6 +17,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,9 @@ struct ReplayConfirmOptions {
   int warm_ups = 2;           // untimed runs of each state after a swap
   double z = 1.645;
   double min_gain = 0;
+  // Per shape key, seconds added to every timed run with its pick in place: a pick forced
+  // slower (or faster, below 0) whatever the machine does, for the tests.
+  std::map<std::string, double> handicap_seconds;
 };
 
 struct ReplayPick {

@@ -34,8 +34,12 @@ _WARM_UPS = 3
 _ROUNDS = 15
 # The whole replay's runs a program (each a median's sample): the whole-replay check below.
 _WHOLE_ROUNDS = 31
-# Pairs of the last check of choices `tune` confirmed in the whole replay (_bind_judged).
+# The last check of choices `tune` confirmed in the whole replay (_bind_judged): pairs, and
+# the drop only where the tuned replay ran slower in significantly more pairs (one-sided 1%) and
+# its median ratio is above 1 + _FINAL_MIN_LOSS: a veto, not a second judgement by noise.
 _FINAL_PAIRS = 31
+_FINAL_Z = 2.326
+_FINAL_MIN_LOSS = 0.02
 
 
 def build_with_choices(build: Callable[..., object], options, choices: dict):
@@ -124,7 +128,7 @@ def _paired_whole_replay(a, b, pairs: int) -> dict:
                 total_ns, _ = program.replays[0].run_timed(program.example_inputs)
                 if round_ >= _WARM_UPS:
                     times[i].append(total_ns * 1e-9)
-    return kernels.compare_pairs(times[0], times[1])
+    return kernels.compare_pairs(times[0], times[1], z=_FINAL_Z, min_gain=_FINAL_MIN_LOSS)
 
 
 def _one_thread(spec: str) -> bool:
