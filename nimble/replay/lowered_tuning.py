@@ -18,6 +18,15 @@ the bound choices ran on the calling thread alone (`threads=1`, or one piece of 
 not measured: the helper thread then sleeps and the next op split over two threads waits for
 it. Where the whole replay is slower, the kept choices without their one-thread ones are tried
 the same way, then none.
+
+A database `tune` wrote since session 11 holds, for each pick that differs from the rule, its
+verdict in the whole replay (csrc/slot/replay_confirmation.h: paired whole runs with and without
+the pick, a sign test, then the kept picks together against the rule's replay). Where every
+differing choice has one, none of the above is timed: the kept picks are bound, with one last
+paired check of the whole replay (_bind_judged) that drops them only where it runs
+significantly slower with them. The whole-replay check above, 31 runs a program and medians,
+decided gains of a few percent by noise (efficientnet_b0 bound a database it found faster, and
+the side-by-side timing right after ran 0.89x).
 """
 
 from __future__ import annotations

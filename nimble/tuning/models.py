@@ -146,7 +146,7 @@ def tune_model(args) -> int:
             "cold_time_share": report["cold_time_share"],
             "failed_time_share": report["failed_time_share"],
             "curve": report["curve"], "tasks": report["tasks"], "bound": bound, "cost": cost,
-            **{k: v for k, v in report.items() if k.startswith("confirm")},
+            **{k: v for k, v in report.items() if k.startswith(("confirm", "replay_"))},
             "peers": peers, "time_shares": shares, **speed,
         }))
         return 0

@@ -12,7 +12,10 @@ candidate put in place of its convolutions in the replay and timed there, op by 
 (csrc/slot/context_measurer.h). The last share of the budget (confirm_share) re-times each task's
 fastest few against the rule's kernel, in turn in the replay (`confirm`), and `prepare(tuned=db)`
 runs, per convolution shape, the fastest of those re-timed records (else the search's), where
-the replay runs it faster than the rule's. An unlowered replay's
+the replay runs it faster than the rule's. Then (confirm_whole, a share of the budget too) each
+re-timed pick that differs from the rule is confirmed in the whole replay by paired runs with and
+without it, and the kept ones together against the rule's replay; `prepare(tuned=db)` binds the
+kept ones (csrc/slot/replay_confirmation.h). An unlowered replay's
 ops (and a lowered one tuned on Ray workers, which rebuild the model unlowered) are measured
 alone, as ATen runs them, every kernel family against ATen: nimble's NCHW templates and
 PyTorch's own backends, and the lowering's kernels.

@@ -12,6 +12,7 @@ import torch
 import nimble
 import nimble._C  # noqa: F401  (compare_pairs before any Nimble is built)
 from nimble.testing import assert_matches_eager
+from nimble.tuning.tune import MAX_REPLAY_SHARE, MIN_REPLAY_SHARE, replay_share
 from tuning_records import database, record_line
 
 CONFIRMED = "confirmed in context"
@@ -161,3 +162,11 @@ def test_a_later_pick_is_not_judged_by_an_earlier_verdict(model_and_input, tmp_p
     nimble._C.tuning.TuningDatabase(db).import_jsonl(str(path))
     now = nimble._C.kernels.lowering_choices(db)[key]
     assert now["spec"] != choice["spec"] and now["in_replay"] is None
+
+
+def test_the_whole_replay_share_of_a_tuning_budget():
+    """100 pairs of runs for every task and two more, between the bounds."""
+    assert replay_share(0.001, 30, 120) == pytest.approx(2 * 100 * 0.001 * 32 / 120)  # 5.3%
+    assert replay_share(0.0001, 30, 120) == MIN_REPLAY_SHARE
+    assert replay_share(0.050, 30, 120) == MAX_REPLAY_SHARE
+    assert replay_share(0.001, 30, float("inf")) == MIN_REPLAY_SHARE
