@@ -211,8 +211,9 @@ ReplayConfirmation confirm_in_replay(Replay& replay, const std::vector<at::Tenso
       if (each) each(pick);
       continue;
     }
-    // The budget left, less the final comparison's, shared among the picks left.
-    const double left = options.budget_seconds - elapsed() - cost(final_pairs);
+    // The budget left, less the smallest final comparison, shared among the picks left (the
+    // final comparison takes what is left then, up to final_pairs).
+    const double left = options.budget_seconds - elapsed() - cost(options.min_pairs);
     const int share =
         static_cast<int>(left / static_cast<double>(candidates.size() - i) / (2.0 * run)) -
         options.warm_ups;
