@@ -1,20 +1,24 @@
 """A tuning database's lowered replay against the untuned one (issue 44), in a fresh process:
 
     python -m tests.python.tuned_side_by_side --model torchvision:resnet18 --db DB
-        [--image-size 64] [--repetitions 3] [--rounds 200] [--whole-replay]
+        [--image-size 64] [--repetitions 3] [--rounds 200] [--whole-replay] [--ops]
 
 `prepare(x)` and `prepare(x, tuned=db)`, then `repetitions` times the two alternating call by
 call (`nimble.tuning.models.side_by_side`, `rounds` calls each, medians). Two programs built
 apart can differ by more than their kernels do (docs/tuning.md, session 11), so with
 `--whole-replay` it also confirms the database's picks again in the untuned program's replay
 itself (`_C.kernels.confirm_in_replay` on a copy of the database: paired runs with and without
-each pick) and prints each pick's verdict. Loaded machines: repeat, and say so.
+each pick) and prints each pick's verdict. With `--ops`, each op's median time in the two
+replays (`run_timed`, `rounds` runs each, alternating), where the ops differ marked: whether the
+per-op gains add up to the whole replay's, and what a pick costs the ops next to it. Loaded
+machines: repeat, and say so.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import tempfile
 
 import torch
@@ -32,6 +36,7 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--whole-replay", action="store_true")
+    parser.add_argument("--ops", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
     model, x = zoo.build(args.model, image_size=args.image_size)
@@ -44,6 +49,8 @@ def main() -> None:
         s = side_by_side(model, x, untuned, tuned, rounds=args.rounds)
         print(f"  repetition {r}: untuned {s['untuned_ms']:.3f} ms, tuned {s['tuned_ms']:.3f} ms: "
               f"{s['speedup']:.3f}x (tuned vs eager {s['max_relative_error']:.1e})")
+    if args.ops:
+        _per_op(untuned, tuned, args.rounds)
     if not args.whole_replay:
         return
     with tempfile.TemporaryDirectory() as scratch:
@@ -60,6 +67,31 @@ def main() -> None:
     c = done["combination"]
     print(f"  together: {c['a_ms']:.3f} -> {c['b_ms']:.3f} ms, faster in {c['faster']} of "
           f"{c['pairs']} pairs, median ratio {c['median_ratio']:.3f}")
+
+
+def _per_op(untuned, tuned, rounds: int) -> None:
+    """Each op's median microseconds in both replays, their runs alternating in turn."""
+    programs = (untuned._program, tuned._program)
+    ops = [p.replays[0].ops() for p in programs]
+    samples = [[[] for _ in mine] for mine in ops]
+    walls = [[], []]
+    with programs[0].snapshot():
+        for r in range(5 + rounds):
+            for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+                total_ns, timings = programs[i].replays[0].run_timed(programs[i].example_inputs)
+                if r < 5:
+                    continue
+                walls[i].append(total_ns / 1e6)
+                for op, _stream, start, end, _ in timings:
+                    samples[i][op].append((end - start) / 1e3)
+    med = [[statistics.median(s) if s else 0.0 for s in mine] for mine in samples]
+    print(f"  run_timed, {rounds} runs each: whole replay {statistics.median(walls[0]):.3f} -> "
+          f"{statistics.median(walls[1]):.3f} ms, its ops {sum(med[0]) / 1e3:.3f} -> "
+          f"{sum(med[1]) / 1e3:.3f} ms")
+    for i, (a, b) in enumerate(zip(*ops)):
+        mark = "*" if a.get("tuning") != b.get("tuning") else " "
+        print(f"  {i:4d}{mark} {med[0][i]:9.1f} {med[1][i]:9.1f} us  {a['name'][:32]:32s} "
+              f"{b.get('tuning', '')}")
 
 
 if __name__ == "__main__":
