@@ -12,12 +12,20 @@
 #include "csrc/slot/context_confirmation.h"
 #include "csrc/slot/context_measurer.h"
 #include "csrc/slot/program_tasks.h"
+#include "csrc/slot/replay_confirmation.h"
 #include "tuning/measure/measure_pool.h"
 
 namespace py = pybind11;
 
 namespace nimble::python {
 namespace {
+
+py::dict comparison_dict(const slot::PairedComparison& c) {
+  using namespace pybind11::literals;
+  return py::dict("pairs"_a = c.pairs, "faster"_a = c.faster, "slower"_a = c.slower,
+                  "median_ratio"_a = c.median_ratio, "a_ms"_a = c.a_seconds * 1e3,
+                  "b_ms"_a = c.b_seconds * 1e3, "b_wins"_a = c.b_wins, "b_loses"_a = c.b_loses);
+}
 
 class ContextRecorder {
  public:
@@ -141,6 +149,66 @@ void bind_context_trace(py::module_& k) {
       "context'. Returns per task re-timed: name, signature, weight, claimed_ms (the search's "
       "fastest), rule_ms, best_ms (the winner's, else the rule's), best_config, compared; `each` "
       "gets each as it is done.");
+
+  k.def(
+      "compare_pairs",
+      [](const std::vector<double>& a, const std::vector<double>& b, double z, double min_gain) {
+        return comparison_dict(slot::compare_pairs(a, b, z, min_gain));
+      },
+      py::arg("a"), py::arg("b"), py::arg("z") = 1.645, py::arg("min_gain") = 0.0,
+      "The sign test of paired times b[i] against a[i] (csrc/slot/replay_confirmation.h): "
+      "pairs, faster, slower (b's), median_ratio (b / a), a_ms, b_ms (medians), b_wins, b_loses.");
+
+  k.def(
+      "confirm_in_replay",
+      [](Replay& replay, const std::vector<at::Tensor>& inputs, const std::string& database,
+         double budget_seconds, int pairs, int min_pairs, int final_pairs, double z,
+         double min_gain, const std::map<std::string, double>& handicap_seconds,
+         const py::object& each) {
+        tuning::TuningDatabase db(database);
+        slot::ReplayConfirmOptions o;
+        o.device = slot::device_key(c10::DeviceType::CPU);
+        o.budget_seconds = budget_seconds;
+        o.pairs = pairs;
+        o.min_pairs = min_pairs;
+        o.final_pairs = final_pairs;
+        o.z = z;
+        o.min_gain = min_gain;
+        o.handicap_seconds = handicap_seconds;
+        const auto to_dict = [](const slot::ReplayPick& p) {
+          using namespace pybind11::literals;
+          return py::dict("key"_a = p.key, "spec"_a = p.spec, "signatures"_a = p.signatures,
+                          "ops"_a = p.ops, "gain_ms"_a = p.gain_seconds * 1e3,
+                          "comparison"_a = comparison_dict(p.comparison), "tried"_a = p.tried,
+                          "kept"_a = p.kept, "reason"_a = p.reason);
+        };
+        slot::ReplayConfirmation done;
+        {
+          py::gil_scoped_release release;
+          done = slot::confirm_in_replay(replay, inputs, db, o, [&](const slot::ReplayPick& p) {
+            py::gil_scoped_acquire gil;
+            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+            if (!each.is_none()) each(to_dict(p));
+          });
+        }
+        py::list picks;
+        for (const slot::ReplayPick& p : done.picks) picks.append(to_dict(p));
+        using namespace pybind11::literals;
+        return py::dict("picks"_a = picks, "combination"_a = comparison_dict(done.combination),
+                        "combination_kept"_a = done.combination_kept, "seconds"_a = done.seconds);
+      },
+      py::arg("replay"), py::arg("inputs"), py::arg("database"), py::arg("budget_seconds"),
+      py::arg("pairs") = 100, py::arg("min_pairs") = 24, py::arg("final_pairs") = 0,
+      py::arg("z") = 1.645, py::arg("min_gain") = 0.0,
+      py::arg("handicap_seconds") = std::map<std::string, double>{}, py::arg("each") = py::none(),
+      "Confirms the database's picks that differ from the rule's in the whole lowered `replay` "
+      "(the rule's kernels) on `inputs`, one at a time by paired runs with and without it, on "
+      "top of those kept before, the largest re-timed gain first; then the kept ones together "
+      "against the rule's replay (csrc/slot/replay_confirmation.h). Appends the verdicts to "
+      "`database` (lowering_choices' `in_replay`). Returns picks (key, spec, signatures, ops, "
+      "gain_ms, comparison, tried, kept, reason), combination, combination_kept, seconds. "
+      "`handicap_seconds`: per shape key, seconds added to each run timed with its pick (a "
+      "pick forced slower or faster, for tests).");
 }
 
 }  // namespace nimble::python

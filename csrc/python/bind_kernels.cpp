@@ -249,6 +249,8 @@ void bind_kernels(py::module_& m) {
           d["signature"] = choice.signature;
           d["parameters"] = choice.parameters.to_string();
           d["spec"] = choice.spec;
+          d["in_replay"] = choice.in_replay == 0 ? py::object(py::none())
+                                                 : py::object(py::bool_(choice.in_replay > 0));
           out[py::str(key)] = d;
         }
         return out;
@@ -256,7 +258,9 @@ void bind_kernels(py::module_& m) {
       py::arg("database"), py::arg("any_device") = false,
       "Per convolution shape (PrepackedConvolution.shape_key), the lowering's kernel a tuning "
       "database found fastest on this machine: {key: {kernel, threads, ms, signature, parameters, "
-      "spec}}; `spec` is what the lowering runs (a lowered op's `tuning`).");
+      "spec, in_replay}}; `spec` is what the lowering runs (a lowered op's `tuning`), "
+      "`in_replay` the whole-replay verdict on it (confirm_in_replay: True kept, False dropped, "
+      "None not judged).");
 
   k.def(
       "bind",

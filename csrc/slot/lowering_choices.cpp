@@ -14,6 +14,7 @@
 #include "csrc/kernels/kernel_family.h"
 #include "csrc/kernels/kernel_space.h"
 #include "csrc/slot/context_confirmation.h"
+#include "csrc/slot/replay_confirmation.h"
 #include "tuning/measure/measure_result.h"
 
 namespace nimble::slot {
@@ -216,6 +217,12 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
   const std::vector<std::string> devices =
       any_device ? database.devices() : std::vector<std::string>{device};
   const std::map<std::string, tuning::Config> picks = confirmed_picks(database, devices);
+  struct Verdict {
+    tuning::Config config;
+    bool kept = false;
+    double recorded_at = 0;
+  };
+  std::map<std::string, Verdict> verdicts;  // per shape key, the latest
   for (const std::string& on : devices) {
     for (const std::string& signature : database.signatures(on)) {
       const bool in_context = signature.rfind("lowered ", 0) == 0;
@@ -226,6 +233,13 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
           in_context ? lowered_space(*op) : kernels::KernelSpace(*op, families);
       const std::string key = lowered_shape_key(*op);
       for (const tuning::DatabaseRecord& record : database.records(signature, on)) {
+        if (record.run == kKeptInReplayRun || record.run == kDroppedInReplayRun) {
+          const auto found = verdicts.find(key);
+          if (in_context &&
+              (found == verdicts.end() || found->second.recorded_at <= record.recorded_at))
+            verdicts[key] = {record.config, record.run == kKeptInReplayRun, record.recorded_at};
+          continue;
+        }
         // A record of an older space (other knobs) is not this space's config.
         if (!record.result.ok() || space.empty() || !space.knobs().valid(record.config)) continue;
         const kernels::KernelFamily& family = space.family(record.config);
@@ -255,13 +269,19 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
                               confirmed,
                               signature,
                               kernels::prepacked_parameters(*op, knobs),
-                              ""};
+                              "",
+                              record.config};
         choice.spec = kernels::tuned_spec(
             choice.kernel, choice.threads < at::get_num_threads() ? choice.threads : 0,
             choice.parameters);
         out[key] = std::move(choice);
       }
     }
+  }
+  for (auto& [key, choice] : out) {
+    const auto verdict = verdicts.find(key);
+    if (choice.in_context && verdict != verdicts.end() && verdict->second.config == choice.config)
+      choice.in_replay = verdict->second.kept ? 1 : -1;
   }
   return out;
 }

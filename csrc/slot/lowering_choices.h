@@ -29,6 +29,10 @@ struct LoweringChoice {
   // All three as the lowering takes them (TunedConvolution's spec, cpu_lowering.h), threads
   // left out where the record ran on every thread this process has.
   std::string spec;
+  tuning::Config config;  // the record's configuration of lowered_space
+  // The whole-replay verdict on this configuration for its shape (replay_confirmation.h):
+  // 1 kept, -1 dropped, 0 none recorded.
+  int in_replay = 0;
 };
 
 // "in=1x32x16x16 weight=32x1x3x3 stride=1,1 pad=1,1 dil=1,1 groups=32": what a choice is
@@ -60,7 +64,8 @@ kernels::KernelSpace lowered_space(const kernels::TunableOp& op);
 // device's records, the fastest overall, with `any_device`). A record timed in the lowered replay
 // (lowered_signature) beats any timed alone, whatever their times: they are not comparable;
 // among those, one re-timed side by side with the rule's (context_confirmation.h, ranked by
-// its median) beats the search's.
+// its median) beats the search's. Whole-replay verdicts (replay_confirmation.h) are not
+// candidates: the latest for the chosen configuration is its `in_replay`.
 std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatabase& database,
                                                        const std::string& device, bool any_device);
 

@@ -18,6 +18,15 @@ the bound choices ran on the calling thread alone (`threads=1`, or one piece of 
 not measured: the helper thread then sleeps and the next op split over two threads waits for
 it. Where the whole replay is slower, the kept choices without their one-thread ones are tried
 the same way, then none.
+
+A database `tune` wrote since session 11 holds, for each pick that differs from the rule, its
+verdict in the whole replay (csrc/slot/replay_confirmation.h: paired whole runs with and without
+the pick, a sign test, then the kept picks together against the rule's replay). Where every
+differing choice has one, none of the above is timed: the kept picks are bound, with one last
+paired check of the whole replay (_bind_judged) that drops them only where it runs
+significantly slower with them. The whole-replay check above, 31 runs a program and medians,
+decided gains of a few percent by noise (efficientnet_b0 bound a database it found faster, and
+the side-by-side timing right after ran 0.89x).
 """
 
 from __future__ import annotations
@@ -34,6 +43,12 @@ _WARM_UPS = 3
 _ROUNDS = 15
 # The whole replay's runs a program (each a median's sample): the whole-replay check below.
 _WHOLE_ROUNDS = 31
+# The last check of choices `tune` confirmed in the whole replay (_bind_judged): pairs, and
+# the drop only where the tuned replay ran slower in significantly more pairs (one-sided 1%) and
+# its median ratio is above 1 + _FINAL_MIN_LOSS: a veto, not a second judgement by noise.
+_FINAL_PAIRS = 31
+_FINAL_Z = 2.326
+_FINAL_MIN_LOSS = 0.02
 
 
 def build_with_choices(build: Callable[..., object], options, choices: dict):
@@ -53,6 +68,9 @@ def build_with_choices(build: Callable[..., object], options, choices: dict):
     checked = {key: dict(choice, kept=True) for key, choice in choices.items()}
     if not differing:
         return default, checked
+    judged = {key: checked[key].get("in_replay") for key in differing}
+    if all(verdict is not None for verdict in judged.values()):
+        return _bind_judged(build, options, default, checked, judged)
     tuned = build(with_changes(options, tuned_convolutions=_kernels(choices)))
     if [op["name"] for op in default.replays[0].ops()] != [op["name"] for op in tuned.replays[0].ops()]:
         raise RuntimeError("lowered_tuning: the programs built with and without the tuned "
@@ -83,6 +101,43 @@ def build_with_choices(build: Callable[..., object], options, choices: dict):
     for key in kept:
         checked[key].update(kept=False, whole_ms=(default_ms, tuned_ms))
     return default, checked
+
+
+def _bind_judged(build, options, default, checked: dict, judged: dict):
+    """The program with the choices `tune` kept in the whole replay (judged: per differing shape,
+    True kept, False dropped; replay_confirmation.h), not timed op by op again: only a last
+    paired check of the whole replay against the rule's, which drops them together where they
+    run it significantly slower (a database from another state of the machine)."""
+    for key, kept in judged.items():
+        checked[key]["kept"] = kept
+    if not any(judged.values()):
+        return default, checked
+    program = _built(build, options, checked)
+    comparison = _paired_whole_replay(default, program, _FINAL_PAIRS)
+    if comparison["b_loses"]:
+        for key, kept in judged.items():
+            if kept:
+                checked[key].update(kept=False,
+                                    whole_ms=(comparison["a_ms"], comparison["b_ms"]))
+        return default, checked
+    return program, checked
+
+
+def _paired_whole_replay(a, b, pairs: int) -> dict:
+    """`_C.kernels.compare_pairs` of `pairs` paired runs of two programs' replays (wall time of
+    each, run_timed's), the order alternating pair by pair, after _WARM_UPS of each."""
+    from .._C import kernels
+
+    times = ([], [])
+    with a.snapshot():
+        for round_ in range(_WARM_UPS + pairs):
+            order = (0, 1) if round_ % 2 == 0 else (1, 0)
+            for i in order:
+                program = (a, b)[i]
+                total_ns, _ = program.replays[0].run_timed(program.example_inputs)
+                if round_ >= _WARM_UPS:
+                    times[i].append(total_ns * 1e-9)
+    return kernels.compare_pairs(times[0], times[1], z=_FINAL_Z, min_gain=_FINAL_MIN_LOSS)
 
 
 def _one_thread(spec: str) -> bool:
@@ -167,7 +222,17 @@ def report_rows(replay, choices: dict) -> list[dict]:
         what, family = (("lowered linear layer", "prepacked_linear")
                         if op["shape_key"].startswith("linear ")
                         else ("lowered convolution", "prepacked"))
-        if "context_ms" not in choice:
+        if "whole_ms" in choice and choice.get("in_replay"):
+            default_ms, tuned_ms = choice["whole_ms"]
+            reason = (f"{what}: kept in the whole replay when tuned, but the whole replay ran "
+                      f"{tuned_ms:.3f} ms with the database's kernels against {default_ms:.3f} ms "
+                      f"now (significantly slower); the rule's kept")
+        elif choice.get("in_replay") is not None and "context_ms" not in choice:
+            reason = (f"{what}: the database's kernel, kept in the whole replay when tuned"
+                      if choice["kept"] else
+                      f"{what}: the database's kernel did not run the whole replay faster "
+                      f"when tuned (paired runs with and without it); the rule's kept")
+        elif "context_ms" not in choice:
             reason = f"{what}: the database's fastest is the rule's kernel"
         elif choice["kept"]:
             reason = f"{what}: the database's kernel, faster in this replay"

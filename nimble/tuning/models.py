@@ -146,7 +146,7 @@ def tune_model(args) -> int:
             "cold_time_share": report["cold_time_share"],
             "failed_time_share": report["failed_time_share"],
             "curve": report["curve"], "tasks": report["tasks"], "bound": bound, "cost": cost,
-            **{k: v for k, v in report.items() if k.startswith("confirm")},
+            **{k: v for k, v in report.items() if k.startswith(("confirm", "replay_"))},
             "peers": peers, "time_shares": shares, **speed,
         }))
         return 0
@@ -164,6 +164,15 @@ def tune_model(args) -> int:
               f"ops {report['confirmed_rule_ms']:.3f} ms with the rule's, "
               f"{report['confirmed_best_ms']:.3f} ms with the best re-timed (the search had "
               f"{report['confirmed_claimed_ms']:.3f} ms)")
+    if report.get("replay_confirmed") is not None:
+        picks = report["replay_confirmed"]
+        c = report["replay_combination"]
+        print(f"confirmed in the whole replay (paired runs with and without each pick, "
+              f"{report['replay_confirm_seconds']:.0f} s): {len(picks)} picks differ from the "
+              f"rule, {sum(p['tried'] for p in picks)} tried, "
+              f"{sum(p['kept'] for p in picks)} kept; together against the rule's replay: "
+              f"{c['a_ms']:.3f} -> {c['b_ms']:.3f} ms, faster in {c['faster']} of {c['pairs']} "
+              f"pairs ({'kept' if report['replay_combination_kept'] else 'dropped'})")
     _print_bound(fast)
     print(f"\nthe replay prepare gives (CPU lowering {'on' if speed['lowered'] else 'off'}), "
           f"side by side: untuned {speed['untuned_ms']:.3f} ms, with tuned={database} "

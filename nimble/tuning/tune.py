@@ -12,7 +12,10 @@ candidate put in place of its convolutions in the replay and timed there, op by 
 (csrc/slot/context_measurer.h). The last share of the budget (confirm_share) re-times each task's
 fastest few against the rule's kernel, in turn in the replay (`confirm`), and `prepare(tuned=db)`
 runs, per convolution shape, the fastest of those re-timed records (else the search's), where
-the replay runs it faster than the rule's. An unlowered replay's
+the replay runs it faster than the rule's. Then (confirm_whole, a share of the budget too) each
+re-timed pick that differs from the rule is confirmed in the whole replay by paired runs with and
+without it, and the kept ones together against the rule's replay; `prepare(tuned=db)` binds the
+kept ones (csrc/slot/replay_confirmation.h). An unlowered replay's
 ops (and a lowered one tuned on Ray workers, which rebuild the model unlowered) are measured
 alone, as ATen runs them, every kernel family against ATen: nimble's NCHW templates and
 PyTorch's own backends, and the lowering's kernels.
@@ -27,6 +30,7 @@ import contextlib
 import math
 import os
 import sys
+import time
 import warnings
 
 from ..replay.tunable import inference_replay
@@ -41,6 +45,12 @@ MAX_CONFIRM_SHARE = 0.5
 # Replays one task's re-timing takes (context_confirmation.h: 4 configurations x 10 rounds x
 # a warm-up and 2 timed replays, with their checks): 96-333 in tune --model runs, most near 250.
 CONFIRM_REPLAYS_PER_TASK = 250
+# The share kept for confirming the re-timed picks in the whole replay (confirm_in_replay): each
+# pick that differs from the rule by REPLAY_PAIRS paired runs with and without it, then the kept
+# ones together; sized as for every task's pick, between the two bounds.
+REPLAY_PAIRS = 100
+MIN_REPLAY_SHARE = 0.05
+MAX_REPLAY_SHARE = 0.25
 
 
 def confirm_share(replay_seconds: float, tasks: int, budget_seconds: float) -> float:
@@ -51,6 +61,17 @@ def confirm_share(replay_seconds: float, tasks: int, budget_seconds: float) -> f
         return CONFIRM_SHARE
     need = CONFIRM_REPLAYS_PER_TASK * replay_seconds * tasks / budget_seconds
     return min(MAX_CONFIRM_SHARE, max(CONFIRM_SHARE, need))
+
+
+def replay_share(replay_seconds: float, tasks: int, budget_seconds: float) -> float:
+    """The share of an in-context budget of `budget_seconds` kept for confirming the picks of
+    `tasks` tasks in the whole replay, which takes `replay_seconds` a run: REPLAY_PAIRS pairs of
+    runs for each, and the combination's twice that, between MIN_REPLAY_SHARE and
+    MAX_REPLAY_SHARE."""
+    if not 0 < budget_seconds < math.inf:
+        return MIN_REPLAY_SHARE
+    need = 2 * REPLAY_PAIRS * replay_seconds * (tasks + 2) / budget_seconds
+    return min(MAX_REPLAY_SHARE, max(MIN_REPLAY_SHARE, need))
 
 
 def _replay_seconds(program, runs: int = 3) -> float:
@@ -80,6 +101,7 @@ class TuningProgress:
         self.first_ms = None
         self.baseline_label = "timing ATen's kernels"
         self.confirm_bar = None
+        self.replay_bar = None
 
     def _bar(self, **kwargs):
         from tqdm import tqdm
@@ -124,6 +146,16 @@ class TuningProgress:
             f"{task['name']}: {task['best_ms']:.4f} ms against {task['rule_ms']:.4f} "
             f"(search: {task['claimed_ms']:.4f})", refresh=False)
         self.confirm_bar.update()
+
+    def replay_confirmed(self, pick: dict) -> None:
+        if self.replay_bar is None:
+            self.replay_bar = self._bar(desc="confirming the picks in the whole replay",
+                                        unit="pick")
+        c = pick["comparison"]
+        self.replay_bar.set_postfix_str(
+            f"{'kept' if pick['kept'] else 'dropped'} {pick['spec']}: faster in {c['faster']} of "
+            f"{c['pairs']} pairs, median ratio {c['median_ratio']:.3f}", refresh=False)
+        self.replay_bar.update()
 
     def done(self) -> None:
         for bar in self.bars:
@@ -231,10 +263,13 @@ def tune(
     busy = None if group else busy_warning()
     if busy:
         warnings.warn(busy, RuntimeWarning, stacklevel=2)
-    # In context, the end of the budget re-times each task's best against the rule's (confirm).
-    share = confirm_share(_replay_seconds(in_context), len(tasks), budget_seconds) \
-        if in_context else 0.0
-    search_seconds = budget_seconds * (1 - share)
+    # In context, the end of the budget re-times each task's best against the rule's (confirm),
+    # and then confirms the picks in the whole replay (confirm_whole).
+    started = time.monotonic()
+    run_seconds = _replay_seconds(in_context) if in_context else 0.0
+    share = confirm_share(run_seconds, len(tasks), budget_seconds) if in_context else 0.0
+    whole_share = replay_share(run_seconds, len(tasks), budget_seconds) if in_context else 0.0
+    search_seconds = budget_seconds * (1 - share - whole_share)
     shown = TuningProgress(search_seconds, budget_trials) if progress else None
     if shown and in_context:
         shown.baseline_label = "timing the rule's kernels in the replay"
@@ -256,8 +291,14 @@ def tune(
             if in_context:
                 report["confirm_share"] = share
                 confirm(report, replay, in_context.example_inputs, database,
-                        budget_seconds - search_seconds, shown,
-                        options.get("timeout_seconds", 2.0))
+                        budget_seconds * share, shown, options.get("timeout_seconds", 2.0))
+                # What the search and the re-timing left of the budget, at least its share.
+                left = budget_seconds - (time.monotonic() - started) \
+                    if math.isfinite(budget_seconds) else math.inf
+                report["replay_share"] = whole_share
+                confirm_whole(report, replay, in_context.example_inputs, database,
+                              max(left, budget_seconds * whole_share / 2) if math.isfinite(left)
+                              else 2 * REPLAY_PAIRS * run_seconds * (len(tasks) + 2), shown)
             return report
     finally:
         if shown:
@@ -287,6 +328,25 @@ def confirm(report: dict, replay, inputs, database: str, seconds: float, shown=N
     report["confirm_seconds"] = time.monotonic() - started
     for key in ("rule_ms", "best_ms", "claimed_ms"):
         report[f"confirmed_{key}"] = sum(t["weight"] * t[key] for t in done)
+
+
+def confirm_whole(report: dict, replay, inputs, database: str, seconds: float,
+                  shown=None) -> None:
+    """Confirms the database's picks that differ from the rule's in the whole replay, one at a
+    time by paired runs with and without it, then together against the rule's replay
+    (csrc/slot/replay_confirmation.h), for at most `seconds`; `prepare(tuned=database)` binds
+    the kept ones. Adds to `report`: `replay_confirmed` (per pick: key, spec, ops, gain_ms,
+    comparison, tried, kept, reason), `replay_combination`, `replay_combination_kept`,
+    `replay_confirm_seconds`."""
+    from .._C import kernels
+
+    each = shown.replay_confirmed if shown else None
+    done = kernels.confirm_in_replay(replay, inputs, database, seconds, pairs=REPLAY_PAIRS,
+                                     each=each)
+    report["replay_confirmed"] = done["picks"]
+    report["replay_combination"] = done["combination"]
+    report["replay_combination_kept"] = done["combination_kept"]
+    report["replay_confirm_seconds"] = done["seconds"]
 
 
 def _unlowered_twin(fast):

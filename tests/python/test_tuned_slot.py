@@ -296,10 +296,13 @@ def test_cli_tunes_a_model_binds_and_reports_the_whole_replay(tmp_path):
     assert result["bound"] and all(r["signature"] in signatures for r in result["bound"])
     assert result["max_relative_error"] < 1e-4
     assert result["untuned_ms"] > 0 and result["tuned_ms"] > 0
-    # The search's trials, and what the re-timing at the end wrote (the rule's and each
-    # candidate's rounds, per task re-timed).
+    # The search's trials, what the re-timing at the end wrote (the rule's and each
+    # candidate's rounds, per task re-timed), and the verdicts of the picks confirmed in the
+    # whole replay (one a signature of the pick's shape).
     assert tuning.TuningDatabase(db).count() == result["trials"] + sum(
-        t["compared"] for t in result["confirmed"])
+        t["compared"] for t in result["confirmed"]) + sum(
+        len(p["signatures"]) for p in result["replay_confirmed"])
+    assert 0 < result["replay_share"] <= 0.25
     assert result["peers"] is None  # --no-peers
     # Where the tuned replay's time went, and the budget's share the re-timing had.
     shares = result["time_shares"]

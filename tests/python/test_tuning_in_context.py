@@ -48,6 +48,10 @@ def test_tuning_in_context_records_what_prepare_tuned_applies(lowered, tmp_path)
                          budget_trials=2 * len(tasks), database=db, slot_seconds=1e-3, batch_size=1,
                          progress=False)
     assert report["device"] == nimble._C.kernels.device_key()
+    # The picks that differ from the rule were confirmed in the whole replay (or none differ).
+    for pick in report["replay_confirmed"]:
+        assert pick["reason"] and (not pick["tried"] or pick["comparison"]["pairs"] > 0), pick
+        assert not pick["kept"] or report["replay_combination_kept"], pick
     # The replay's kernels are its own again after tuning.
     assert [op.get("kernel") for op in fast.replay.ops()] == before
 
