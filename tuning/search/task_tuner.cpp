@@ -8,27 +8,12 @@
 namespace nimble::tuning {
 
 const char* candidate_source_name(CandidateSource source) {
-  switch (source) {
-    case CandidateSource::kStart:
-      return "start";
-    case CandidateSource::kCombination:
-      return "combination";
-    case CandidateSource::kNeighbor:
-      return "neighbor";
-    case CandidateSource::kJudgedNeighbor:
-      return "judged_neighbor";
-    case CandidateSource::kRandom:
-      return "random";
-    case CandidateSource::kModel:
-      return "model";
-    case CandidateSource::kProbe:
-      return "probe";
-    case CandidateSource::kTopUp:
-      return "top_up";
-    case CandidateSource::kOther:
-      return "other";
-  }
-  return "other";
+  // In CandidateSource's order.
+  static constexpr const char* kNames[kCandidateSources] = {
+      "start", "combination", "neighbor", "judged_neighbor", "random", "model",
+      "probe", "top_up",      "other"};
+  const auto i = static_cast<size_t>(source);
+  return i < kCandidateSources ? kNames[i] : "other";
 }
 
 TaskTuner::TaskTuner(const Task& task, SearchOptions options, uint64_t seed, MoveMemory* moves,
