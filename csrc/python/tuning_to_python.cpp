@@ -61,6 +61,23 @@ py::dict repeat_settings_to_python(const RepeatSettings& r) {
   return d;
 }
 
+namespace {
+
+// {source: {"cold_seconds", "measure_seconds"}} for the sources that measured anything.
+py::dict cold_by_source(const std::array<SourceSeconds, kCandidateSources>& by_source) {
+  py::dict d;
+  for (size_t k = 0; k < kCandidateSources; ++k) {
+    if (by_source[k].total <= 0) continue;
+    py::dict s;
+    s["cold_seconds"] = by_source[k].cold;
+    s["measure_seconds"] = by_source[k].total;
+    d[candidate_source_name(static_cast<CandidateSource>(k))] = s;
+  }
+  return d;
+}
+
+}  // namespace
+
 py::dict tuning_report_to_dict(const TuningReport& r) {
   py::dict d;
   d["scheduler"] = r.scheduler;
@@ -83,6 +100,7 @@ py::dict tuning_report_to_dict(const TuningReport& r) {
   d["measure_seconds"] = r.measure_seconds;
   d["cold_seconds"] = r.cold_seconds;
   d["failed_seconds"] = r.failed_seconds;
+  d["cold_by_source"] = cold_by_source(r.by_source);
   py::list tasks;
   for (const auto& t : r.tasks) {
     py::dict task;
@@ -98,6 +116,7 @@ py::dict tuning_report_to_dict(const TuningReport& r) {
     task["cold_proposals_replaced"] = t.cold.proposals_replaced;
     task["cold_seconds"] = t.cold.cold_seconds;
     task["measure_seconds"] = t.cold.total_seconds;
+    task["cold_by_source"] = cold_by_source(t.cold.by_source);
     tasks.append(task);
   }
   d["tasks"] = tasks;

@@ -275,3 +275,27 @@ def test_command_line_compare_on_a_model_records_its_lowered_trace_first(tmp_pat
     assert sorted({r["seed"] for r in out["runs"]}) == [0, 1, 2, 3, 4]  # 5 seeds by default
     for row in out["rows"]:
         assert row["unfinished_runs"] == 5
+
+
+def test_cold_time_is_accounted_by_where_each_candidate_came_from():
+    """The report splits measurement time, cold and all, by the search's source of each
+    candidate (docs/numbers.md, "Schedulers on real kernels": on the lowered traces most of
+    DynaTune's cold time is the first batches' neighbours, measured before a task's cost model
+    has data). The sources add up to the run's totals, the rule is never cold (it is each task's
+    first measurement), and every task starts at its rule."""
+    t = trace.load(str(LOWERED))
+    result = tuning.compare(schedulers=["dynatune"], seeds=[0], trace=t,
+                            slot_seconds=tuning.trace_slot_seconds(t), **FAST)
+    run = result["runs"][0]
+    by = run["cold_by_source"]
+    assert set(by) <= {"start", "combination", "neighbor", "judged_neighbor", "random", "model",
+                       "probe", "top_up", "other"}
+    assert "other" not in by and by["start"]["cold_seconds"] == 0
+    assert by["neighbor"]["measure_seconds"] > 0
+    assert math.isclose(sum(s["cold_seconds"] for s in by.values()), run["cold_seconds"],
+                        rel_tol=1e-9, abs_tol=1e-12)
+    assert math.isclose(sum(s["measure_seconds"] for s in by.values()), run["measure_seconds"],
+                        rel_tol=1e-9)
+    for task in run["tasks"]:
+        if task["trials"]:
+            assert "start" in task["cold_by_source"], task["name"]

@@ -7,6 +7,15 @@
 
 namespace nimble::tuning {
 
+const char* candidate_source_name(CandidateSource source) {
+  // In CandidateSource's order.
+  static constexpr const char* kNames[kCandidateSources] = {
+      "start", "combination", "neighbor", "judged_neighbor", "random", "model",
+      "probe", "top_up",      "other"};
+  const auto i = static_cast<size_t>(source);
+  return i < kCandidateSources ? kNames[i] : "other";
+}
+
 TaskTuner::TaskTuner(const Task& task, SearchOptions options, uint64_t seed, MoveMemory* moves,
                      size_t index)
     : task_(task),
@@ -65,12 +74,18 @@ std::vector<Config> TaskTuner::first_proposals(int count,
   };
   const Config& start = task_.start;
   if (!start.empty() && task_.space.valid(start)) {
-    if (fresh(start)) take(start);
+    if (fresh(start)) {
+      mark(start, CandidateSource::kStart);
+      take(start);
+    }
     // What the other tasks' moves say is the best combination: a warm first candidate that can
     // reach several knobs' gains at once (the neighbourhood changes one knob at a time).
     if (moves_ && static_cast<int>(out.size()) < count)
       if (const std::optional<Config> best = moves_->combined_best(index_, task_.space, start))
-        if (fresh(*best)) take(*best);
+        if (fresh(*best)) {
+          mark(*best, CandidateSource::kCombination);
+          take(*best);
+        }
     // The start's one-knob neighbours before anything else: the start is the rule's choice, so
     // its neighbourhood is where a first gain is likeliest and mostly warm (on the lowered
     // traces, 13-15 configs a task holding the task's best in most tasks). The moves other
@@ -99,12 +114,15 @@ std::vector<Config> TaskTuner::first_proposals(int count,
         const std::vector<float> f = task_.space.features(c);
         if (filter_.should_replace(f, model_.predict({f})[0], batches_seen, rng_)) continue;
       }
+      mark(c, model_.trained() ? CandidateSource::kJudgedNeighbor : CandidateSource::kNeighbor);
       take(std::move(c));
     }
   }
   if (!model_.trained())
-    for (Config& c : random_unvisited(count - static_cast<int>(out.size()), taken))
+    for (Config& c : random_unvisited(count - static_cast<int>(out.size()), taken)) {
+      mark(c, CandidateSource::kRandom);
       out.push_back(std::move(c));
+    }
   return out;
 }
 
@@ -171,6 +189,7 @@ std::vector<Config> TaskTuner::search(int count) {
       auto fresh = random_unvisited(1, taken);
       if (!fresh.empty() &&
           !filtered_out(fresh[0], model_.predict({task_.space.features(fresh[0])})[0])) {
+        mark(fresh[0], CandidateSource::kRandom);
         out.push_back(std::move(fresh[0]));
         continue;
       }
@@ -196,7 +215,10 @@ std::vector<Config> TaskTuner::search(int count) {
       used[static_cast<size_t>(replacement - pool.data())] = true;
       pick = replacement;
     }
-    if (taken.insert(pick->config).second) out.push_back(pick->config);
+    if (taken.insert(pick->config).second) {
+      mark(pick->config, CandidateSource::kModel);
+      out.push_back(pick->config);
+    }
   }
   // Every pick of the model filtered: its best pick is still the best guess there is, measured
   // as a probe of whether the model is wrong (whether the task is finished instead was decided
@@ -205,7 +227,10 @@ std::vector<Config> TaskTuner::search(int count) {
   // scheduler gave a task whose best is far ahead of the rest of its space (docs/numbers.md,
   // "Schedulers on real kernels").
   if (static_cast<int>(out.size()) == first && !skipped.empty()) {
-    if (taken.insert(skipped.front()).second) out.push_back(skipped.front());
+    if (taken.insert(skipped.front()).second) {
+      mark(skipped.front(), CandidateSource::kProbe);
+      out.push_back(skipped.front());
+    }
     only_cold_left_ = true;
     return out;
   }
@@ -218,12 +243,15 @@ std::vector<Config> TaskTuner::search(int count) {
     for (auto& c : more) {
       if (filtered_out(c, model_.predict({task_.space.features(c)})[0]))
         rejected.push_back(std::move(c));
-      else
+      else {
+        mark(c, CandidateSource::kTopUp);
         out.push_back(std::move(c));
+      }
     }
     // Nothing else left: one of them is the probe, so that a space is only called used up
     // once it is.
     if (out.empty() && !rejected.empty()) {
+      mark(rejected.front(), CandidateSource::kProbe);
       out.push_back(std::move(rejected.front()));
       only_cold_left_ = true;
     }
@@ -237,16 +265,24 @@ void TaskTuner::record(const std::vector<Config>& configs,
     const Config& config = configs[i];
     const MeasureResult& r = results[i];
     pending_.erase(config);
+    CandidateSource source = CandidateSource::kOther;
+    if (const auto it = source_.find(config); it != source_.end()) {
+      source = it->second;
+      source_.erase(it);
+    }
     if (!visited_.insert(config).second) continue;  // a restored duplicate adds nothing
     const double seconds = r.mean_seconds();
     const double gflops = r.ok() && seconds > 0 ? task_.flops / seconds / 1e9 : 0.0;
+    SourceSeconds& by_source = cold_stats_.by_source[static_cast<size_t>(source)];
     cold_stats_.total_seconds += r.cost_seconds;
+    by_source.total += r.cost_seconds;
     if (!r.ok()) {
       ++failures_;
       cold_stats_.failed_seconds += r.cost_seconds;
     } else if (has_best() && seconds > options_.cold_filter.cold_factor * best_seconds_) {
       ++cold_stats_.cold_measured;
       cold_stats_.cold_seconds += r.cost_seconds;
+      by_source.cold += r.cost_seconds;
     }
     if (moves_ && config == task_.start) {
       start_seconds_ = r.ok() && seconds > 0 ? seconds : 0;

@@ -3,8 +3,10 @@
 // simulated annealing on the model, a diverse batch, an epsilon share of random configs, cold
 // candidates filtered (Trimmer). A config is never proposed twice, nor while it is still being
 // measured (several batches of one task may be in flight on different workers).
+#include <array>
 #include <limits>
 #include <random>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -37,6 +39,28 @@ struct SearchOptions {
   TransferOptions transfer;  // what the run's other tasks teach (move_memory.h)
 };
 
+// Where a measured candidate came from in the search, for the cold-time accounting by source
+// (docs/numbers.md, "Schedulers on real kernels": the blind first-batch neighbours are most of
+// DynaTune's cold time on the lowered traces).
+enum class CandidateSource {
+  kStart,           // the rule's configuration
+  kCombination,     // the moves other tasks found faster, combined (MoveMemory::combined_best)
+  kNeighbor,        // a one-knob neighbour of the start before the cost model had data
+  kJudgedNeighbor,  // ... once it had, let through by the cold filter
+  kRandom,          // random: before the cost model had data, or AutoTVM's epsilon share
+  kModel,           // the cost model's annealing pick (or the filter's replacement)
+  kProbe,           // the one pick measured when the filter called every other one cold
+  kTopUp,           // a random config filling a short pool
+  kOther,           // restored from a database, or proposed by no search of this run
+};
+inline constexpr size_t kCandidateSources = 9;
+const char* candidate_source_name(CandidateSource source);
+
+struct SourceSeconds {
+  double cold = 0;   // tuning time on cold candidates from the source
+  double total = 0;  // tuning time on all of them
+};
+
 struct ColdStats {
   long proposals_checked = 0;
   long proposals_replaced = 0;
@@ -44,6 +68,7 @@ struct ColdStats {
   double cold_seconds = 0;  // tuning time those cold candidates consumed
   double failed_seconds = 0;
   double total_seconds = 0;
+  std::array<SourceSeconds, kCandidateSources> by_source{};  // indexed by CandidateSource
 };
 
 class TaskTuner {
@@ -115,6 +140,9 @@ class TaskTuner {
   bool exhausted_ = false;
   bool all_cold_ = false;
   bool only_cold_left_ = false;
+  // Where each proposed config not yet recorded came from.
+  std::unordered_map<Config, CandidateSource, ConfigHash> source_;
+  void mark(const Config& c, CandidateSource source) { source_[c] = source; }
   ColdStats cold_stats_;
   MoveMemory* moves_;
   size_t index_;

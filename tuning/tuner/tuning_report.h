@@ -51,6 +51,9 @@ struct TuningReport {
   double measure_seconds = 0;
   double cold_seconds = 0;
   double failed_seconds = 0;
+  // The same measurement time by where each candidate came from in its task's search (cold and
+  // all), indexed by CandidateSource; sums to cold_seconds and measure_seconds.
+  std::array<SourceSeconds, kCandidateSources> by_source{};
   long cut_short = 0;  // candidates the adaptive evaluator stopped early
   long repeats = 0;    // timed repeats, all candidates together
 };

@@ -304,6 +304,17 @@ TEST(TaskTuner, ColdFilterReplacesProposalsAndStatsAddUp) {
   EXPECT_LE(s.proposals_replaced, s.proposals_checked);
   EXPECT_LE(s.cold_seconds + s.failed_seconds, s.total_seconds);
   EXPECT_GT(s.total_seconds, 0);
+  // Every measurement is counted under the source its proposal came from, once.
+  double cold = 0, total = 0;
+  for (const SourceSeconds& b : s.by_source) {
+    EXPECT_LE(b.cold, b.total + 1e-12);
+    cold += b.cold;
+    total += b.total;
+  }
+  EXPECT_NEAR(cold, s.cold_seconds, 1e-9);
+  EXPECT_NEAR(total, s.total_seconds, 1e-9);
+  EXPECT_EQ(s.by_source[static_cast<size_t>(CandidateSource::kOther)].total, 0.0);
+  EXPECT_GT(s.by_source[static_cast<size_t>(CandidateSource::kModel)].total, 0.0);
 }
 
 }  // namespace
