@@ -7,7 +7,7 @@ did not run, failed or timed out shows as such.
 Inputs: parts.tsv (name, exit code, seconds, command per line) and each part's NAME.log,
 pytest*.xml (JUnit), bench_*.json / bench_*.jsonl (rows of `python -m nimble bench --device
 cuda --json`: a row, a list of rows, or one row per line), train_*.json / train_*.jsonl
-(rows of `... --train --json`), bert.json (tests/gpu/bert_compile.py), tune_check.json
+(rows of `... --train --json`), step_gap.json (tests/gpu/train_gap.py), bert.json (tests/gpu/bert_compile.py), tune_check.json
 (tests/gpu/tune_check.py, the --tune run). The failure messages (the end of each failed
 part's log, each failed test's message) are in the report itself: it may be all that
 comes back from a GPU machine.
@@ -173,6 +173,7 @@ def build_report(outdir: str) -> dict:
     inference = read_rows(outdir, "bench_*.json*")
     training = read_rows(outdir, "train_*.json*")
     bert = read_rows(outdir, "bert.json")
+    step_gap = read_rows(outdir, "step_gap.json")
     tuning = read_rows(outdir, "tune_check.json")
     parts, tests = read_parts(outdir), read_tests(outdir)
     return {
@@ -182,6 +183,7 @@ def build_report(outdir: str) -> dict:
         "inference": inference,
         "training": training,
         "bert": bert,
+        "step_gap": step_gap,
         "tuning": tuning,
         "targets": check_targets(inference, INFERENCE_TARGETS)
         + check_targets(training, TRAINING_TARGETS),
@@ -221,6 +223,14 @@ def render(report: dict) -> str:
     out += [f"- {r['model']} b{r['batch']} {r['optimizer']}: " + ", ".join(
         f"{k} {v}" for k, v in r.get("ratios", {}).items() if not k.endswith("_gpu"))
         for r in report["training"]]
+    out += ["", "## Where the training step's time goes (tests/gpu/train_gap.py)", ""]
+    out += table([dict(variant=name, model=r["model"], optimizer=r["optimizer"], **v)
+                  for r in report["step_gap"] for name, v in r.get("variants", {}).items()],
+                 ["model", "optimizer", "variant", "host_us", "gpu_us", "wall_us", "kernels",
+                  "busy_us"])
+    out += [f"- {r['model']} {r['optimizer']}: kernel counts that differ (hand graph, nimble): "
+            + (", ".join(f"{k} {v}" for k, v in r.get("kernel_count_differences", {}).items())
+               or "none") for r in report["step_gap"]]
     out += ["", "## torch.compile(backend=\"nimble\") on BERT with a mask", ""]
     out += table(report["bert"], ["model", "batch", "sequence", "compile_s", "eager_ms",
                                   "nimble_ms", "nimble_vs_eager", "max_abs_diff",

@@ -10,6 +10,8 @@
 #                                         4. the training bench (resnet18, mobilenet_v2,
 #                                            googlenet; batch 32, 32x32; SGD with momentum,
 #                                            then AdamW), as time allows
+#                                         5. tests/gpu/train_gap.py: where the one-stream
+#                                            step's time goes against the hand graph
 #   bash tests/gpu/run.sh --asan OUTDIR   nimble._C built with AddressSanitizer, the GPU
 #                                         suites run under it
 #   bash tests/gpu/run.sh --tune OUTDIR   the CUDA tuned-kernel slot (docs/cuda-kernels.md):
@@ -237,6 +239,10 @@ else
       bench_lines "train_$optimizer.jsonl" "train_${optimizer}_$model"
     done
   done
+  # Where the one-stream step loses to the hand graph: host time of a call, device time,
+  # the kernels of one call (docs/gpu.md, "Where the training gap is").
+  part step_gap 60 "$OUT/step_gap.log" "$PYTHON" tests/gpu/train_gap.py --runs 10 \
+    --json "$OUT/step_gap.json"
 fi
 
 [ "$DRY" -eq 1 ] && exit 0

@@ -74,7 +74,8 @@ PARTS_IN_ORDER = (["build", "pytest_training", "pytest_cuda", "pytest_graph"]
                   + [f"bench_b1_{m}" for m in ("googlenet", "inception_v3", "resnet50",
                                                 "mobilenet_v2")]
                   + [f"train_{o}_{m}" for o in ("sgd", "adamw")
-                     for m in ("resnet18", "mobilenet_v2", "googlenet")])
+                     for m in ("resnet18", "mobilenet_v2", "googlenet")]
+                  + ["step_gap"])
 
 
 def _dry_parts(out):
@@ -98,7 +99,8 @@ def test_dry_run_lists_the_parts_most_valuable_first_within_eight_minutes(tmp_pa
     assert limits[0] > 0 and limits[1] > 0 and limits[4] > 0
     bench = parts[4][3]
     assert "--device cuda --json" in bench and "--model torchvision:googlenet" in bench
-    assert "--optimizer adamw" in parts[-1][3] and "--train" in parts[-1][3]
+    assert "--optimizer adamw" in parts[-2][3] and "--train" in parts[-2][3]
+    assert "tests/gpu/train_gap.py" in parts[-1][3] and "step_gap.json" in parts[-1][3]
     assert "test_cuda.py" in parts[1][3] and "-k whole_step or generator" in parts[1][3]
     assert "pytest-cuda.xml" in parts[2][3] and "not (whole_step" in parts[2][3]
 
@@ -197,6 +199,13 @@ def _canned(outdir):
         "model": "hf:bert", "batch": 4, "sequence": 32, "device": "Fake GPU", "compile_s": 3.1,
         "eager_ms": 2.0, "nimble_ms": 0.5, "nimble_vs_eager": 4.0, "max_abs_diff": 1e-6,
         "matches_eager": True}))
+    (outdir / "step_gap.json").write_text(json.dumps([{
+        "model": "mobilenet_v2", "optimizer": "sgd", "batch": 32, "nimble_ops": 408,
+        "variants": {"cuda_graph": {"host_us": 447.8, "gpu_us": 2410.2, "wall_us": 2424.8,
+                                    "kernels": 511, "busy_us": 2042.0},
+                     "nimble_1": {"host_us": 669.2, "gpu_us": 2584.7, "wall_us": 2598.6,
+                                  "kernels": 511, "busy_us": 2044.8}},
+        "kernel_count_differences": {"Memset (Device)": [18, 22]}}]))
     (outdir / "tune_check.json").write_text(json.dumps([{
         "model": "torchvision:mobilenet_v2", "device": "Fake GPU", "tasks": 52, "bound": 17,
         "bound_families": ["cuda_depthwise"], "untuned_ms": 1.2, "tuned_ms": 1.0,
@@ -222,6 +231,9 @@ def test_report_from_canned_results(tmp_path):
     assert "### test tests.python.test_cuda::test_b[cuda] (fail)" in text
     assert "nimble_multi_vs_nimble_1 1.5" in text  # googlenet: 1.005 / 0.67
     assert "| hf:bert | 4 | 32 | 3.1 | 2 | 0.5 | 4 |" in text
+    assert "| mobilenet_v2 | sgd | nimble_1 | 669.2 | 2585 | 2599 | 511 | 2045 |" in text
+    assert "- mobilenet_v2 sgd: kernel counts that differ (hand graph, nimble): " \
+           "Memset (Device) [18, 22]" in text
     assert "| torchvision:mobilenet_v2 | 52 | 17 | ['cuda_depthwise'] | 1.2 | 1 | 1.2 | 1.4 |" \
         in text
     # The targets last: googlenet's multi-stream and the training graph ratios.
