@@ -167,12 +167,15 @@ def tune_model(args) -> int:
     if report.get("replay_confirmed") is not None:
         picks = report["replay_confirmed"]
         c = report["replay_combination"]
+        # Without a kept pick there is no combination to compare (0 pairs).
+        together = (f"together against the rule's replay: {c['a_ms']:.3f} -> {c['b_ms']:.3f} "
+                    f"ms, faster in {c['faster']} of {c['pairs']} pairs "
+                    f"({'kept' if report['replay_combination_kept'] else 'dropped'})"
+                    if c["pairs"] else "the rule's kernels stay")
         print(f"confirmed in the whole replay (paired runs with and without each pick, "
               f"{report['replay_confirm_seconds']:.0f} s): {len(picks)} picks differ from the "
               f"rule, {sum(p['tried'] for p in picks)} tried, "
-              f"{sum(p['kept'] for p in picks)} kept; together against the rule's replay: "
-              f"{c['a_ms']:.3f} -> {c['b_ms']:.3f} ms, faster in {c['faster']} of {c['pairs']} "
-              f"pairs ({'kept' if report['replay_combination_kept'] else 'dropped'})")
+              f"{sum(p['kept'] for p in picks)} kept; {together}")
     _print_bound(fast)
     print(f"\nthe replay prepare gives (CPU lowering {'on' if speed['lowered'] else 'off'}), "
           f"side by side: untuned {speed['untuned_ms']:.3f} ms, with tuned={database} "
