@@ -126,12 +126,7 @@ void bind_context_trace(py::module_& k) {
         {
           py::gil_scoped_release release;
           confirmed = slot::confirm_in_context(replay, inputs, db, o, measure,
-                                               [&](const slot::ConfirmedTask& t) {
-                                                 py::gil_scoped_acquire gil;
-                                                 if (PyErr_CheckSignals() != 0)
-                                                   throw py::error_already_set();
-                                                 if (!each.is_none()) each(to_dict(t));
-                                               });
+                                               python_each<slot::ConfirmedTask>(each, to_dict));
         }
         py::list out;
         for (const slot::ConfirmedTask& t : confirmed) out.append(to_dict(t));
@@ -185,11 +180,8 @@ void bind_context_trace(py::module_& k) {
         slot::ReplayConfirmation done;
         {
           py::gil_scoped_release release;
-          done = slot::confirm_in_replay(replay, inputs, db, o, [&](const slot::ReplayPick& p) {
-            py::gil_scoped_acquire gil;
-            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-            if (!each.is_none()) each(to_dict(p));
-          });
+          done = slot::confirm_in_replay(replay, inputs, db, o,
+                                         python_each<slot::ReplayPick>(each, to_dict));
         }
         py::list picks;
         for (const slot::ReplayPick& p : done.picks) picks.append(to_dict(p));

@@ -29,6 +29,17 @@ pybind11::dict tuning_report_to_dict(const tuning::TuningReport& report);
 pybind11::object finite_or_none(double v);
 // Checks for Ctrl-C and calls `callback` (None: nothing) with a dict per slot.
 tuning::ProgressCallback python_progress(const pybind11::object& callback);
+// The per-item callback of a loop run from Python without the GIL (python_progress's check,
+// for any item): takes the GIL, checks for Ctrl-C, and calls `each` (None: nothing) with
+// `to_python(item)`. `each` must outlive the loop.
+template <typename Item, typename ToPython>
+auto python_each(const pybind11::object& each, ToPython to_python) {
+  return [&each, to_python](const Item& item) {
+    pybind11::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw pybind11::error_already_set();
+    if (!each.is_none()) each(to_python(item));
+  };
+}
 
 // A measure pool written in Python (nimble/tuning/distributed.py): an object with capacity() ->
 // int, submit(ticket, task, configs, repeats: dict) and take() -> (ticket, results | None,

@@ -25,10 +25,15 @@ def _tasks(fast):
 
 
 def _confirm(fast, db, seconds=1e9):
+    """Re-times, checking that `each` gets every task as it is done."""
     program = fast._program
+    seen = []
     with program.snapshot():
-        return nimble._C.kernels.confirm_in_context(fast.replay, program.example_inputs, db,
-                                                    seconds, rounds=3, repeats=1)
+        done = nimble._C.kernels.confirm_in_context(fast.replay, program.example_inputs, db,
+                                                    seconds, rounds=3, repeats=1,
+                                                    each=seen.append)
+    assert seen == done
+    return done
 
 
 def _key(signature):

@@ -94,8 +94,10 @@ def test_a_pick_slower_in_the_whole_replay_is_dropped_and_not_bound(model_and_in
     db, key, choice = _picked(tmp_path, fast)
 
     # Faster op by op (0.5 against 1 ms re-timed), a second slower a run in the whole replay.
-    done = _confirm(fast, db, handicap_seconds={key: 1.0})
+    seen = []
+    done = _confirm(fast, db, handicap_seconds={key: 1.0}, each=seen.append)
     [pick] = done["picks"]
+    assert seen == [pick]  # `each` gets every pick as it is judged
     assert pick["key"] == key and pick["spec"] == choice["spec"] and pick["ops"] == 2
     assert pick["tried"] and not pick["kept"]
     assert pick["comparison"]["b_loses"] and pick["comparison"]["faster"] == 0
