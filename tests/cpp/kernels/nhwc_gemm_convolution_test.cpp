@@ -103,6 +103,21 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   }
 }
 
+// run_tiles over consecutive ranges of `next_length()` tiles each, as threads claim them
+// (ranges that start and end inside row and column blocks), into a fresh output.
+template <typename NextLength>
+std::vector<float> run_in_ranges(const GemmConvolution& conv, const Problem& p,
+                                 const float* residual, NextLength next_length) {
+  std::vector<float> out(p.g.out_pixels() * p.g.out_channels, -7.0F);
+  const int64_t tiles = conv.row_blocks() * conv.column_blocks();
+  for (int64_t begin = 0; begin < tiles;) {
+    const int64_t end = std::min(tiles, begin + next_length());
+    conv.run_tiles(p.input.data(), out.data(), residual, p.epilogue, begin, end);
+    begin = end;
+  }
+  return out;
+}
+
 std::string describe(const Problem& p) {
   const ConvolutionGeometry& g = p.g;
   return "n" + std::to_string(g.images) + " " + std::to_string(g.height) + "x" +
@@ -411,12 +426,11 @@ TEST_P(GemmConvolutionIsaTest, TilesInAnyOrderOrOnTwoThreadsMatchOneCall) {
       GemmTiling tiling;
       tiling.loop_order = order;
       const GemmConvolution ordered(p.weight.data(), p.bias.data(), g, GetParam(), tiling);
-      const int64_t tiles = ordered.row_blocks() * ordered.column_blocks();
-      std::vector<float> ranges(size, -7.0F);
-      for (int64_t begin = 0, step = 1; begin < tiles; begin += step, step = step % 5 + 2) {
-        ordered.run_tiles(p.input.data(), ranges.data(), p.residual.data(), p.epilogue, begin,
-                          std::min(tiles, begin + step));
-      }
+      int64_t step = 0;  // 1, 3, 5, 2, 4, 6, 3, ...
+      const std::vector<float> ranges = run_in_ranges(ordered, p, p.residual.data(), [&] {
+        step = step == 0 ? 1 : step % 5 + 2;
+        return step;
+      });
       EXPECT_EQ(0, std::memcmp(whole.data(), ranges.data(), size * sizeof(float)))
           << describe(p) << " order " << static_cast<int>(order);
     }
@@ -454,15 +468,12 @@ TEST_P(GemmConvolutionIsaTest, LayersThatPrefetchMatchReferenceAndOneCall) {
     const Problem p = make_problem(g, rng, true, true, {Activation::kRelu});
     const GemmConvolution conv(p.weight.data(), p.bias.data(), g, GetParam());
     const size_t size = g.out_pixels() * g.out_channels;
-    std::vector<float> whole(size, -7.0F), ranges(size, -7.0F);
+    std::vector<float> whole(size, -7.0F);
     const int64_t tiles = conv.row_blocks() * conv.column_blocks();
     conv.run_tiles(p.input.data(), whole.data(), p.residual.data(), p.epilogue, 0, tiles);
     expect_close(whole, p.reference(), describe(p));
-    for (int64_t begin = 0; begin < tiles;) {
-      const int64_t end = std::min(tiles, begin + pick(1, 7));
-      conv.run_tiles(p.input.data(), ranges.data(), p.residual.data(), p.epilogue, begin, end);
-      begin = end;
-    }
+    const std::vector<float> ranges =
+        run_in_ranges(conv, p, p.residual.data(), [&] { return pick(1, 7); });
     EXPECT_EQ(0, std::memcmp(whole.data(), ranges.data(), size * sizeof(float))) << describe(p);
   }
 }
@@ -493,7 +504,7 @@ TEST_P(GemmConvolutionIsaTest, FewRowLayersRunWholeTilesBitForBitAsOnePanelBlock
     narrow.column_splits = 1 << 20;  // one panel a block
     narrow.tile_vectors = 2;
     const GemmConvolution one_panel(p.weight.data(), bias, g, GetParam(), narrow);
-    std::vector<float> want(size, -7.0F), got(size, -7.0F), ranges(size, -7.0F);
+    std::vector<float> want(size, -7.0F), got(size, -7.0F);
     const float* residual = p.has_residual ? p.residual.data() : nullptr;
     one_panel.run_tiles(p.input.data(), want.data(), residual, p.epilogue, 0,
                         one_panel.row_blocks() * one_panel.column_blocks());
@@ -504,11 +515,7 @@ TEST_P(GemmConvolutionIsaTest, FewRowLayersRunWholeTilesBitForBitAsOnePanelBlock
     EXPECT_LE(rule.column_blocks(), (panels + tile_panels - 1) / tile_panels) << describe(p);
     const int64_t tiles = rule.row_blocks() * rule.column_blocks();
     rule.run_tiles(p.input.data(), got.data(), residual, p.epilogue, 0, tiles);
-    for (int64_t begin = 0; begin < tiles;) {
-      const int64_t end = std::min(tiles, begin + pick(1, 3));
-      rule.run_tiles(p.input.data(), ranges.data(), residual, p.epilogue, begin, end);
-      begin = end;
-    }
+    const std::vector<float> ranges = run_in_ranges(rule, p, residual, [&] { return pick(1, 3); });
     expect_close(got, p.reference(), describe(p));
     EXPECT_EQ(0, std::memcmp(want.data(), got.data(), size * sizeof(float))) << describe(p);
     EXPECT_EQ(0, std::memcmp(got.data(), ranges.data(), size * sizeof(float))) << describe(p);
