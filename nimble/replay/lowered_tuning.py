@@ -129,14 +129,8 @@ def _paired_whole_replay(a, b, pairs: int) -> dict:
     from .._C import kernels
 
     times = ([], [])
-    with a.snapshot():
-        for round_ in range(_WARM_UPS + pairs):
-            order = (0, 1) if round_ % 2 == 0 else (1, 0)
-            for i in order:
-                program = (a, b)[i]
-                total_ns, _ = program.replays[0].run_timed(program.example_inputs)
-                if round_ >= _WARM_UPS:
-                    times[i].append(total_ns * 1e-9)
+    for i, (total_ns, _) in _timed_runs((a, b), pairs, alternate=True):
+        times[i].append(total_ns * 1e-9)
     return kernels.compare_pairs(times[0], times[1], z=_FINAL_Z, min_gain=_FINAL_MIN_LOSS)
 
 
@@ -170,13 +164,16 @@ def _differing_ops(default_ops: list[dict], choices: dict) -> dict:
     return out
 
 
-def _timed_runs(programs, rounds: int):
+def _timed_runs(programs, rounds: int, alternate: bool = False):
     """(index of the program, run_timed's result) of `rounds` runs of each program's replay on
-    its example inputs, the programs alternating run by run, after _WARM_UPS untimed rounds."""
+    its example inputs, the programs alternating run by run, after _WARM_UPS untimed rounds;
+    `alternate`: every other round in reverse order (paired runs: neither program always
+    first)."""
     with programs[0].snapshot():
         for round_ in range(_WARM_UPS + rounds):
-            for i, program in enumerate(programs):
-                timed = program.replays[0].run_timed(program.example_inputs)
+            order = range(len(programs))
+            for i in reversed(order) if alternate and round_ % 2 else order:
+                timed = programs[i].replays[0].run_timed(programs[i].example_inputs)
                 if round_ >= _WARM_UPS:
                     yield i, timed
 

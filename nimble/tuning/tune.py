@@ -70,14 +70,19 @@ def replay_share(replay_seconds: float, tasks: int, budget_seconds: float) -> fl
     MAX_REPLAY_SHARE."""
     if not 0 < budget_seconds < math.inf:
         return MIN_REPLAY_SHARE
-    need = 2 * REPLAY_PAIRS * replay_seconds * (tasks + 2) / budget_seconds
+    need = _whole_replay_seconds(replay_seconds, tasks) / budget_seconds
     return min(MAX_REPLAY_SHARE, max(MIN_REPLAY_SHARE, need))
+
+
+def _whole_replay_seconds(replay_seconds: float, tasks: int) -> float:
+    """What confirming every task's pick in the whole replay takes: REPLAY_PAIRS pairs of runs
+    for each, and the combination's twice that."""
+    return 2 * REPLAY_PAIRS * replay_seconds * (tasks + 2)
 
 
 def _replay_seconds(program, runs: int = 3) -> float:
     """The median wall time of `runs` runs of a program's replay on its example inputs (after
     one to warm up), what it changes put back."""
-    import time
 
     times = []
     with program.snapshot():
@@ -298,7 +303,7 @@ def tune(
                 report["replay_share"] = whole_share
                 confirm_whole(report, replay, in_context.example_inputs, database,
                               max(left, budget_seconds * whole_share / 2) if math.isfinite(left)
-                              else 2 * REPLAY_PAIRS * run_seconds * (len(tasks) + 2), shown)
+                              else _whole_replay_seconds(run_seconds, len(tasks)), shown)
             return report
     finally:
         if shown:
@@ -316,7 +321,6 @@ def confirm(report: dict, replay, inputs, database: str, seconds: float, shown=N
     `confirmed_best_ms` / `confirmed_claimed_ms`, the re-timed tasks' convolutions per call
     (weight x time, summed) with the rule's kernels, with the re-timed best and as the search
     claimed."""
-    import time
 
     from .._C import kernels
 
