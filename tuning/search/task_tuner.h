@@ -51,14 +51,24 @@ enum class CandidateSource {
   kModel,           // the cost model's annealing pick (or the filter's replacement)
   kProbe,           // the one pick measured when the filter called every other one cold
   kTopUp,           // a random config filling a short pool
-  kOther,           // restored from a database, or proposed by no search of this run
+  kOther,           // restored from a database, or proposed by no search of this run (last)
 };
-inline constexpr size_t kCandidateSources = 9;
+inline constexpr size_t kCandidateSources = static_cast<size_t>(CandidateSource::kOther) + 1;
 const char* candidate_source_name(CandidateSource source);
 
 struct SourceSeconds {
   double cold = 0;   // tuning time on cold candidates from the source
   double total = 0;  // tuning time on all of them
+  SourceSeconds& operator+=(const SourceSeconds& other) {
+    cold += other.cold;
+    total += other.total;
+    return *this;
+  }
+  SourceSeconds& operator-=(const SourceSeconds& other) {
+    cold -= other.cold;
+    total -= other.total;
+    return *this;
+  }
 };
 
 struct ColdStats {

@@ -57,10 +57,7 @@ void TuningRun::start() {
     resumed_.cold_seconds += c.cold_seconds;
     resumed_.failed_seconds += c.failed_seconds;
     resumed_.total_seconds += c.total_seconds;
-    for (size_t s = 0; s < kCandidateSources; ++s) {
-      resumed_.by_source[s].cold += c.by_source[s].cold;
-      resumed_.by_source[s].total += c.by_source[s].total;
-    }
+    for (size_t s = 0; s < kCandidateSources; ++s) resumed_.by_source[s] += c.by_source[s];
   }
   report_.initial_model_seconds = model_seconds();
   report_.curve.push_back({0, 0, report_.initial_model_seconds});
@@ -149,20 +146,14 @@ TuningReport TuningRun::finish() {
     cold += s.cold.cold_seconds;
     failed += s.cold.failed_seconds;
     total += s.cold.total_seconds;
-    for (size_t k = 0; k < kCandidateSources; ++k) {
-      report_.by_source[k].cold += s.cold.by_source[k].cold;
-      report_.by_source[k].total += s.cold.by_source[k].total;
-    }
+    for (size_t k = 0; k < kCandidateSources; ++k) report_.by_source[k] += s.cold.by_source[k];
     report_.tasks.push_back(std::move(s));
   }
   // This run's cost, without the records it resumed from.
   report_.measure_seconds = total - resumed_.total_seconds;
   report_.cold_seconds = cold - resumed_.cold_seconds;
   report_.failed_seconds = failed - resumed_.failed_seconds;
-  for (size_t k = 0; k < kCandidateSources; ++k) {
-    report_.by_source[k].cold -= resumed_.by_source[k].cold;
-    report_.by_source[k].total -= resumed_.by_source[k].total;
-  }
+  for (size_t k = 0; k < kCandidateSources; ++k) report_.by_source[k] -= resumed_.by_source[k];
   report_.cold_time_share = total > 0 ? cold / total : 0;
   report_.failed_time_share = total > 0 ? failed / total : 0;
   return std::move(report_);
