@@ -46,6 +46,8 @@ std::shared_ptr<const Trace> trace_from_python(const py::dict& d) {
   auto trace = std::make_shared<Trace>();
   trace->model = d.contains("model") ? d["model"].cast<std::string>() : "";
   trace->device = d.contains("device") ? d["device"].cast<std::string>() : "";
+  const bool lowered = d.contains("lowered") && d["lowered"].cast<bool>();
+  trace->warm_ups = d.contains("warm_ups") ? d["warm_ups"].cast<int>() : (lowered ? 2 : 0);
   for (const py::handle item : d["tasks"].cast<py::list>()) {
     const auto t = item.cast<py::dict>();
     TraceTask task;

@@ -44,6 +44,8 @@ RepeatSettings repeat_settings_from_python(const py::dict& d) {
   r.evaluator.slower_than_best_factor = d["slower_than_best_factor"].cast<double>();
   r.evaluator.one_sample_cut_factor = d["one_sample_cut_factor"].cast<double>();
   r.evaluator.confidence_z = d["confidence_z"].cast<double>();
+  if (d.contains("first_call_cut_factor"))
+    r.evaluator.first_call_cut_factor = d["first_call_cut_factor"].cast<double>();
   return r;
 }
 
@@ -58,6 +60,7 @@ py::dict repeat_settings_to_python(const RepeatSettings& r) {
   d["slower_than_best_factor"] = r.evaluator.slower_than_best_factor;
   d["one_sample_cut_factor"] = r.evaluator.one_sample_cut_factor;
   d["confidence_z"] = r.evaluator.confidence_z;
+  d["first_call_cut_factor"] = r.evaluator.first_call_cut_factor;
   return d;
 }
 

@@ -227,6 +227,14 @@ tuning::MeasureResult ContextMeasurer::measure_one(const tuning::Config& config,
         result.message = m.str();
         return result;
       }
+      // Already far slower than the task's best on its first call: that call is its one sample,
+      // measured-slow, and the other warm-ups and the timed repeats are not paid (a few such
+      // candidates took seconds each on the lowered traces).
+      if (i == 0 && repeats.slow_on_first_call(first)) {
+        result.seconds = {first};
+        result.cut_short = true;
+        return result;
+      }
     }
     tuning::time_with_policy(
         repeats, [&] { return timed_replay(); }, result);

@@ -84,6 +84,9 @@ def record_lowered(model, example, path: str, *, sample: int = 12, repeats: int 
         picked = [subset(t, sample, seed) for t in tasks]
         header = {"nimble_trace": trace_file.FORMAT_VERSION, "model": type(model).__name__,
                   **(header or {}), "device": kernels.device_key(), "lowered": True,
+                  # ContextMeasurer's untimed warm-up replays in each recorded setup: what the
+                  # simulator's first-call cut takes off (docs/tuning.md, "Traces").
+                  "warm_ups": 2,
                   "subset": ("every configuration" if sample < 0 else
                              f"start, its one-knob neighbourhood, {sample} random configurations "
                              f"and their one-step neighbours (seed {seed})"),

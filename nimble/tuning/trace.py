@@ -26,7 +26,8 @@ PER_CONFIG = ("configs", "seconds", "noise", "setup_seconds", "repeat_seconds", 
 def _repeats(count: int) -> dict:
     return {"adaptive": False, "best_seconds": 0.0, "fixed_repeats": count, "min_repeats": count,
             "max_repeats": count, "target_relative_error": 0.0, "slower_than_best_factor": 0.0,
-            "one_sample_cut_factor": 0.0, "confidence_z": 0.0}
+            "one_sample_cut_factor": 0.0, "confidence_z": 0.0,
+            "first_call_cut_factor": 0.0}
 
 
 def measure_point(measurer, signature: str, config: list[int], repeats: int) -> dict:

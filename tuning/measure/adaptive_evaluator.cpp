@@ -31,4 +31,9 @@ RepeatDecision AdaptiveEvaluator::after_repeat(const std::vector<double>& second
   return RepeatDecision::kContinue;
 }
 
+bool AdaptiveEvaluator::slow_on_first_call(double seconds) const {
+  return options_.first_call_cut_factor > 0 && std::isfinite(best_seconds_) && best_seconds_ > 0 &&
+         seconds > options_.first_call_cut_factor * best_seconds_;
+}
+
 }  // namespace nimble::tuning

@@ -20,6 +20,11 @@ struct AdaptiveEvaluatorOptions {
   // at 3x left 14.4% of tuning time on cold candidates in 12 real-model runs; at 2x, 12.8%,
   // with tuned replays as fast.)
   double one_sample_cut_factor = 2.0;
+  // ... or, before any timed repeat, once a measurer's first warm-up call is this many times the
+  // best (`slow_on_first_call`; 0: never). Generous, as a first call pays one-time costs
+  // (packing, a library's primitive creation, cold caches). On the lowered traces a few such
+  // candidates cost seconds each (oneDNN on a 232>232 1x1: 0.92 s of setup, 0.59 s a call).
+  double first_call_cut_factor = 3.0;
   double confidence_z = 2.0;  // "optimistic" = mean lowered by z standard errors
 };
 
@@ -28,6 +33,7 @@ class AdaptiveEvaluator : public RepeatPolicy {
   AdaptiveEvaluator(AdaptiveEvaluatorOptions options, double best_seconds)
       : options_(options), best_seconds_(best_seconds) {}
   RepeatDecision after_repeat(const std::vector<double>& seconds) const override;
+  bool slow_on_first_call(double seconds) const override;
 
  private:
   AdaptiveEvaluatorOptions options_;

@@ -15,6 +15,10 @@ class RepeatPolicy {
  public:
   virtual ~RepeatPolicy() = default;
   virtual RepeatDecision after_repeat(const std::vector<double>& seconds) const = 0;
+  // Whether a candidate whose first, untimed warm-up call took `seconds` is already hopeless:
+  // a measurer that warms up before timing may then record that call as the candidate's one
+  // sample, cut short ("measured-slow"), and skip its other warm-ups and every timed repeat.
+  virtual bool slow_on_first_call(double /*seconds*/) const { return false; }
 };
 
 class Measurer {

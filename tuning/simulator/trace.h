@@ -48,6 +48,10 @@ struct TraceTask {
 struct Trace {
   std::string model;
   std::string device;
+  // Untimed warm-up calls in each recorded setup, each about one repeat: the lowered replay's
+  // ContextMeasurer makes 2 (a trace header's "warm_ups", 2 for a "lowered" trace without it).
+  // 0: the recording's measurer timed its first call, so it has no first-call cut to replay.
+  int warm_ups = 0;
   std::vector<TraceTask> tasks;
 };
 

@@ -1,5 +1,6 @@
 #include "tuning/simulator/trace_measurer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -35,6 +36,21 @@ std::vector<MeasureResult> TraceMeasurer::measure(const std::vector<Config>& bat
     // The log-normal whose relative standard deviation is the recorded one: a spread of 3 (a
     // loaded machine's stalls) gives a wide, right-skewed tail, not a symmetric one.
     std::normal_distribution<double> normal(0, std::sqrt(std::log1p(p.noise * p.noise)));
+    if (trace_->warm_ups > 0) {
+      // ContextMeasurer's first-call cut: the first warm-up call (the draw the first timed
+      // repeat would have had) already hopeless, it is the one sample, and neither the other
+      // warm-ups nor a repeat are paid; at least that first call's cost stays.
+      auto first_rng = rng;
+      auto first_normal = normal;
+      const double first = p.seconds * std::exp(first_normal(first_rng));
+      if (repeats.slow_on_first_call(first)) {
+        r.seconds = {first};
+        r.cut_short = true;
+        r.cost_seconds =
+            std::max(p.setup_seconds - (trace_->warm_ups - 1) * p.repeat_seconds, p.repeat_seconds);
+        continue;
+      }
+    }
     time_with_policy(
         repeats,
         [&] {

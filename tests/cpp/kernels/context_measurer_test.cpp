@@ -143,6 +143,43 @@ TEST(ContextMeasurer, ACandidateGetsTheTimeTheExecutorMeasuredForItsOps) {
   for (int op : {first, second}) EXPECT_TRUE(l.replay->state().ops[op].args.empty());
 }
 
+// Calls a first warm-up call past `line` seconds slow, and counts the timed repeats it is asked
+// about.
+class FirstCallLine : public tuning::RepeatPolicy {
+ public:
+  explicit FirstCallLine(double line) : line_(line) {}
+  tuning::RepeatDecision after_repeat(const std::vector<double>& seconds) const override {
+    ++timed_;
+    return seconds.size() >= 3 ? tuning::RepeatDecision::kEnough
+                               : tuning::RepeatDecision::kContinue;
+  }
+  bool slow_on_first_call(double seconds) const override { return seconds > line_; }
+  int timed() const { return timed_; }
+
+ private:
+  double line_;
+  mutable int timed_ = 0;
+};
+
+TEST(ContextMeasurer, ACandidateHopelessOnItsFirstWarmUpCallIsMeasuredSlowFromThatCall) {
+  Lowered l = two_convolutions();
+  const std::vector<tuning::Task> tasks =
+      context_tuning_tasks(*l.replay, {l.x}, context_tasks(*l.replay), kernels::MeasureOptions{});
+  const tuning::Task& task = tasks.at(0);
+  const FirstCallLine under(task.baseline_seconds / 2), over(task.baseline_seconds * 2);
+  const tuning::MeasureResult slow = task.measurer->measure({task.start}, under).at(0);
+  ASSERT_TRUE(slow.ok()) << slow.message;
+  EXPECT_TRUE(slow.cut_short);
+  ASSERT_EQ(slow.seconds.size(), 1u);  // the first warm-up call's time, the executor's
+  EXPECT_DOUBLE_EQ(slow.seconds[0], task.baseline_seconds);
+  EXPECT_EQ(under.timed(), 0);  // no timed repeat
+  const tuning::MeasureResult timed = task.measurer->measure({task.start}, over).at(0);
+  ASSERT_TRUE(timed.ok()) << timed.message;
+  EXPECT_FALSE(timed.cut_short);
+  EXPECT_EQ(timed.seconds.size(), 3u);
+  EXPECT_EQ(over.timed(), 3);
+}
+
 TEST(ContextMeasurer, ACandidateUnlikeTheRuleOnTheLiveInputsIsAnErrorNeverTimed) {
   Lowered l = two_convolutions();
   const std::vector<tuning::Task> tasks =

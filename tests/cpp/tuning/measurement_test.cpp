@@ -69,6 +69,19 @@ TEST(AdaptiveEvaluator, CutsClearlySlowerCandidatesShort) {
   EXPECT_EQ(consume(e, {1.2, 1.2}).second, RepeatDecision::kEnough);
 }
 
+TEST(AdaptiveEvaluator, CallsAFirstWarmUpCallFarBeyondTheBestSlow) {
+  const AdaptiveEvaluator e({}, 1.0);
+  EXPECT_TRUE(e.slow_on_first_call(3.5));   // past 3x the best: measured-slow from that call
+  EXPECT_FALSE(e.slow_on_first_call(2.5));  // a first call pays one-time costs: timed as usual
+  AdaptiveEvaluatorOptions off;
+  off.first_call_cut_factor = 0;
+  EXPECT_FALSE(AdaptiveEvaluator(off, 1.0).slow_on_first_call(100.0));
+  // Without a best to compare with, and for fixed repeats, nothing is cut.
+  EXPECT_FALSE(
+      AdaptiveEvaluator({}, std::numeric_limits<double>::infinity()).slow_on_first_call(1e9));
+  EXPECT_FALSE(FixedRepeats(3).slow_on_first_call(1e9));
+}
+
 TEST(FixedRepeats, CountsExactly) {
   EXPECT_EQ(consume(FixedRepeats(3), std::vector<double>(10, 1.0)).first, 3u);
 }

@@ -123,6 +123,32 @@ TEST(TraceMeasurer, AnswersFromTheRecordWithSeededNoiseAndRecordedCost) {
   EXPECT_EQ(a.measure({{0, 0, 0, 5}}, four)[0].error, MeasureError::kCompile);  // not recorded
 }
 
+TEST(TraceMeasurer, ReplaysTheFirstCallCutOfALoweredTraceAtItsRecordedCost) {
+  // grid (x=15, y=0) is recorded at 1 + 6 + 0.9 = 7.9x the task's best (x=0, y=3).
+  const Config slow = {0, 15, 0, 0}, close = {0, 1, 3, 0};
+  auto timed_first = std::make_shared<Trace>();
+  timed_first->tasks.push_back(grid_task("t", 1, 1, 1, 1));
+  auto lowered = std::make_shared<Trace>(*timed_first);
+  lowered->warm_ups = 2;
+  const AdaptiveEvaluator evaluator({}, 1e-3);
+  const auto warm = TraceMeasurer(lowered, 0, 3).measure({slow, close}, evaluator);
+  // Past 3x the best on its first warm-up call: one sample, cut short, the second warm-up and
+  // the timed repeat not paid.
+  ASSERT_TRUE(warm[0].ok());
+  EXPECT_EQ(warm[0].seconds.size(), 1u);
+  EXPECT_TRUE(warm[0].cut_short);
+  EXPECT_NEAR(warm[0].cost_seconds, 0.05 - 0.01, 1e-12);
+  EXPECT_NEAR(warm[0].seconds[0] / 7.9e-3, 1, 0.1);
+  // A trace whose measurer timed its first call pays it as a repeat (the evaluator's 2x cut).
+  const auto timed = TraceMeasurer(timed_first, 0, 3).measure({slow, close}, evaluator);
+  EXPECT_EQ(timed[0].seconds, warm[0].seconds);  // the same draw
+  EXPECT_NEAR(timed[0].cost_seconds, 0.05 + 0.01, 1e-12);
+  // A candidate near the best is timed as before, draw for draw.
+  EXPECT_EQ(warm[1].seconds, timed[1].seconds);
+  EXPECT_EQ(warm[1].cost_seconds, timed[1].cost_seconds);
+  EXPECT_GE(warm[1].seconds.size(), 2u);
+}
+
 TEST(TraceSimulation, DefaultBudgetIsAQuarterOfFinishingEveryTaskAndRunsOut) {
   SimulationOptions o = fast_options();
   o.trace = skewed_trace();
