@@ -19,6 +19,8 @@ constexpr int64_t kSplitMacs = int64_t{1} << 17;
 constexpr int64_t kMinBlockRows = 8;
 constexpr int64_t kBlockInputFloats = int64_t{1} << 16;  // 256 KiB
 constexpr int64_t kSmallWeightBytes = int64_t{256} << 10;
+// Below this many pieces the rule makes their count even (two threads split them evenly).
+constexpr int64_t kEvenPiecesBelow = 16;
 // Groups of at most half this many output channels are merged up to it (the constructor).
 // Measured on a 3x3 of 32 groups of 4 channels: 2.2x faster as 16 groups of 8 (block-
 // diagonal, half the multiply-adds on zeros) than as 32 groups whose 4 channels would fill
@@ -219,10 +221,22 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
     // Blocks of whole register tiles of one height for all rows: 196 rows in 24 blocks of 9
     // would run each block as tiles of 5 and 4 rows (256 > 256 channels, 14x14, 3x3: 1.3x
     // slower on the Xeon than blocks of 16 as two 8-row tiles); as tiles of 8, two a block.
-    const int64_t tile_rows = register_tile_rows(ceil_div(rows, row_blocks), false);
-    const int64_t height = ceil_div(rows, ceil_div(rows, tile_rows));
-    const int64_t subtiles_per_block = ceil_div(ceil_div(rows, height), row_blocks);
-    rows_per_block_ = std::min(kMaxBlockRows, subtiles_per_block * height);
+    const auto block_rows = [&](int64_t blocks) {
+      const int64_t tile_rows = register_tile_rows(ceil_div(rows, blocks), false);
+      const int64_t height = ceil_div(rows, ceil_div(rows, tile_rows));
+      const int64_t subtiles_per_block = ceil_div(ceil_div(rows, height), blocks);
+      return std::min(kMaxBlockRows, subtiles_per_block * height);
+    };
+    rows_per_block_ = block_rows(row_blocks);
+    // Few pieces, an odd count of them (the constructor's end says why): one row block more
+    // where the rows allow it (googlenet's 1x1 192 > 64 on 8x8 at 64x64: 3 blocks of 24 rows,
+    // now 4 of 16).
+    const int64_t pieces = ceil_div(rows, rows_per_block_) * groups_;
+    if (tiling.pieces <= 0 && pieces > 1 && pieces < kEvenPiecesBelow && pieces % 2 != 0 &&
+        row_blocks + 1 <= rows / kMinBlockRows) {
+      const int64_t more = block_rows(row_blocks + 1);
+      if (ceil_div(rows, more) * groups_ % 2 == 0) rows_per_block_ = more;
+    }
   }
   const bool small_weight =
       static_cast<int64_t>(sizeof(float)) * group_floats_ * groups_ <= kSmallWeightBytes;
@@ -249,6 +263,30 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
     // 3x3 512 > 512 on 2x2 maps, 1x1 256 > 1024 on 4x4 (docs/cpu.md).
     const int64_t tile_panels = std::max(1, register_tile(rows_per_block_, false).vectors / 2);
     panels_per_block_ = std::max(panels_per_block_, std::min(tile_panels, panels_));
+    // Few pieces, an odd count of them: two threads split 3 as 2 + 1 and 5 as 3 + 2, so the
+    // product takes 2/3 or 3/5 of its one-thread time, where an even count would take half.
+    // The nearest even count of column blocks of near-equal widths, narrower ones first (down
+    // to the register tile's), else wider ones. At 64x64: googlenet's 1x1 1024 > 1000 (3
+    // blocks, now 4), 3x3 160 > 320 on 2x2 (5, now 4), 1x1 192 > 64 on 8x8 (3 row blocks,
+    // now 4: above); resnet50's 1x1 64 > 256 on 16x16 (15 row blocks, now 15 x 2). No result
+    // changes: the widths of the column blocks change no sum
+    // (FewRowLayersRunWholeTilesBitForBitAsOnePanelBlocks).
+    const int64_t row_pieces = ceil_div(rows, rows_per_block_) * groups_;
+    const int64_t blocks = ceil_div(panels_, panels_per_block_);
+    const int64_t pieces = row_pieces * blocks;
+    if (tiling.pieces <= 0 && pieces > 1 && pieces < kEvenPiecesBelow && pieces % 2 != 0) {
+      const auto even_width = [&](int64_t count) {
+        const int64_t width = ceil_div(panels_, count);
+        return row_pieces * ceil_div(panels_, width) % 2 == 0 ? width : 0;
+      };
+      int64_t width = 0;
+      for (int64_t count = blocks + 1; width == 0 && count <= panels_ &&
+                                       ceil_div(panels_, count) >= std::min(tile_panels, panels_);
+           ++count)
+        width = even_width(count);
+      for (int64_t count = blocks - 1; width == 0 && count >= 1; --count) width = even_width(count);
+      if (width > 0) panels_per_block_ = width;
+    }
   }
   blocks_per_group_ = ceil_div(panels_, panels_per_block_);
 }
