@@ -10,7 +10,6 @@
 #include <sstream>
 #include <utility>
 
-#include "csrc/kernels/cpu/tuning_families/cpu_families.h"
 #include "csrc/runtime/cpu/steady_ns.h"
 #include "csrc/slot/context_confirmation.h"
 #include "csrc/slot/context_measurer.h"
@@ -153,8 +152,7 @@ ReplayConfirmation confirm_in_replay(Replay& replay, const std::vector<at::Tenso
     const auto choice = choices.find(key);
     if (choice == choices.end() || !choice->second.in_context ||
         choice->second.config == task.space->default_config() ||
-        !task.space->knobs().valid(choice->second.config) ||
-        kernels::runs_as_rule(*task.space, choice->second.config))
+        !task.space->knobs().valid(choice->second.config))
       continue;
     Candidate& candidate = by_key[key];
     ReplayPick& pick = candidate.pick;
