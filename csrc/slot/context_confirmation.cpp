@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "csrc/kernels/cpu/tuning_families/cpu_families.h"
 #include "csrc/runtime/cpu/steady_ns.h"
 #include "csrc/slot/context_measurer.h"
 #include "tuning/measure/adaptive_evaluator.h"
@@ -36,8 +37,11 @@ std::optional<Claim> claim_of(ContextTask task, const tuning::TuningDatabase& da
     if (found == fastest.end() || seconds < found->second) fastest[record.config] = seconds;
   }
   std::vector<std::pair<double, tuning::Config>> ranked;
+  // A config that runs the rule's very kernel (runs_as_rule) is no candidate: its lead over
+  // the rule is two timings of one kernel.
   for (const auto& [config, seconds] : fastest)
-    if (config != rule) ranked.emplace_back(seconds, config);
+    if (config != rule && !kernels::runs_as_rule(*task.space, config))
+      ranked.emplace_back(seconds, config);
   std::sort(ranked.begin(), ranked.end());
   const auto rule_record = fastest.find(rule);
   // Nothing to confirm where the search found nothing faster than the rule's own record.

@@ -261,7 +261,12 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
                             found->second.seconds) <=
                 std::make_tuple(!in_context, !confirmed, seconds))
           continue;
-        const kernels::KnobValues knobs(space.knobs(), record.config, family.name() + ".");
+        // A config that runs the rule's very kernel (runs_as_rule: gemm.tile_rows=6 where the
+        // rule's tile has 6 rows) is the rule's: nothing to bind or to judge in the replay.
+        const tuning::Config config = in_context && kernels::runs_as_rule(space, record.config)
+                                          ? space.default_config()
+                                          : record.config;
+        const kernels::KnobValues knobs(space.knobs(), config, family.name() + ".");
         LoweringChoice choice{knobs.label("kernel"),
                               knobs.value("threads"),
                               seconds,
@@ -270,7 +275,7 @@ std::map<std::string, LoweringChoice> lowering_choices(const tuning::TuningDatab
                               signature,
                               kernels::prepacked_parameters(*op, knobs),
                               "",
-                              record.config};
+                              config};
         choice.spec = kernels::tuned_spec(
             choice.kernel, choice.threads < at::get_num_threads() ? choice.threads : 0,
             choice.parameters);

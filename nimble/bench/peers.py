@@ -71,9 +71,15 @@ def _onnx_file(model, x, directory: str) -> str:
     sys.stdout.flush()
     saved = os.dup(1)
     os.dup2(2, 1)
+    # nn.MultiheadAttention's inference fast path (vit_b_16's encoder, under no_grad in eval
+    # mode) traces to aten::_native_multi_head_attention, which has no ONNX export: the
+    # exporter gets the same layers as their composite ops (the same values).
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
     try:
         torch.onnx.export(model, (x,), path, dynamo=False, opset_version=17)
     finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)

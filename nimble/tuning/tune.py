@@ -74,6 +74,26 @@ def replay_share(replay_seconds: float, tasks: int, budget_seconds: float) -> fl
     return min(MAX_REPLAY_SHARE, max(MIN_REPLAY_SHARE, need))
 
 
+def short_budget_warning(replay_seconds: float, tasks: int, budget_seconds: float) -> str | None:
+    """What to tell a user whose in-context budget of `budget_seconds` cannot re-time every one
+    of `tasks` tasks of a replay that takes `replay_seconds` a run, even with the largest share
+    (MAX_CONFIRM_SHARE), and the budget that can; None where it can. A long replay: vit_b_16 at
+    224x224 takes 0.16-0.5 s a run, 40-125 s a task's re-timing, so 120 s re-time at most one of
+    its 6 tasks (docs/tuning.md)."""
+    if not 0 < budget_seconds < math.inf or tasks <= 0:
+        return None
+    need = CONFIRM_REPLAYS_PER_TASK * replay_seconds * tasks
+    if need <= MAX_CONFIRM_SHARE * budget_seconds:
+        return None
+    each = CONFIRM_REPLAYS_PER_TASK * replay_seconds
+    fits = int(MAX_CONFIRM_SHARE * budget_seconds // each)
+    return (f"a replay takes {1e3 * replay_seconds:.0f} ms: re-timing a task's pick against the "
+            f"rule's takes about {each:.0f} s ({CONFIRM_REPLAYS_PER_TASK} replays), so "
+            f"{budget_seconds:.0f} s re-time at most {fits} of the {tasks} tasks (the others' "
+            f"picks rest on the search's luckiest timings); a budget of "
+            f"{math.ceil(need / MAX_CONFIRM_SHARE)} s re-times them all")
+
+
 def _whole_replay_seconds(replay_seconds: float, tasks: int) -> float:
     """What confirming every task's pick in the whole replay takes: REPLAY_PAIRS pairs of runs
     for each, and the combination's twice that."""
@@ -272,6 +292,9 @@ def tune(
     # and then confirms the picks in the whole replay (confirm_whole).
     started = time.monotonic()
     run_seconds = _replay_seconds(in_context) if in_context else 0.0
+    short = short_budget_warning(run_seconds, len(tasks), budget_seconds) if in_context else None
+    if short:
+        warnings.warn(short, RuntimeWarning, stacklevel=2)
     share = confirm_share(run_seconds, len(tasks), budget_seconds) if in_context else 0.0
     whole_share = replay_share(run_seconds, len(tasks), budget_seconds) if in_context else 0.0
     search_seconds = budget_seconds * (1 - share - whole_share)

@@ -390,6 +390,22 @@ def test_bench_peers_json_checks_against_eager_and_says_why_a_runtime_is_skipped
     assert "floor" in out.getvalue() and "back to back" in out.getvalue()
 
 
+def test_onnx_runtime_runs_attention_models_whose_fast_path_has_no_onnx_export():
+    # nn.MultiheadAttention's and TransformerEncoderLayer's inference fast paths trace to ops
+    # with no ONNX export (aten::_native_multi_head_attention: vit_b_16 was skipped); the
+    # export runs with the fast path off, the same values, and puts the setting back.
+    pytest.importorskip("onnxruntime")
+    from nimble.bench import peers
+
+    model, x = build("transformer:encoder")
+    with torch.no_grad():  # as measure_peers builds the runtimes: the fast path's condition
+        expected = model(x)
+        assert torch.backends.mha.get_fastpath_enabled()
+        got = peers._onnxruntime(model, x)(x)
+    assert torch.backends.mha.get_fastpath_enabled()
+    assert (got - expected).abs().max() <= 1e-4 * expected.abs().max()
+
+
 def test_bench_peers_skips_a_runtime_that_differs_or_fails_with_the_reason_and_never_times_it(
         monkeypatch):
     from nimble.bench import peers

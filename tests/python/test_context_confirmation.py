@@ -159,3 +159,16 @@ def test_a_shape_of_several_epilogues_binds_what_beat_the_rule_in_each(lowered, 
                   record_line(relu["signature"], other, [0.9e-3], run=confirmed),
                   record_line(both, rule, [0.8e-3], run=confirmed)])
     assert won["ms"] == pytest.approx(0.9)
+
+
+def test_a_budget_too_short_to_re_time_every_task_is_named_with_the_one_that_is_not():
+    from nimble.tuning.tune import short_budget_warning
+
+    # 250 replays of 1 ms a task: 30 tasks take 7.5 s, within half of 120 s.
+    assert short_budget_warning(0.001, 30, 120) is None
+    assert short_budget_warning(0.2, 6, float("inf")) is None
+    # vit_b_16 at 224x224: 0.2 s a replay, 50 s a task; 60 s of 120 re-time one of six.
+    warning = short_budget_warning(0.2, 6, 120)
+    assert "re-time at most 1 of the 6 tasks" in warning
+    assert "a budget of 600 s re-times them all" in warning
+    assert short_budget_warning(0.2, 6, 600) is None

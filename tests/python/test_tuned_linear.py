@@ -114,6 +114,27 @@ def test_a_linear_record_is_applied_where_the_replay_runs_it_faster(lowered, tmp
         "layer_norm" in name for name in shares["others_ms"]), shares
 
 
+def test_a_record_that_runs_the_rules_kernel_is_the_rules_choice(lowered, tmp_path):
+    # 17x37 > 96: 14 KB of weight, within L2, so the rule's loop order is rows outside, and a
+    # record of gemm.loop_order=rows runs the rule's very kernel (runs_as_rule): it is chosen as
+    # the rule's configuration, with nothing to bind or to confirm in the whole replay.
+    model, x, fast = lowered
+    task = next(t for t in nimble._C.kernels.context_tasks(fast.replay)
+                if t["signature"].startswith("lowered linear in=17x37 out=96"))
+    threads = dict(task["knobs"])["prepacked_linear.threads"][-1]
+    same = database(tmp_path, [_record(task, {"kernel": "nimble_gemm", "threads": threads,
+                                               "gemm_loop_order": "rows"})])
+    choice = nimble._C.kernels.lowering_choices(same)["linear in=17x37 out=96"]
+    assert choice["spec"] == "nimble_gemm", choice
+    # The other order is another kernel: a pick.
+    (tmp_path / "other").mkdir()
+    other = database(tmp_path / "other", [_record(task, {"kernel": "nimble_gemm",
+                                                         "threads": threads,
+                                                         "gemm_loop_order": "columns"})])
+    choice = nimble._C.kernels.lowering_choices(other)["linear in=17x37 out=96"]
+    assert choice["spec"] == "nimble_gemm gemm.loop_order=columns", choice
+
+
 def test_tuning_in_context_records_the_linear_layers(lowered, tmp_path):
     model, x, fast = lowered
     db = str(tmp_path / "tune.db")

@@ -102,6 +102,50 @@ TEST(PrepackedKnobs, WinogradKernelValueWhereItAppliesMatchesAten) {
   EXPECT_EQ(checked, 12);
 }
 
+// runs_as_rule (cpu_families.h) on convolutions: every one-knob move it calls the rule's gives
+// the rule's result bit for bit, and a 1x1 of 256 > 1024 channels on a 4x4 map (1 MB of
+// weight, beyond L2: the rule runs its column blocks outside) runs as the rule with
+// gemm.loop_order=columns, not with rows.
+TEST(PrepackedKnobs, ConfigsThatRunAsTheRuleGiveItsResultBitForBit) {
+  std::mt19937_64 rng(12);
+  int same = 0;
+  for (int problem = 0; problem < 21; ++problem) {
+    TunableOp op;
+    if (problem == 0) {
+      op.n = 1, op.c = 256, op.h = op.w = 4, op.k = 1024, op.r = op.s = 1, op.bias = true;
+      op = with_aten_layout(op, /*channels_last=*/true);
+    } else {
+      op = random_conv(rng);
+    }
+    const KernelSpace space(op, {prepacked_family()});
+    const tuning::Config rule = space.default_config();
+    if (rule.empty()) continue;
+    const tuning::KnobSpace& knobs = space.knobs();
+    const auto operands = op.random_operands(problem);
+    const at::Tensor expected = space.build(rule)->run(operands);
+    for (size_t k = 0; k < knobs.knobs().size(); ++k) {
+      for (int v = 0; v < knobs.knobs()[k].size(); ++v) {
+        tuning::Config config = rule;
+        config[k] = v;
+        if (config == rule || !knobs.valid(config) || !runs_as_rule(space, config)) continue;
+        ++same;
+        EXPECT_TRUE(at::equal(space.build(config)->run(operands), expected))
+            << op.signature() << " with " << space.describe(config);
+      }
+    }
+    const int kernel = knobs.knob_index("prepacked.kernel");
+    if (problem == 0 && knobs.knobs()[kernel].label(rule[kernel]) == "nimble_gemm") {
+      const int order = knobs.knob_index("prepacked.gemm_loop_order");
+      tuning::Config columns = rule, rows = rule;
+      columns[order] = 2;  // "columns"
+      rows[order] = 1;     // "rows"
+      EXPECT_TRUE(runs_as_rule(space, columns)) << space.describe(columns);
+      EXPECT_FALSE(runs_as_rule(space, rows)) << space.describe(rows);
+    }
+  }
+  EXPECT_GT(same, 0);
+}
+
 TEST(PrepackedKnobs, TunedConvolutionSpecsReadBackWhatTheyWrite) {
   EXPECT_EQ(TunedConvolution::parse("nimble_gemm").to_string(), "nimble_gemm");
   for (const std::string spec :

@@ -128,6 +128,59 @@ TEST(PrepackedLinearKnobs, EveryValueOfEveryKnobOnBothKernelsMatchesAten) {
   EXPECT_GT(checked, 24 * 10);
 }
 
+// runs_as_rule (cpu_families.h): a config that resolves to the rule's tiling runs the rule's
+// kernel, so it gives the rule's result bit for bit; vit_b_16's 17x768 > 3072 layer has such
+// configs (the rule's loop order there is columns outside: its 9 MB weight is beyond L2), and
+// a config that changes what runs (one thread, oneDNN, 2-row register tiles) is not one.
+TEST(PrepackedLinearKnobs, ConfigsThatRunAsTheRuleGiveItsResultBitForBit) {
+  std::mt19937_64 rng(12);
+  int same = 0, differ = 0;
+  for (int problem = 0; problem < 8; ++problem) {
+    TunableOp op = random_linear(rng, problem);
+    if (problem == 0) {
+      op.n = 17, op.c = 768, op.k = 3072;
+      op.input_strides = {op.c, 1, 1, 1};
+      op.weight_strides = {op.c, 1, 1, 1};
+      op.out_sizes = {op.n, op.k, 1, 1};
+      op.out_strides = {op.k, 1, 1, 1};
+    }
+    const KernelSpace space(op, {prepacked_linear_family()});
+    const tuning::Config rule = space.default_config();
+    if (rule.empty()) continue;
+    EXPECT_TRUE(runs_as_rule(space, rule));
+    const auto operands = op.random_operands(problem);
+    const at::Tensor expected = space.build(rule)->run(operands);
+    const tuning::KnobSpace& knobs = space.knobs();
+    for (size_t k = 0; k < knobs.knobs().size(); ++k) {
+      for (int v = 0; v < knobs.knobs()[k].size(); ++v) {
+        tuning::Config config = rule;
+        config[k] = v;
+        if (config == rule || !knobs.valid(config)) continue;
+        if (!runs_as_rule(space, config)) {
+          ++differ;
+          continue;
+        }
+        ++same;
+        EXPECT_TRUE(at::equal(space.build(config)->run(operands), expected))
+            << op.signature() << " with " << space.describe(config);
+      }
+    }
+    if (problem == 0) {
+      tuning::Config columns = rule;
+      columns[knobs.knob_index("prepacked_linear.gemm_loop_order")] = 2;  // "columns"
+      EXPECT_TRUE(runs_as_rule(space, columns)) << space.describe(columns);
+      tuning::Config one_thread = rule;
+      one_thread[knobs.knob_index("prepacked_linear.threads")] = 0;
+      if (one_thread != rule) EXPECT_FALSE(runs_as_rule(space, one_thread));
+      tuning::Config rows = rule;
+      rows[knobs.knob_index("prepacked_linear.gemm_loop_order")] = 1;  // "rows"
+      EXPECT_FALSE(runs_as_rule(space, rows));
+    }
+  }
+  EXPECT_GT(same, 0);
+  EXPECT_GT(differ, same);
+}
+
 TEST(PrepackedLinearKnobs, TheFamilyTakesLinearLayersOnly) {
   std::mt19937_64 rng(3);
   TunableOp op = random_linear(rng, 0);
