@@ -8,7 +8,7 @@ import pytest
 import nimble
 from tuning_records import database, record_line
 from nimble import zoo
-from nimble.tuning.tune import CONFIRM_SHARE, MAX_CONFIRM_SHARE, confirm_share
+from nimble.tuning.budget_shares import CONFIRM_SHARE, MAX_CONFIRM_SHARE, confirm_share
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +162,7 @@ def test_a_shape_of_several_epilogues_binds_what_beat_the_rule_in_each(lowered, 
 
 
 def test_a_budget_too_short_to_re_time_every_task_is_named_with_the_one_that_is_not():
-    from nimble.tuning.tune import short_budget_warning
+    from nimble.tuning.budget_shares import short_budget_warning
 
     # 250 replays of 1 ms a task: 30 tasks take 7.5 s, within half of 120 s.
     assert short_budget_warning(0.001, 30, 120) is None

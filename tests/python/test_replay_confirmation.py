@@ -12,7 +12,7 @@ import torch
 import nimble
 import nimble._C  # noqa: F401  (compare_pairs before any Nimble is built)
 from nimble.testing import assert_matches_eager
-from nimble.tuning.tune import MAX_REPLAY_SHARE, MIN_REPLAY_SHARE, replay_share
+from nimble.tuning.budget_shares import MAX_REPLAY_SHARE, MIN_REPLAY_SHARE, replay_share
 from tuning_records import database, record_line
 
 CONFIRMED = "confirmed in context"
