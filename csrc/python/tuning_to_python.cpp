@@ -100,6 +100,7 @@ py::dict tuning_report_to_dict(const TuningReport& r) {
   d["failed_time_share"] = r.failed_time_share;
   d["cut_short"] = r.cut_short;
   d["repeats"] = r.repeats;
+  d["stalled_samples"] = r.stalled_samples;
   d["measure_seconds"] = r.measure_seconds;
   d["cold_seconds"] = r.cold_seconds;
   d["failed_seconds"] = r.failed_seconds;

@@ -237,7 +237,7 @@ tuning::MeasureResult ContextMeasurer::measure_one(const tuning::Config& config,
       }
     }
     tuning::time_with_policy(
-        repeats, [&] { return timed_replay(); }, result);
+        repeats, [&] { return timed_replay(); }, result, stalls_);
   } catch (const std::exception& e) {
     result.seconds.clear();
     result.error = tuning::MeasureError::kRuntime;

@@ -57,6 +57,12 @@ class ContextMeasurer : public tuning::Measurer {
                                              const tuning::RepeatPolicy& repeats) override;
   // The rule's configuration (the space's default) timed the same way.
   double baseline_seconds(int repeats = 5);
+  // Timed replays a loaded machine preempted in the task's ops are dropped and timed again
+  // (tuning::StallRule; default: over 3x the candidate's median, at most 4 a candidate). Under
+  // load, one such call among 16 (3.6-23 ms against 0.16) made a candidate's mean 2-7x its
+  // median, cold by the tuner's judgement and timed to the last repeat: 38% of a loaded run's
+  // measurement time (docs/tuning.md, "Adaptive evaluator"). {0, 0} keeps every sample.
+  void set_stall_rule(tuning::StallRule stalls) { stalls_ = stalls; }
 
  private:
   tuning::MeasureResult measure_one(const tuning::Config& config,
@@ -69,6 +75,7 @@ class ContextMeasurer : public tuning::Measurer {
   ContextTask task_;
   kernels::MeasureOptions options_;
   int warm_ups_;
+  tuning::StallRule stalls_{3.0, 4};
 };
 
 // The tuner's tasks for a lowered replay, live operands captured first; `baseline` is called

@@ -42,7 +42,9 @@ def print_curve(report: dict) -> None:
     print(f"scheduler overhead {100 * overhead:.3f}% of the tuning time; "
           f"{100 * report['cold_time_share']:.1f}% of measurement time on cold candidates, "
           f"{100 * report['failed_time_share']:.1f}% on failing ones; "
-          f"{report['cut_short']} candidates cut short")
+          f"{report['cut_short']} candidates cut short"
+          + (f", {report['stalled_samples']} preempted repeats timed again"
+             if report.get("stalled_samples") else ""))
 
 
 def write_csv(path: str, curve) -> None:

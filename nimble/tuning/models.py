@@ -145,6 +145,7 @@ def tune_model(args) -> int:
             "time_to_99_s": time_to_reach(report["curve"], final / 0.99),
             "cold_time_share": report["cold_time_share"],
             "failed_time_share": report["failed_time_share"],
+            "stalled_samples": report.get("stalled_samples", 0),
             "curve": report["curve"], "tasks": report["tasks"], "bound": bound, "cost": cost,
             **{k: v for k, v in report.items() if k.startswith(("confirm", "replay_"))},
             "peers": peers, "time_shares": shares, **speed,

@@ -48,6 +48,11 @@ def test_tuning_in_context_records_what_prepare_tuned_applies(lowered, tmp_path)
                          budget_trials=2 * len(tasks), database=db, slot_seconds=1e-3, batch_size=1,
                          progress=False)
     assert report["device"] == nimble._C.kernels.device_key()
+    # Preempted timed replays are timed again (ContextMeasurer's stall rule), at most 4 a
+    # candidate; the cold share is of this run's own measurement time.
+    assert 0 <= report["stalled_samples"] <= 4 * report["trials"]
+    assert report["cold_time_share"] == pytest.approx(
+        report["cold_seconds"] / report["measure_seconds"])
     # The picks that differ from the rule were confirmed in the whole replay (or none differ).
     for pick in report["replay_confirmed"]:
         assert pick["reason"] and (not pick["tried"] or pick["comparison"]["pairs"] > 0), pick

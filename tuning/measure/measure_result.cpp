@@ -40,4 +40,17 @@ double median_seconds(std::vector<double> seconds) {
   return n % 2 == 1 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
 }
 
+int drop_stalled(std::vector<double>& seconds, double factor, int limit) {
+  if (seconds.size() < 3 || !(factor > 0)) return 0;
+  const double line = factor * median_seconds(seconds);
+  int dropped = 0;
+  while (dropped < limit) {
+    const auto worst = std::max_element(seconds.begin(), seconds.end());
+    if (worst == seconds.end() || !(*worst > line)) break;
+    seconds.erase(worst);
+    ++dropped;
+  }
+  return dropped;
+}
+
 }  // namespace nimble::tuning

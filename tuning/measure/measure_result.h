@@ -17,6 +17,7 @@ struct MeasureResult {
   std::string message;
   double cost_seconds = 0;  // tuning time the candidate consumed: build plus every repeat
   bool cut_short = false;   // the evaluator stopped repeating because it was clearly slow
+  int stalled_samples = 0;  // timed repeats dropped as stalled and timed again (StallRule)
 
   bool ok() const { return error == MeasureError::kNone && !seconds.empty(); }
   double mean_seconds() const;

@@ -29,11 +29,31 @@ class Measurer {
                                              const RepeatPolicy& repeats) = 0;
 };
 
-// Runs `run_once` under `repeats` and fills seconds/cut_short: the loop every measurer needs.
+// Timed repeats a loaded machine's scheduler stalled: a sample over `factor` x the median of
+// the candidate's samples (once it has 3) timed a preemption, not the kernel (one call of an op
+// in a replay: 0.16 ms, a preempted one 3.6-23 ms, whole time slices). Such samples are dropped
+// and timed again, at most `max_dropped` a candidate (the cost stays charged). Off (factor 0)
+// by default; the real measurers of single calls turn it on (ContextMeasurer).
+struct StallRule {
+  double factor = 0;
+  int max_dropped = 0;
+};
+
+// Drops from `seconds` (at least 3) up to `limit` samples over `factor` x their median, the
+// largest first; returns how many it dropped.
+int drop_stalled(std::vector<double>& seconds, double factor, int limit);
+
+// Runs `run_once` under `repeats` and fills seconds/cut_short (and stalled_samples, under
+// `stalls`): the loop every measurer needs.
 template <typename RunOnce>
-void time_with_policy(const RepeatPolicy& repeats, RunOnce&& run_once, MeasureResult& result) {
+void time_with_policy(const RepeatPolicy& repeats, RunOnce&& run_once, MeasureResult& result,
+                      const StallRule& stalls = {}) {
   for (;;) {
     result.seconds.push_back(run_once());
+    if (stalls.factor > 0 && result.seconds.size() >= 3 &&
+        result.stalled_samples < stalls.max_dropped)
+      result.stalled_samples +=
+          drop_stalled(result.seconds, stalls.factor, stalls.max_dropped - result.stalled_samples);
     const RepeatDecision d = repeats.after_repeat(result.seconds);
     if (d == RepeatDecision::kContinue) continue;
     result.cut_short = d == RepeatDecision::kCutShort;

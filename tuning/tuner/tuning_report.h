@@ -56,6 +56,9 @@ struct TuningReport {
   std::array<SourceSeconds, kCandidateSources> by_source{};
   long cut_short = 0;  // candidates the adaptive evaluator stopped early
   long repeats = 0;    // timed repeats, all candidates together
+  // Timed repeats dropped as stalled by a preemption and timed again (StallRule; measured in
+  // this process only), not in `repeats`.
+  long stalled_samples = 0;
 };
 
 // First tuning time at which the curve's latency is at or below `latency` (infinity: never).

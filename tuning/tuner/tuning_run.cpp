@@ -154,8 +154,11 @@ TuningReport TuningRun::finish() {
   report_.cold_seconds = cold - resumed_.cold_seconds;
   report_.failed_seconds = failed - resumed_.failed_seconds;
   for (size_t k = 0; k < kCandidateSources; ++k) report_.by_source[k] -= resumed_.by_source[k];
-  report_.cold_time_share = total > 0 ? cold / total : 0;
-  report_.failed_time_share = total > 0 ? failed / total : 0;
+  // Shares of this run's measurement time, as the seconds above (a run resumed from a database
+  // printed the shares of every record of its tasks, the earlier runs' included).
+  const double measured = report_.measure_seconds;
+  report_.cold_time_share = measured > 0 ? report_.cold_seconds / measured : 0;
+  report_.failed_time_share = measured > 0 ? report_.failed_seconds / measured : 0;
   return std::move(report_);
 }
 

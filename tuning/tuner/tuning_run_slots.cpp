@@ -141,6 +141,7 @@ std::vector<MeasureResult> TuningRun::account(MeasuredRequest done, size_t confi
     now_ += r.cost_seconds;
     report_.repeats += static_cast<long>(r.seconds.size());
     report_.cut_short += r.cut_short ? 1 : 0;
+    report_.stalled_samples += r.stalled_samples;
   }
   return results;
 }

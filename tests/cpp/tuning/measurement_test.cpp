@@ -4,6 +4,7 @@
 
 #include "tuning/measure/adaptive_evaluator.h"
 #include "tuning/measure/measure_result.h"
+#include "tuning/measure/measurer.h"
 #include "tuning/simulator/simulated_measurer.h"
 #include "tuning/simulator/simulated_model.h"
 
@@ -103,6 +104,54 @@ TEST(MedianSeconds, IgnoresOneOutlierAndAveragesTheMiddleTwo) {
   EXPECT_DOUBLE_EQ(median_seconds({}), 0.0);
   EXPECT_DOUBLE_EQ(median_seconds({3, 1, 100}), 3.0);     // a preempted repeat changes nothing
   EXPECT_DOUBLE_EQ(median_seconds({4, 1, 100, 2}), 3.0);  // even: the middle two's mean
+}
+
+TEST(DropStalled, DropsSamplesFarBeyondTheMedianLargestFirstUpToTheLimit) {
+  std::vector<double> s = {0.16, 0.17, 8.2, 0.15, 3.6};
+  EXPECT_EQ(drop_stalled(s, 3.0, 1), 1);
+  EXPECT_EQ(s, (std::vector<double>{0.16, 0.17, 0.15, 3.6}));  // the largest went first
+  EXPECT_EQ(drop_stalled(s, 3.0, 4), 1);
+  EXPECT_EQ(s, (std::vector<double>{0.16, 0.17, 0.15}));
+  // Spread within the factor, fewer than 3 samples, or the rule off: nothing is dropped.
+  std::vector<double> spread = {0.1, 0.2, 0.25};
+  EXPECT_EQ(drop_stalled(spread, 3.0, 4), 0);
+  std::vector<double> two = {0.1, 9.0};
+  EXPECT_EQ(drop_stalled(two, 3.0, 4), 0);
+  std::vector<double> off = {0.1, 0.1, 9.0};
+  EXPECT_EQ(drop_stalled(off, 0.0, 4), 0);
+}
+
+// One call of an op preempted among steady ones (a loaded machine's time slice): the mean with
+// it is past the cold line, and the evaluator times the candidate to its last repeat.
+TEST(TimeWithPolicy, AStallRuleRetimesAPreemptedRepeatInsteadOfAveragingIt) {
+  const AdaptiveEvaluator e({}, 0.16);
+  const std::vector<double> calls = {0.16, 8.2,  0.161, 0.159, 0.16, 0.16, 0.161, 0.16, 0.16, 0.16,
+                                     0.16, 0.16, 0.16,  0.16,  0.16, 0.16, 0.16,  0.16, 0.16, 0.16};
+  const auto timed = [&](const StallRule& rule) {
+    MeasureResult r;
+    size_t next = 0;
+    time_with_policy(
+        e, [&] { return calls.at(next++); }, r, rule);
+    return std::make_pair(r, next);
+  };
+  const auto [kept, kept_calls] = timed({});
+  EXPECT_GT(kept.mean_seconds(), 2 * 0.16);  // cold by the tuner's judgement
+  EXPECT_EQ(kept.stalled_samples, 0);
+  const auto [clean, clean_calls] = timed({3.0, 4});
+  EXPECT_EQ(clean.stalled_samples, 1);
+  EXPECT_NEAR(clean.mean_seconds(), 0.16, 0.002);
+  EXPECT_FALSE(clean.cut_short);
+  EXPECT_LT(clean_calls, kept_calls);  // precise after a few calls, not after 16
+  // At most max_dropped a candidate: past it, the stalls stay in the samples.
+  MeasureResult capped;
+  time_with_policy(FixedRepeats(4), [] { return 0.16; }, capped, {3.0, 0});
+  EXPECT_EQ(capped.stalled_samples, 0);
+  MeasureResult stalled;
+  const std::vector<double> many = {0.16, 0.16, 9.0, 9.1, 9.2, 0.16};
+  size_t k = 0;
+  time_with_policy(FixedRepeats(4), [&] { return many.at(k++); }, stalled, {3.0, 1});
+  EXPECT_EQ(stalled.stalled_samples, 1);
+  EXPECT_EQ(stalled.seconds.size(), 4u);
 }
 
 TEST(SimulatedMeasurer, AdaptiveEvaluationSpendsLessTimeThanFixedRepeats) {

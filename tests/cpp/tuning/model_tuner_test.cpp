@@ -62,6 +62,11 @@ TEST(ModelTuner, ResumesFromTheDatabaseWithoutMeasuringAConfigTwice) {
   const TuningReport r = tuner.run(*s);
   EXPECT_DOUBLE_EQ(r.initial_model_seconds, first_final);  // the bests came back
   EXPECT_EQ(db.count(), 192);
+  // The shares are of this run's measurement time, as its seconds are: the records it resumed
+  // from count in neither.
+  ASSERT_GT(r.measure_seconds, 0);
+  EXPECT_DOUBLE_EQ(r.cold_time_share, r.cold_seconds / r.measure_seconds);
+  EXPECT_DOUBLE_EQ(r.failed_time_share, r.failed_seconds / r.measure_seconds);
   for (const auto& sig : db.signatures("cpu")) {
     std::set<Config> configs;
     for (const auto& rec : db.records(sig, "cpu"))
