@@ -23,6 +23,17 @@ struct ConvolutionGeometry {
   }
   // Output rows (one row: one output pixel's channels) over all images.
   int64_t out_pixels() const { return images * out_height() * out_width(); }
+
+  // A linear layer of `rows` rows, `in` > `out` features, as the 1x1 convolution nimble's GEMM
+  // runs it: the rows as one image row of pixels.
+  static ConvolutionGeometry linear(int64_t rows, int64_t in, int64_t out) {
+    ConvolutionGeometry g;
+    g.height = 1;
+    g.width = rows;
+    g.in_channels = in;
+    g.out_channels = out;
+    return g;
+  }
 };
 
 }  // namespace nimble::kernels::nhwc

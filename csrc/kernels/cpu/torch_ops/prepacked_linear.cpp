@@ -109,11 +109,7 @@ void PrepackedLinear::pack() {
   if (kernel_ == Kernel::kNimbleGemm) {
     // The weight as a 1x1 convolution's [out, in, 1, 1]; the rows as one image row.
     const at::Tensor w = weight();
-    nhwc::ConvolutionGeometry g;
-    g.height = 1;
-    g.width = rows_;
-    g.in_channels = w.size(0);
-    g.out_channels = w.size(1);
+    const auto g = nhwc::ConvolutionGeometry::linear(rows_, w.size(0), w.size(1));
     nhwc_ = std::make_unique<const NhwcConvolution>(
         w.t().reshape({g.out_channels, g.in_channels, 1, 1}), bias_, g,
         NhwcConvolution::Kind::kGemm, nhwc::best_isa(), parameters_);

@@ -54,13 +54,8 @@ namespace {
 // linear layer as a 1x1 convolution over one row of `n` pixels), packed from zeros: the
 // tiling depends on the shapes only.
 nhwc::GemmTiling resolved_tiling(const TunableOp& op, const nhwc::GemmTiling& tiling) {
-  nhwc::ConvolutionGeometry g;
-  if (op.kind == TunableOp::Kind::kLinear) {
-    g.height = 1;
-    g.width = op.n;
-    g.in_channels = op.c;
-    g.out_channels = op.k;
-  } else {
+  nhwc::ConvolutionGeometry g = nhwc::ConvolutionGeometry::linear(op.n, op.c, op.k);
+  if (op.kind != TunableOp::Kind::kLinear) {
     g.images = op.n;
     g.height = op.h;
     g.width = op.w;
