@@ -15,6 +15,7 @@ void RunOptions::apply(TunerOptions& t, SchedulerOptions& s) const {
   t.adaptive_evaluator = adaptive;
   t.search.cold_filter.enabled = cold_filter;
   t.search.finish_when_all_cold = finish_when_cold;
+  t.search.complete_share = complete_share;
   t.search.batch_size = batch_size;
   if (c) s.dynatune.c = *c;
   s.dynatune.belief.mcmc.walkers = mcmc_walkers;

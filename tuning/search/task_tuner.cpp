@@ -117,6 +117,17 @@ std::vector<Config> TaskTuner::first_proposals(int count,
       mark(c, model_.trained() ? CandidateSource::kJudgedNeighbor : CandidateSource::kNeighbor);
       take(std::move(c));
     }
+    // Stake-aware completion: the least cold of the neighbours the other tasks call cold, once.
+    if (options_.complete_share > 0 && stake_share_ >= options_.complete_share && !completed_ &&
+        static_cast<int>(out.size()) < count)
+      for (Config& c : near) {
+        if (c.empty() || !fresh(c) || !transfer_says_cold(c)) continue;
+        mark(c, model_.trained() ? CandidateSource::kJudgedNeighbor : CandidateSource::kNeighbor);
+        completions_.insert(c);
+        completed_ = true;
+        take(std::move(c));
+        break;
+      }
   }
   if (!model_.trained())
     for (Config& c : random_unvisited(count - static_cast<int>(out.size()), taken)) {
@@ -171,7 +182,8 @@ std::vector<Config> TaskTuner::search(int count) {
 
   // The filter's coin decays once per batch's worth of records, not per model update: batches
   // shortened by skipped proposals must not wear the filter out sooner.
-  const int batches_seen = static_cast<int>(trials() / std::max(1, options_.batch_size));
+  const int batches_seen =
+      static_cast<int>((trials() - coin_restart_trial_) / std::max(1, options_.batch_size));
   // The other tasks' verdict counts with the filter's own coin (Trimmer's decaying
   // probability), so that a move cold elsewhere is still tried now and then here.
   std::uniform_real_distribution<double> coin(0, 1);
@@ -297,6 +309,11 @@ void TaskTuner::record(const std::vector<Config>& configs,
       best_config_ = config;
       last_improvement_trial_ = trials() + 1;
       if (previous_best > 0) filter_.rescale(previous_best / gflops);
+      if (options_.complete_share > 0 &&
+          (completions_.count(config) > 0 ||
+           (previous_best > 0 && gflops >= options_.reset_jump * previous_best &&
+            stake_share_ >= options_.reset_share)))
+        coin_restart_trial_ = trials() + 1;
     }
     const double best = best_gflops();
     filter_.remember(task_.space.features(config), best > 0 ? gflops / best : 0.0, !r.ok());

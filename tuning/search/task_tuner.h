@@ -33,6 +33,19 @@ struct SearchOptions {
   // ... and only after this many trials without improvement: a model that has just found a
   // new best region may call everything else cold too early.
   int cold_patience = 24;
+  // Stake-aware neighbour completion (0: off, the default). A task holding at least this share
+  // of the model's latency (weight x best over the model, set by the run before each
+  // proposal) measures one of the start's neighbours the move memory calls cold once its warm
+  // ones are used up: resnet18's 512-channel convolutions (a fifth of the model each) wait
+  // for good on their oneDNN neighbour (0.37x and 0.76x of the rule) once the smaller tasks
+  // found oneDNN 1.8-4.4x slower (docs/numbers.md, "Schedulers on real kernels", session 14).
+  double complete_share = 0;
+  // With completion on, the cold filter's coin restarts (Trimmer's decay counted from there)
+  // after a completed neighbour improves its task, and after an improvement of at least
+  // reset_jump x on a task of at least reset_share of the model: a cost model trained on the
+  // old region lets its cold picks through at the decayed coin (resnet18's cold share 18%).
+  double reset_share = 0.2;
+  double reset_jump = 1.2;
   AnnealingOptions annealing;
   CostModelOptions cost_model;
   ColdFilterOptions cold_filter;
@@ -117,6 +130,8 @@ class TaskTuner {
   // expects cold. The run ends such a task's slot after that batch, and DynaTune gives it no
   // exploration bonus until a proposal finds warm candidates again.
   bool only_cold_left() const { return only_cold_left_; }
+  // The task's share of the model's latency now (SearchOptions::complete_share).
+  void set_stake_share(double share) { stake_share_ = share; }
   bool measured(const Config& c) const { return visited_.count(c) > 0; }
   const ColdStats& cold_stats() const { return cold_stats_; }
   const XGBoostCostModel& cost_model() const { return model_; }
@@ -157,6 +172,10 @@ class TaskTuner {
   MoveMemory* moves_;
   size_t index_;
   double start_seconds_ = 0;  // the rule's measured time; 0 until it ran
+  double stake_share_ = 0;
+  bool completed_ = false;  // a cold-called neighbour measured
+  std::unordered_set<Config, ConfigHash> completions_;
+  long coin_restart_trial_ = 0;  // the filter's decay counts batches from this trial
   struct Measured {
     Config config;
     double seconds;
