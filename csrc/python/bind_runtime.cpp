@@ -106,6 +106,20 @@ void bind_runtime(py::module_& m) {
         "their cores are held elsewhere; returns the previous setting");
   m.def("_kernel_helper_pieces", &helper_pieces_for_test,
         "Tests: pieces of nimble's CPU kernels the helper threads have run in this process");
+  m.def(
+      "_trace_kernel_helpers",
+      [](bool on) {
+        py::list jobs;
+        for (const HelperTrace& t : trace_helpers_for_test(on))
+          jobs.append(py::make_tuple(t.units, t.published_ns, t.caller_done_ns, t.end_ns,
+                                     t.caller_cpu, t.helper_seen_ns, t.helper_claim_ns,
+                                     t.helper_end_ns, t.helper_cpu, t.helper_units));
+        return jobs;
+      },
+      py::arg("on"),
+      "Diagnostics: turns tracing of shared kernel jobs on or off; returns the jobs traced since "
+      "the last call, (units, published_ns, caller_done_ns, end_ns, caller_cpu, helper_seen_ns, "
+      "helper_claim_ns, helper_end_ns, helper_cpu, helper_units), -1 where no helper did it");
   // prepare's options as C++ reads them, made by PrepareOptions.build_options()
   // (nimble/replay/prepare_options.py); each field is documented in build_options.h.
   py::class_<BuildOptions>(m, "BuildOptions")

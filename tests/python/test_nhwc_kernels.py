@@ -295,6 +295,25 @@ def test_replays_split_with_helpers_and_give_the_same_numbers_however_called(spe
         assert not torch.equal(want[0], want[1])
 
 
+def test_traced_jobs_give_each_shared_jobs_timeline():
+    # The diagnostic trace (docs/cpu.md, "Interleaved: caches against cores"): one record a
+    # shared job, its times in order, the helper's units within the job's.
+    model, example = build("torchvision:googlenet", image_size=32)
+    fast = nimble.Nimble(model).prepare(example)
+    nimble._C._trace_kernel_helpers(False)
+    nimble._C._trace_kernel_helpers(True)
+    for _ in range(3):
+        fast(example)
+    jobs = nimble._C._trace_kernel_helpers(False)
+    assert jobs and len(jobs) % 3 == 0
+    for units, published, caller_done, end, caller_cpu, seen, claim, helper_end, cpu, taken in jobs:
+        assert 0 < published <= caller_done <= end and caller_cpu >= 0 and 0 <= taken <= units
+        assert (claim >= 0) == (taken > 0) and (seen < 0 or seen >= published)
+        assert claim < 0 or (seen <= claim <= helper_end <= end and cpu >= 0)
+    fast(example)
+    assert nimble._C._trace_kernel_helpers(False) == []
+
+
 def test_unlowered_programs_keep_openmp_and_several_streams_share_work():
     # Unlowered: no kernel of nimble's to share, ATen's ops keep their OpenMP threads.
     model, example = build("torchvision:googlenet", image_size=32)

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "csrc/runtime/cpu/steady_ns.h"
+
 namespace nimble {
 
 namespace {
@@ -43,6 +45,8 @@ constexpr std::chrono::microseconds kKeepCore{50};
 constexpr int kPausesPerCheck = 64;
 // How long a caller whose units are all claimed waits with the pause before it yields.
 constexpr std::chrono::microseconds kCallerSpin{20};
+// The most jobs a trace holds until it is read (trace_helpers_for_test).
+constexpr size_t kMaxTraced = size_t{1} << 20;
 
 inline void cpu_pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -72,6 +76,11 @@ struct Job {
   std::atomic<int64_t> done{0};    // units run, or skipped after a failure
   std::mutex error_mutex;
   std::exception_ptr error;
+  // Traced jobs only (trace_helpers_for_test): when a helper saw the job, claimed its first
+  // piece and finished its last, and on which CPU; -1 where none did.
+  std::atomic<int64_t> helper_seen_ns{-1}, helper_claim_ns{-1}, helper_end_ns{-1};
+  std::atomic<int> helper_cpu{-1};
+  std::atomic<int64_t> helper_units{0};
 
   static uint64_t pack(int64_t front, int64_t back) {
     return static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(back);
@@ -103,14 +112,21 @@ struct Job {
   }
 
   // Claims and runs units until none is left (or one failed); returns how many pieces it ran.
-  int64_t work(bool front) {
+  int64_t work(bool front, bool traced = false) {
     int64_t pieces = 0;
     for (int64_t begin, end; claim(front, begin, end); ++pieces) {
+      if (traced && !front) {
+        int64_t none = -1;
+        helper_claim_ns.compare_exchange_strong(none, steady_ns());
+        helper_cpu.store(sched_getcpu());
+        helper_units.fetch_add(end - begin);
+      }
       try {
         (*body)(begin, end);
       } catch (...) {
         fail();
       }
+      if (traced && !front) helper_end_ns.store(steady_ns());
       done.fetch_add(end - begin);
     }
     return pieces;
@@ -162,6 +178,8 @@ class Helpers {
     job->body = &body;
     job->start(units, threads);
     job->helpers = threads - 1;
+    const bool traced = tracing_.load();
+    const int64_t published = traced ? steady_ns() : 0;
     caller_cpu_.store(sched_getcpu());
     std::atomic_store(&job_, job);
     generation_.fetch_add(1);
@@ -170,6 +188,7 @@ class Helpers {
       wake_.notify_all();
     }
     job->work(/*front=*/true);
+    const int64_t caller_done = traced ? steady_ns() : 0;
     // Every unit is claimed: wait for the pieces the helpers run. Briefly with the CPU's
     // pause (yielding hands the core to whatever else waits for it, for a scheduler slice),
     // then yielding, for a helper that runs on this core.
@@ -183,6 +202,14 @@ class Helpers {
       }
     }
     std::atomic_store(&job_, std::shared_ptr<Job>());
+    if (traced) {
+      const std::lock_guard<std::mutex> lock(trace_mutex_);
+      if (trace_.size() < kMaxTraced)
+        trace_.push_back({units, published, caller_done, steady_ns(), caller_cpu_.load(),
+                          job->helper_seen_ns.load(), job->helper_claim_ns.load(),
+                          job->helper_end_ns.load(), job->helper_cpu.load(),
+                          job->helper_units.load()});
+    }
     if (job->error) std::rethrow_exception(job->error);
     return true;
   }
@@ -196,6 +223,14 @@ class Helpers {
   }
 
   int64_t helper_pieces() const { return helper_pieces_.load(); }
+
+  std::vector<HelperTrace> trace(bool on) {
+    const std::lock_guard<std::mutex> lock(trace_mutex_);
+    tracing_.store(on);
+    std::vector<HelperTrace> taken;
+    taken.swap(trace_);
+    return taken;
+  }
 
   bool stall(bool stalled) {
     const std::lock_guard<std::mutex> lock(stall_mutex_);
@@ -213,7 +248,12 @@ class Helpers {
       seen = generation_.load();
       const std::shared_ptr<Job> job = std::atomic_load(&job_);
       if (!job || index >= job->helpers) continue;
-      helper_pieces_.fetch_add(job->work(/*front=*/false));
+      const bool traced = tracing_.load();
+      if (traced) {
+        int64_t none = -1;
+        job->helper_seen_ns.compare_exchange_strong(none, steady_ns());
+      }
+      helper_pieces_.fetch_add(job->work(/*front=*/false, traced));
     }
   }
 
@@ -258,6 +298,9 @@ class Helpers {
   std::mutex stall_mutex_;
   std::atomic<bool> stalled_{false};  // written under stall_mutex_
   std::condition_variable unstalled_;
+  std::atomic<bool> tracing_{false};
+  std::mutex trace_mutex_;
+  std::vector<HelperTrace> trace_;  // under trace_mutex_
 };
 
 }  // namespace
@@ -287,5 +330,7 @@ int shared_work_threads() { return t_shared_threads; }
 bool stall_helpers_for_test(bool stalled) { return Helpers::instance().stall(stalled); }
 
 int64_t helper_pieces_for_test() { return Helpers::instance().helper_pieces(); }
+
+std::vector<HelperTrace> trace_helpers_for_test(bool on) { return Helpers::instance().trace(on); }
 
 }  // namespace nimble

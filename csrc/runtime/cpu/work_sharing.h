@@ -11,6 +11,7 @@
 // piece leaves the rest to the caller. Torch-free.
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace nimble {
 
@@ -61,5 +62,16 @@ bool stall_helpers_for_test(bool stalled);
 
 // Tests: how many pieces the helper threads have run since the process started.
 int64_t helper_pieces_for_test();
+
+// Diagnostics: one shared job's timeline, steady-clock nanoseconds (-1: no helper did it).
+struct HelperTrace {
+  int64_t units, published_ns, caller_done_ns, end_ns;
+  int caller_cpu;
+  int64_t helper_seen_ns, helper_claim_ns, helper_end_ns;
+  int helper_cpu;
+  int64_t helper_units;
+};
+// Turns tracing of every shared job on or off and returns the jobs traced since last asked.
+std::vector<HelperTrace> trace_helpers_for_test(bool on);
 
 }  // namespace nimble

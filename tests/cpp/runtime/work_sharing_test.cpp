@@ -142,6 +142,32 @@ TEST(WorkSharing, HelpersShareTheWorkWhenTheyAreThere) {
   EXPECT_EQ(ran_on.size(), 2u);
 }
 
+// The diagnostic trace: one record a traced job, its times in order, the helper's units those
+// it ran; nothing recorded once tracing is off.
+TEST(WorkSharing, TracedJobsRecordTheHelpersPartInOrder) {
+  trace_helpers_for_test(true);
+  share_work(8, 2, [](int64_t, int64_t) {});
+  share_work(8, 2,
+             [](int64_t, int64_t) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); });
+  const std::vector<HelperTrace> jobs = trace_helpers_for_test(false);
+  ASSERT_EQ(jobs.size(), 2u);
+  for (const HelperTrace& t : jobs) {
+    EXPECT_EQ(t.units, 8);
+    EXPECT_LE(t.published_ns, t.caller_done_ns);
+    EXPECT_LE(t.caller_done_ns, t.end_ns);
+    EXPECT_GE(t.caller_cpu, 0);
+    EXPECT_EQ(t.helper_claim_ns >= 0, t.helper_units > 0);
+    if (t.helper_claim_ns >= 0) {
+      EXPECT_LE(t.published_ns, t.helper_seen_ns);
+      EXPECT_LE(t.helper_seen_ns, t.helper_claim_ns);
+      EXPECT_LE(t.helper_end_ns, t.end_ns);
+      EXPECT_GE(t.helper_cpu, 0);
+    }
+  }
+  share_work(8, 2, [](int64_t, int64_t) {});
+  EXPECT_TRUE(trace_helpers_for_test(false).empty());
+}
+
 // The pieces the calling thread runs while the helpers are stalled: its first is the first
 // unit in `threads` (the GEMM's large contiguous piece, as OpenMP's static split gives it),
 // then shares of the rest in order, never smaller than one unit in 8 x threads but for the
