@@ -126,6 +126,17 @@ std::vector<float> run_from_back(const GemmConvolution& conv, const Problem& p,
   return out;
 }
 
+std::string describe(const Problem& p);
+
+// Every tile in one call (with p's residual), checked against the reference.
+std::vector<float> run_all_tiles_checked(const GemmConvolution& conv, const Problem& p) {
+  std::vector<float> whole(p.g.out_pixels() * p.g.out_channels, -7.0F);
+  conv.run_tiles(p.input.data(), whole.data(), p.residual.data(), p.epilogue, 0,
+                 conv.row_blocks() * conv.column_blocks());
+  expect_close(whole, p.reference(), describe(p));
+  return whole;
+}
+
 std::string describe(const Problem& p) {
   const ConvolutionGeometry& g = p.g;
   return "n" + std::to_string(g.images) + " " + std::to_string(g.height) + "x" +
@@ -476,10 +487,7 @@ TEST_P(GemmConvolutionIsaTest, LayersThatPrefetchMatchReferenceAndOneCall) {
     const Problem p = make_problem(g, rng, true, true, {Activation::kRelu});
     const GemmConvolution conv(p.weight.data(), p.bias.data(), g, GetParam());
     const size_t size = g.out_pixels() * g.out_channels;
-    std::vector<float> whole(size, -7.0F);
-    const int64_t tiles = conv.row_blocks() * conv.column_blocks();
-    conv.run_tiles(p.input.data(), whole.data(), p.residual.data(), p.epilogue, 0, tiles);
-    expect_close(whole, p.reference(), describe(p));
+    const std::vector<float> whole = run_all_tiles_checked(conv, p);
     const std::vector<float> ranges =
         run_in_ranges(conv, p, p.residual.data(), [&] { return pick(1, 7); });
     EXPECT_EQ(0, std::memcmp(whole.data(), ranges.data(), size * sizeof(float))) << describe(p);
@@ -509,10 +517,8 @@ TEST_P(GemmConvolutionIsaTest, HelperClaimsFromTheBackMatchOneCall) {
     const Problem p = make_problem(g, rng, true, true, {Activation::kRelu});
     const GemmConvolution conv(p.weight.data(), p.bias.data(), g, GetParam());
     const size_t size = g.out_pixels() * g.out_channels;
-    std::vector<float> whole(size, -7.0F);
     const int64_t tiles = conv.row_blocks() * conv.column_blocks();
-    conv.run_tiles(p.input.data(), whole.data(), p.residual.data(), p.epilogue, 0, tiles);
-    expect_close(whole, p.reference(), describe(p));
+    const std::vector<float> whole = run_all_tiles_checked(conv, p);
     for (const int64_t length : {int64_t{1}, int64_t{2}, int64_t{3}, tiles}) {
       const std::vector<float> back =
           run_from_back(conv, p, p.residual.data(), [&] { return length; });
