@@ -111,6 +111,32 @@ std::vector<float> run_in_ranges(const GemmConvolution& conv, const Problem& p,
   return out;
 }
 
+// run_tiles over ranges of `next_length()` tiles each from the back, each run backwards, as a
+// helper claims them (GemmConvolution::Claims::kThenBefore), into a fresh output.
+template <typename NextLength>
+std::vector<float> run_from_back(const GemmConvolution& conv, const Problem& p,
+                                 const float* residual, NextLength next_length) {
+  std::vector<float> out(p.g.out_pixels() * p.g.out_channels, -7.0F);
+  for (int64_t end = conv.row_blocks() * conv.column_blocks(); end > 0;) {
+    const int64_t begin = std::max<int64_t>(0, end - next_length());
+    conv.run_tiles(p.input.data(), out.data(), residual, p.epilogue, begin, end, 0,
+                   GemmConvolution::Claims::kThenBefore);
+    end = begin;
+  }
+  return out;
+}
+
+std::string describe(const Problem& p);
+
+// Every tile in one call (with p's residual), checked against the reference.
+std::vector<float> run_all_tiles_checked(const GemmConvolution& conv, const Problem& p) {
+  std::vector<float> whole(p.g.out_pixels() * p.g.out_channels, -7.0F);
+  conv.run_tiles(p.input.data(), whole.data(), p.residual.data(), p.epilogue, 0,
+                 conv.row_blocks() * conv.column_blocks());
+  expect_close(whole, p.reference(), describe(p));
+  return whole;
+}
+
 std::string describe(const Problem& p) {
   const ConvolutionGeometry& g = p.g;
   return "n" + std::to_string(g.images) + " " + std::to_string(g.height) + "x" +
@@ -461,13 +487,44 @@ TEST_P(GemmConvolutionIsaTest, LayersThatPrefetchMatchReferenceAndOneCall) {
     const Problem p = make_problem(g, rng, true, true, {Activation::kRelu});
     const GemmConvolution conv(p.weight.data(), p.bias.data(), g, GetParam());
     const size_t size = g.out_pixels() * g.out_channels;
-    std::vector<float> whole(size, -7.0F);
-    const int64_t tiles = conv.row_blocks() * conv.column_blocks();
-    conv.run_tiles(p.input.data(), whole.data(), p.residual.data(), p.epilogue, 0, tiles);
-    expect_close(whole, p.reference(), describe(p));
+    const std::vector<float> whole = run_all_tiles_checked(conv, p);
     const std::vector<float> ranges =
         run_in_ranges(conv, p, p.residual.data(), [&] { return pick(1, 7); });
     EXPECT_EQ(0, std::memcmp(whole.data(), ranges.data(), size * sizeof(float))) << describe(p);
+    const std::vector<float> back =
+        run_from_back(conv, p, p.residual.data(), [&] { return pick(1, 7); });
+    EXPECT_EQ(0, std::memcmp(whole.data(), back.data(), size * sizeof(float))) << describe(p);
+  }
+}
+
+// A helper's claims from the back, each run backwards asking for the weight of the column
+// block before it (resnet50's layers at 64x64 whose weights exceed L2: columns outside, tiles
+// of 2 and 4 vectors), give the floats of one call and of the same tiles run forwards.
+TEST_P(GemmConvolutionIsaTest, HelperClaimsFromTheBackMatchOneCall) {
+  std::mt19937 rng(13);
+  const auto map = [](int64_t size, int64_t in, int64_t out, int64_t kernel, int64_t stride) {
+    ConvolutionGeometry g;
+    g.height = g.width = size;
+    g.in_channels = in;
+    g.out_channels = out;
+    g.kernel_h = g.kernel_w = kernel;
+    g.pad_h = g.pad_w = kernel / 2;
+    g.stride_h = g.stride_w = stride;
+    return g;
+  };
+  for (const ConvolutionGeometry& g : {map(4, 256, 256, 3, 1), map(4, 1024, 512, 1, 1),
+                                       map(8, 256, 256, 3, 2), map(4, 256, 1024, 1, 1)}) {
+    const Problem p = make_problem(g, rng, true, true, {Activation::kRelu});
+    const GemmConvolution conv(p.weight.data(), p.bias.data(), g, GetParam());
+    const size_t size = g.out_pixels() * g.out_channels;
+    const int64_t tiles = conv.row_blocks() * conv.column_blocks();
+    const std::vector<float> whole = run_all_tiles_checked(conv, p);
+    for (const int64_t length : {int64_t{1}, int64_t{2}, int64_t{3}, tiles}) {
+      const std::vector<float> back =
+          run_from_back(conv, p, p.residual.data(), [&] { return length; });
+      EXPECT_EQ(0, std::memcmp(whole.data(), back.data(), size * sizeof(float)))
+          << describe(p) << " claims of " << length;
+    }
   }
 }
 

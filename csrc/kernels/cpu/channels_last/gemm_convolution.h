@@ -58,21 +58,29 @@ class GemmConvolution {
   // Tiles [begin, end) of the row_blocks() x column_blocks() tiles, numbered in the order the
   // tiling visits them (rows outside: row block by row block; columns outside: column block by
   // column block), so that a thread's run of consecutive tiles reuses what the order keeps in
-  // cache: a row block's input, or a column block's weight. Arguments as run()'s.
+  // cache: a row block's input, or a column block's weight. Arguments as run()'s. `claims`:
+  // what the thread runs after this run; with columns outside, a column block asks for the
+  // weight of the one the thread runs next while it runs (the .cpp says where). No result
+  // depends on it.
+  enum class Claims {
+    kAlone,       // nothing next to the run, or the tiles after it (the run goes forwards)
+    kThenBefore,  // the tiles before `begin` (a helper claiming from the back: share_work); the
+                  // run goes column block by column block backwards
+  };
   void run_tiles(const float* input, float* output, const float* residual, const Epilogue& epilogue,
-                 int64_t begin, int64_t end, int64_t input_pixel_stride = 0) const;
+                 int64_t begin, int64_t end, int64_t input_pixel_stride = 0,
+                 Claims claims = Claims::kAlone) const;
   // 1x1, stride 1, no padding: each output pixel's row is its input pixel's channels.
   bool reads_rows_in_place() const { return direct_; }
   // Bytes held by the packed weight, bias and offsets.
   int64_t bytes() const;
 
  private:
-  // run(); `next_column_follows`: the caller runs column block column_block_end next (from
-  // its first row block), whose weight the last column block may then ask for ahead.
+  // run(); `next_column`: the column block the thread runs after this range (from its first
+  // row block; -1: none or unknown), whose weight the last column block may then ask for ahead.
   void run_range(const float* input, float* output, const float* residual, const Epilogue& epilogue,
                  int64_t row_block_begin, int64_t row_block_end, int64_t column_block_begin,
-                 int64_t column_block_end, int64_t input_pixel_stride,
-                 bool next_column_follows) const;
+                 int64_t column_block_end, int64_t input_pixel_stride, int64_t next_column) const;
   // One block of rows by panels [panel_begin, panel_end) of one group. `ahead` (null: none):
   // the weight of the column block the thread runs next, asked into L2 while this one runs,
   // by the row blocks of this column block, share `ahead_part` of `ahead_parts` here.

@@ -116,9 +116,13 @@ void NhwcConvolution::run(const float* in, float* out, const float* res, const E
         [&](int64_t begin, int64_t end) { winograd_->run(in, out, res, epilogue, begin, end); });
     return;
   }
+  // Through share_work (a replay), a helper claims the tiles before its run next
+  // (work_sharing.cpp).
+  using Claims = nhwc::GemmConvolution::Claims;
   split_work(gemm_->row_blocks() * gemm_->column_blocks(), worth_forking(multiply_adds, threads),
              [&](int64_t begin, int64_t end) {
-               gemm_->run_tiles(in, out, res, epilogue, begin, end, input_pixel_stride);
+               const Claims claims = in_shared_work() ? Claims::kThenBefore : Claims::kAlone;
+               gemm_->run_tiles(in, out, res, epilogue, begin, end, input_pixel_stride, claims);
              });
 }
 
