@@ -222,6 +222,56 @@ TEST_P(WinogradIsaTest, PiecesInAnyOrderOrOnTwoThreadsMatchOneCall) {
   }
 }
 
+// Small maps: the rule splits 16x16 maps into blocks of 16 tiles (no input transformed
+// twice), one block of 8x8 into two column blocks, and no odd count of blocks; every split,
+// its pieces on two threads, bit for bit one call of the rule's.
+TEST_P(WinogradIsaTest, SmallMapSplitsMatchTheRuleBitForBit) {
+  std::mt19937 rng(13);
+  const ConvolutionGeometry r64 = three_by_three(1, 16, 16, 64, 64, 1, 1);
+  std::vector<float> w64(64 * 64 * 9, 0.01F);
+  const WinogradConvolution rule64(w64.data(), nullptr, r64, GetParam());
+  EXPECT_EQ(rule64.tiles_per_block(), 16);
+  EXPECT_EQ(rule64.column_blocks(), 1);
+  EXPECT_EQ(rule64.pieces(), 4);
+  std::vector<float> w128(128 * 128 * 9, 0.01F);
+  const WinogradConvolution rule128(w128.data(), nullptr, three_by_three(1, 8, 8, 128, 128, 1, 1),
+                                    GetParam());
+  EXPECT_EQ(rule128.pieces(), 2);
+  EXPECT_EQ(rule128.column_blocks(), 2);
+  std::vector<float> w256(256 * 256 * 9, 0.01F);
+  const WinogradConvolution rule256(w256.data(), nullptr, three_by_three(1, 14, 14, 256, 256, 1, 1),
+                                    GetParam());
+  EXPECT_EQ(rule256.pieces() % 2, 0);
+  for (const ConvolutionGeometry& g :
+       {r64, three_by_three(1, 8, 8, 96, 128, 1, 1), three_by_three(2, 15, 13, 40, 72, 1, 1)}) {
+    const Case p = make_case(g, rng, true, true, {Activation::kRelu});
+    const size_t size = g.out_pixels() * g.out_channels;
+    const WinogradConvolution rule(p.weight.data(), p.bias.data(), g, GetParam());
+    std::vector<float> want(size);
+    rule.run(p.input.data(), want.data(), p.residual.data(), p.epilogue, 0, rule.pieces());
+    expect_within_bound(want, p, p.describe());
+    for (const WinogradSplit split :
+         {WinogradSplit{1 << 20, 1}, WinogradSplit{1 << 20, 2}, WinogradSplit{16, 1},
+          WinogradSplit{16, 2}, WinogradSplit{8, 1}, WinogradSplit{8, 3}}) {
+      const WinogradConvolution conv(p.weight.data(), p.bias.data(), g, GetParam(), split);
+      std::vector<float> whole(size, -7.0F), threaded(size, -7.0F);
+      conv.run(p.input.data(), whole.data(), p.residual.data(), p.epilogue, 0, conv.pieces());
+      const auto every_other = [&](int64_t parity) {
+        for (int64_t i = conv.pieces() - 1 - parity; i >= 0; i -= 2)
+          conv.run(p.input.data(), threaded.data(), p.residual.data(), p.epilogue, i, i + 1);
+      };
+      std::thread other(every_other, 1);
+      every_other(0);
+      other.join();
+      const std::string what = p.describe() + " tiles a block " +
+                               std::to_string(split.block_tiles) + ", column splits " +
+                               std::to_string(split.column_splits);
+      EXPECT_EQ(0, std::memcmp(want.data(), whole.data(), size * sizeof(float))) << what;
+      EXPECT_EQ(0, std::memcmp(want.data(), threaded.data(), size * sizeof(float))) << what;
+    }
+  }
+}
+
 TEST_P(WinogradIsaTest, NanInInputStaysNan) {
   std::mt19937 rng(3);
   Case p = make_case(three_by_three(1, 6, 5, 20, 33, 1, 1), rng, true, false, {Activation::kRelu});

@@ -18,10 +18,18 @@ namespace {
 // product) and at most 128 (past that a product's packed weight panel is reused enough).
 constexpr int64_t kBlockFloats = int64_t{1} << 17;
 constexpr int64_t kMinBlockTiles = 16, kMaxBlockTiles = 128;
-// With one block of tiles, its output channels are split in two from this many
-// multiply-adds of the products (gemm_convolution.h's threshold for two tiles): the input
-// transform then runs twice, once a piece.
-constexpr int64_t kSplitMacs = int64_t{1} << 17;
+// Where the blocks of tiles are fewer than kFewPieces (small maps: 16x16 is 64 tiles), the
+// tiles are split into up to kFewPieces blocks of at least kMinBlockTiles where the products
+// have kPieceMacs multiply-adds a piece; a single block's output channels are split in two
+// from 2 x kPieceMacs (gemm_convolution.h's threshold for two tiles), each piece then
+// transforming the block's input (a call running both, once). Blocks of tiles transform no
+// input twice: resnet18's and resnet50's 3x3 64 > 64 on 16x16, one block of 64 tiles with
+// its 64 channels split in two before, took 1.77x less time on two threads than on one, in
+// 4 blocks of 16 tiles 2.0x, and 0.9x the time on one (docs/cpu.md, "Small maps on two
+// threads, session 13"). More column blocks, or blocks of 8 tiles on 8x8 maps, measured no
+// better: narrower column blocks run narrower register tiles, each transforming the input.
+constexpr int64_t kFewPieces = 4;
+constexpr int64_t kPieceMacs = int64_t{1} << 16;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -122,7 +130,8 @@ bool WinogradConvolution::applies(const ConvolutionGeometry& g) {
 }
 
 WinogradConvolution::WinogradConvolution(const float* weight, const float* bias,
-                                         const ConvolutionGeometry& geometry, Isa isa)
+                                         const ConvolutionGeometry& geometry, Isa isa,
+                                         WinogradSplit split)
     : geometry_(geometry), isa_(isa) {
   const ConvolutionGeometry& g = geometry;
   check(supports(isa), "this CPU cannot run the Isa asked for");
@@ -138,8 +147,21 @@ WinogradConvolution::WinogradConvolution(const float* weight, const float* bias,
   const int64_t most =
       std::clamp(kBlockFloats / (kPositions * (c + k)), kMinBlockTiles, kMaxBlockTiles);
   tile_blocks_ = ceil_div(tiles, most);
+  const int64_t macs = kPositions * tiles * c * k;
+  const int64_t wanted = macs >= kFewPieces * kPieceMacs ? kFewPieces
+                         : macs >= 2 * kPieceMacs        ? 2
+                                                         : 1;
+  if (tile_blocks_ < wanted) {
+    int64_t blocks = std::min(wanted, tiles / kMinBlockTiles);
+    if (blocks == 3) blocks = 2;  // an odd count runs 2 : 1 on two threads
+    tile_blocks_ = std::max(tile_blocks_, blocks);
+  }
+  if (split.block_tiles > 0) tile_blocks_ = ceil_div(tiles, std::min(split.block_tiles, tiles));
   block_tiles_ = ceil_div(tiles, tile_blocks_);  // blocks of near-equal size
-  const bool split_columns = tile_blocks_ == 1 && kPositions * block_tiles_ * c * k >= kSplitMacs;
+  tile_blocks_ = ceil_div(tiles, block_tiles_);
+  const int64_t column_splits = split.column_splits > 0           ? split.column_splits
+                                : tile_blocks_ == 1 && wanted > 1 ? 2
+                                                                  : 1;
 
   // U[position] as a [K, C, 1, 1] weight, the layout GemmConvolution packs.
   std::vector<std::vector<float>> u(kPositions, std::vector<float>(k * c));
@@ -158,7 +180,7 @@ WinogradConvolution::WinogradConvolution(const float* weight, const float* bias,
   GemmTiling tiling;
   tiling.pieces = 1;
   tiling.rows_per_block = block_tiles_;
-  tiling.column_splits = split_columns ? 2 : 1;
+  tiling.column_splits = column_splits;
   for (int p = 0; p < kPositions; ++p)
     products_.push_back(
         std::make_unique<const GemmConvolution>(u[p].data(), nullptr, product, isa, tiling));
@@ -188,11 +210,12 @@ void WinogradConvolution::run(const float* input, float* output, const float* re
   float* const m = v + kPositions * v_stride;
   const float* rows[kPositions];
   float* out[4];
+  int64_t transformed = -1;  // the block of tiles whose input v holds
   for (int64_t piece = begin; piece < end; ++piece) {
     const int64_t block = piece / column_blocks_, column_block = piece % column_blocks_;
     const int64_t first = block * block_tiles_;
     const int64_t count = std::min(block_tiles_, tiles - first);
-    for (int64_t i = 0; i < count; ++i) {
+    for (int64_t i = 0; i < count && block != transformed; ++i) {
       const int64_t tile = first + i, image = tile / image_tiles;
       const int64_t y0 = (tile % image_tiles) / tiles_w_ * 2 - g.pad_h;
       const int64_t x0 = tile % tiles_w_ * 2 - g.pad_w;
@@ -207,10 +230,11 @@ void WinogradConvolution::run(const float* input, float* output, const float* re
       input_tile(isa_, rows, v + i * c, v_stride, c);
     }
     // A short last block: rows past its tiles read zeros (their results are not stored).
-    if (count < block_tiles_) {
+    if (count < block_tiles_ && block != transformed) {
       for (int p = 0; p < kPositions; ++p)
         std::fill(v + p * v_stride + count * c, v + (p + 1) * v_stride, 0.0F);
     }
+    transformed = block;
     for (int p = 0; p < kPositions; ++p) {
       products_[p]->run(v + p * v_stride, m + p * m_stride, nullptr, Epilogue{}, 0, 1, column_block,
                         column_block + 1);

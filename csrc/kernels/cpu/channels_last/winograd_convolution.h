@@ -31,6 +31,12 @@
 
 namespace nimble::kernels::nhwc {
 
+// How a WinogradConvolution's work is split into pieces (0: the rule's, winograd_convolution.cpp).
+struct WinogradSplit {
+  int64_t block_tiles = 0;    // tiles a block (clamped to [1, tiles])
+  int64_t column_splits = 0;  // blocks the output channels are split into (at most the panels)
+};
+
 class WinogradConvolution {
  public:
   static constexpr int kPositions = 16;  // elements of a transformed 4x4 tile
@@ -41,15 +47,18 @@ class WinogradConvolution {
   // `weight`: PyTorch's [K, C, 3, 3], contiguous; `bias`: [K] or null (zeros). Throws
   // std::invalid_argument where applies() is false.
   WinogradConvolution(const float* weight, const float* bias, const ConvolutionGeometry& geometry,
-                      Isa isa = best_isa());
+                      Isa isa = best_isa(), WinogradSplit split = {});
   Isa isa() const { return isa_; }
   const ConvolutionGeometry& geometry() const { return geometry_; }
 
   // Work is split into pieces: blocks of tiles (over all images) times blocks of output
-  // channels. Any set of distinct pieces may run on different threads at once.
+  // channels, numbered column block by column block within a block of tiles. Any set of
+  // distinct pieces may run on different threads at once; a call running several column
+  // blocks of one block of tiles transforms its input once.
   int64_t pieces() const { return tile_blocks_ * column_blocks_; }
   int64_t tiles() const { return tiles_h_ * tiles_w_ * geometry_.images; }
   int64_t tiles_per_block() const { return block_tiles_; }
+  int64_t column_blocks() const { return column_blocks_; }
   // Computes pieces [begin, end). `input`: NHWC contiguous [images][height][width][C];
   // `output` and `residual` (null: none): NHWC contiguous [images][out_h][out_w][K].
   // out = epilogue(conv + bias (+ residual)).
@@ -67,7 +76,7 @@ class WinogradConvolution {
   // last tile are zeros, computed and not stored.
   int64_t block_tiles_ = 0, tile_blocks_ = 0;
   // Output channels are split into column_blocks_ blocks (the products' column blocks) when
-  // the tiles alone make too few pieces for the threads (late layers: a 7x7 map is 16 tiles).
+  // the tiles alone make too few pieces for the threads (small maps: an 8x8 map is 16 tiles).
   int64_t column_blocks_ = 1;
   // One product a position: [block_tiles_, C] x U[position] ([C, K]), packed by the GEMM.
   std::vector<std::unique_ptr<const GemmConvolution>> products_;
