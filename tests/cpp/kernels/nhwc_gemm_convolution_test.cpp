@@ -126,6 +126,19 @@ std::vector<float> run_from_back(const GemmConvolution& conv, const Problem& p,
   return out;
 }
 
+// A square map of one image, a square kernel with "same" padding.
+ConvolutionGeometry square_map(int64_t size, int64_t in, int64_t out, int64_t kernel,
+                               int64_t stride = 1) {
+  ConvolutionGeometry g;
+  g.height = g.width = size;
+  g.in_channels = in;
+  g.out_channels = out;
+  g.kernel_h = g.kernel_w = kernel;
+  g.pad_h = g.pad_w = kernel / 2;
+  g.stride_h = g.stride_w = stride;
+  return g;
+}
+
 std::string describe(const Problem& p);
 
 // Every tile in one call (with p's residual), checked against the reference.
@@ -502,18 +515,9 @@ TEST_P(GemmConvolutionIsaTest, LayersThatPrefetchMatchReferenceAndOneCall) {
 // of 2 and 4 vectors), give the floats of one call and of the same tiles run forwards.
 TEST_P(GemmConvolutionIsaTest, HelperClaimsFromTheBackMatchOneCall) {
   std::mt19937 rng(13);
-  const auto map = [](int64_t size, int64_t in, int64_t out, int64_t kernel, int64_t stride) {
-    ConvolutionGeometry g;
-    g.height = g.width = size;
-    g.in_channels = in;
-    g.out_channels = out;
-    g.kernel_h = g.kernel_w = kernel;
-    g.pad_h = g.pad_w = kernel / 2;
-    g.stride_h = g.stride_w = stride;
-    return g;
-  };
-  for (const ConvolutionGeometry& g : {map(4, 256, 256, 3, 1), map(4, 1024, 512, 1, 1),
-                                       map(8, 256, 256, 3, 2), map(4, 256, 1024, 1, 1)}) {
+  for (const ConvolutionGeometry& g :
+       {square_map(4, 256, 256, 3, 1), square_map(4, 1024, 512, 1, 1),
+        square_map(8, 256, 256, 3, 2), square_map(4, 256, 1024, 1, 1)}) {
     const Problem p = make_problem(g, rng, true, true, {Activation::kRelu});
     const GemmConvolution conv(p.weight.data(), p.bias.data(), g, GetParam());
     const size_t size = g.out_pixels() * g.out_channels;
@@ -612,19 +616,10 @@ TEST(GemmConvolutionTest, SmallProductsAreOneTileLargerOnesSplit) {
 // bit for bit those of blocks of one panel (the widths of the column blocks change no sum).
 TEST(GemmConvolutionTest, FewPiecesComeInAnEvenCount) {
   std::mt19937 rng(46);
-  const auto map = [](int64_t size, int64_t in, int64_t out, int64_t kernel) {
-    ConvolutionGeometry g;
-    g.height = g.width = size;
-    g.in_channels = in;
-    g.out_channels = out;
-    g.kernel_h = g.kernel_w = kernel;
-    g.pad_h = g.pad_w = kernel / 2;
-    return g;
-  };
   // (before: 3 column blocks, 5 column blocks, 3, 3 row blocks, 7 column blocks, 15 row blocks)
   for (const ConvolutionGeometry& g :
-       {linear(1, 1024, 1000), map(2, 160, 320, 3), map(2, 832, 256, 1), map(8, 192, 64, 1),
-        linear(1, 2048, 1000), map(16, 64, 256, 1)}) {
+       {linear(1, 1024, 1000), square_map(2, 160, 320, 3), square_map(2, 832, 256, 1),
+        square_map(8, 192, 64, 1), linear(1, 2048, 1000), square_map(16, 64, 256, 1)}) {
     const Problem p = make_problem(g, rng, true, false, {Activation::kRelu});
     const GemmConvolution rule(p.weight.data(), p.bias.data(), g);
     const int64_t pieces = rule.row_blocks() * rule.column_blocks();
