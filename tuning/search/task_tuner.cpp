@@ -118,13 +118,12 @@ std::vector<Config> TaskTuner::first_proposals(int count,
       take(std::move(c));
     }
     // Stake-aware completion: the least cold of the neighbours the other tasks call cold, once.
-    if (options_.complete_share > 0 && stake_share_ >= options_.complete_share && !completed_ &&
+    if (options_.complete_share > 0 && stake_share_ >= options_.complete_share && !completion_ &&
         static_cast<int>(out.size()) < count)
       for (Config& c : near) {
         if (c.empty() || !fresh(c) || !transfer_says_cold(c)) continue;
         mark(c, model_.trained() ? CandidateSource::kJudgedNeighbor : CandidateSource::kNeighbor);
-        completions_.insert(c);
-        completed_ = true;
+        completion_ = c;
         take(std::move(c));
         break;
       }
@@ -310,7 +309,7 @@ void TaskTuner::record(const std::vector<Config>& configs,
       last_improvement_trial_ = trials() + 1;
       if (previous_best > 0) filter_.rescale(previous_best / gflops);
       if (options_.complete_share > 0 &&
-          (completions_.count(config) > 0 ||
+          (config == completion_ ||
            (previous_best > 0 && gflops >= options_.reset_jump * previous_best &&
             stake_share_ >= options_.reset_share)))
         coin_restart_trial_ = trials() + 1;

@@ -5,6 +5,7 @@
 // measured (several batches of one task may be in flight on different workers).
 #include <array>
 #include <limits>
+#include <optional>
 #include <random>
 #include <unordered_map>
 #include <unordered_set>
@@ -173,9 +174,8 @@ class TaskTuner {
   size_t index_;
   double start_seconds_ = 0;  // the rule's measured time; 0 until it ran
   double stake_share_ = 0;
-  bool completed_ = false;  // a cold-called neighbour measured
-  std::unordered_set<Config, ConfigHash> completions_;
-  long coin_restart_trial_ = 0;  // the filter's decay counts batches from this trial
+  std::optional<Config> completion_;  // the cold-called neighbour measured, once
+  long coin_restart_trial_ = 0;       // the filter's decay counts batches from this trial
   struct Measured {
     Config config;
     double seconds;

@@ -120,9 +120,12 @@ std::vector<Config> TuningRun::propose(size_t k) {
     count = static_cast<int>(
         std::min<long>(count, options_.budget_trials - report_.trials - in_flight_trials_));
   const auto start = Clock::now();
-  const double model = model_seconds();
-  if (model > 0)
-    tuners_[k]->set_stake_share(tasks_[k].weight * task_seconds(tasks_[k], *tuners_[k]) / model);
+  // The task's stake matters only to stake-aware completion: no pass over the tasks without it.
+  if (options_.search.complete_share > 0) {
+    const double model = model_seconds();
+    if (model > 0)
+      tuners_[k]->set_stake_share(tasks_[k].weight * task_seconds(tasks_[k], *tuners_[k]) / model);
+  }
   std::vector<Config> batch = tuners_[k]->propose(count);
   const double seconds = since(start);
   report_.search_wall_seconds += seconds;
