@@ -272,6 +272,39 @@ TEST_P(WinogradIsaTest, SmallMapSplitsMatchTheRuleBitForBit) {
   }
 }
 
+// A transformed weight above 1.5x all tiles' V and M: one block of every tile in two column
+// blocks (U read once); 28x28 and 96 > 208 on 14x14 keep their blocks. An odd map of one
+// block, its two pieces on two threads, matches the reference and one call bit for bit.
+TEST_P(WinogradIsaTest, LargeWeightOnFewTilesRunsOneBlock) {
+  const auto rule = [&](const ConvolutionGeometry& g) {
+    const std::vector<float> w(g.in_channels * g.out_channels * 9, 0.01F);
+    return WinogradConvolution(w.data(), nullptr, g, GetParam());
+  };
+  for (const auto& [c, k] : {std::pair{256, 256}, {128, 256}, {160, 320}}) {
+    const WinogradConvolution conv = rule(three_by_three(1, 14, 14, c, k, 1, 1));
+    EXPECT_EQ(conv.tiles_per_block(), 49) << c << " > " << k;
+    EXPECT_EQ(conv.column_blocks(), 2) << c << " > " << k;
+  }
+  EXPECT_GT(rule(three_by_three(1, 28, 28, 128, 128, 1, 1)).pieces(), 2);
+  EXPECT_EQ(rule(three_by_three(1, 14, 14, 96, 208, 1, 1)).tiles_per_block(), 25);
+  EXPECT_GT(rule(three_by_three(8, 14, 14, 256, 256, 1, 1)).pieces(), 2);  // batch 8: blocks
+  std::mt19937 rng(17);
+  const ConvolutionGeometry g = three_by_three(1, 13, 15, 160, 224, 1, 1);
+  const Case p = make_case(g, rng, true, true, {Activation::kSilu});
+  const WinogradConvolution conv(p.weight.data(), p.bias.data(), g, GetParam());
+  ASSERT_EQ(conv.pieces(), 2);
+  ASSERT_EQ(conv.tiles_per_block(), conv.tiles());
+  const size_t size = g.out_pixels() * g.out_channels;
+  std::vector<float> whole(size), threaded(size, -7.0F);
+  conv.run(p.input.data(), whole.data(), p.residual.data(), p.epilogue, 0, 2);
+  std::thread other(
+      [&] { conv.run(p.input.data(), threaded.data(), p.residual.data(), p.epilogue, 1, 2); });
+  conv.run(p.input.data(), threaded.data(), p.residual.data(), p.epilogue, 0, 1);
+  other.join();
+  EXPECT_EQ(0, std::memcmp(whole.data(), threaded.data(), size * sizeof(float)));
+  expect_within_bound(whole, p, p.describe());
+}
+
 TEST_P(WinogradIsaTest, NanInInputStaysNan) {
   std::mt19937 rng(3);
   Case p = make_case(three_by_three(1, 6, 5, 20, 33, 1, 1), rng, true, false, {Activation::kRelu});

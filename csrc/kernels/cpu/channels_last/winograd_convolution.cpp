@@ -30,6 +30,15 @@ constexpr int64_t kMinBlockTiles = 16, kMaxBlockTiles = 128;
 // better: narrower column blocks run narrower register tiles, each transforming the input.
 constexpr int64_t kFewPieces = 4;
 constexpr int64_t kPieceMacs = int64_t{1} << 16;
+// Each block of tiles reads all of U (16 C K floats) once: where U is more than 1.5x every
+// tile's V and M together (16 tiles (C + K) floats), one block of all tiles, its channels in
+// two column blocks (each piece transforming the whole input, as above), reads U once where
+// blocks within kBlockFloats read it 3-4 times from L3 or memory. Sapphire Rapids VM (2 MiB
+// L2), one thread, caches swept, us: 256 > 256 on 14x14 (4 blocks of 13 tiles) 1374 -> 1119
+// (hot 915 -> 620), each thread's half 817 -> 619; 160 > 320 969 -> 835; 128 > 256 649 -> 590
+// (3 pieces, 500 + 300, -> 2 of 334 and 337); 96 > 208 (1.34x) 398 against 395: left as it
+// was; 28x28 maps and larger (U below the tiles' V and M) lose with one block (docs/cpu.md).
+constexpr int64_t kWeightOverTiles = 3;  // in halves: U > 1.5 x (V + M)
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -151,7 +160,11 @@ WinogradConvolution::WinogradConvolution(const float* weight, const float* bias,
   const int64_t wanted = macs >= kFewPieces * kPieceMacs ? kFewPieces
                          : macs >= 2 * kPieceMacs        ? 2
                                                          : 1;
-  if (tile_blocks_ < wanted) {
+  // A transformed weight well above all the tiles' V and M (14x14 maps of 128 channels and
+  // more): one block of every tile, the channels split for the threads, reads U once.
+  if (kWeightOverTiles * tiles * (c + k) < 2 * c * k) {
+    tile_blocks_ = 1;
+  } else if (tile_blocks_ < wanted) {
     int64_t blocks = std::min(wanted, tiles / kMinBlockTiles);
     if (blocks == 3) blocks = 2;  // an odd count runs 2 : 1 on two threads
     tile_blocks_ = std::max(tile_blocks_, blocks);
