@@ -147,6 +147,36 @@ def test_the_rule_picks_it_by_input_channels_and_output_pixels_and_the_switch_ov
     assert runs == {"1": 13, "0": 0, "auto": 7, None: 7}, runs
 
 
+ODD_MAPS = """
+import torch, nimble
+from nimble.testing import assert_matches_eager
+torch.manual_seed(0)
+for batch, side in ((1, 7), (1, 8), (2, 7), (1, 9), (1, 14)):
+    model = torch.nn.Sequential(torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU()).eval()
+    x = torch.randn(batch, 64, side, side)
+    fast = nimble.Nimble(model).prepare(x)
+    with torch.no_grad():
+        assert_matches_eager(fast(x), model(x))
+    print(batch, side, [op["kernel"].split("(")[0] for op in fast.replay.ops() if "kernel" in op])
+"""
+
+
+@pytest.mark.skipif("avx2" not in CPU_FLAGS, reason="without AVX2 oneDNN takes every layer")
+def test_the_rule_leaves_odd_maps_of_few_tiles_to_the_gemm_form():
+    """An odd output map of fewer than 32 tiles (batch x 2x2 tiles: 7x7 and 9x9 at batch 1)
+    runs on nimble_gemm; 8x8 (16 whole tiles), 7x7 at batch 2 (32 tiles) and 14x14 on
+    nimble_winograd; each equal to eager."""
+    env = {k: v for k, v in os.environ.items() if k != "NIMBLE_WINOGRAD"}
+    done = subprocess.run([sys.executable, "-c", ODD_MAPS], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kernels = {tuple(map(int, line.split()[:2])): eval(line.split(" ", 2)[2])
+               for line in done.stdout.strip().splitlines()}
+    assert kernels == {(1, 7): ["nimble_gemm"], (1, 8): ["nimble_winograd"],
+                       (2, 7): ["nimble_winograd"], (1, 9): ["nimble_gemm"],
+                       (1, 14): ["nimble_winograd"]}, kernels
+
+
 def test_an_unknown_switch_value_is_refused_by_name():
     """The lowering fails on it, and like any lowering failure that keeps the model working
     (ATen's convolutions) with a warning that names the value."""

@@ -27,15 +27,23 @@ std::string join(const std::vector<int64_t>& values, const char* separator = ","
   return out.str();
 }
 
+int64_t output_side(c10::IntArrayRef input, c10::IntArrayRef weight, const ConvolutionGeometry& g,
+                    size_t d) {
+  return (input[2 + d] + 2 * g.padding[d] - g.dilation[d] * (weight[2 + d] - 1) - 1) / g.stride[d] +
+         1;
+}
+
 int64_t output_pixels(c10::IntArrayRef input, c10::IntArrayRef weight,
                       const ConvolutionGeometry& g) {
-  int64_t pixels = 1;
-  for (size_t d = 0; d < 2; ++d) {
-    pixels *=
-        (input[2 + d] + 2 * g.padding[d] - g.dilation[d] * (weight[2 + d] - 1) - 1) / g.stride[d] +
-        1;
-  }
-  return pixels;
+  return output_side(input, weight, g, 0) * output_side(input, weight, g, 1);
+}
+
+// Whether a layer's output map has an odd side and batch x its 2x2 tiles are fewer than 32.
+bool odd_map_of_few_tiles(c10::IntArrayRef input, c10::IntArrayRef weight,
+                          const ConvolutionGeometry& g) {
+  const int64_t height = output_side(input, weight, g, 0), width = output_side(input, weight, g, 1);
+  return (height % 2 != 0 || width % 2 != 0) &&
+         input[0] * ((height + 1) / 2) * ((width + 1) / 2) < 32;
 }
 
 // NIMBLE_WINOGRAD: unset (or "auto") the rule below decides; "1" picks nimble_winograd wherever
@@ -97,12 +105,18 @@ PrepackedConvolution::Kernel PrepackedConvolution::choose(c10::IntArrayRef weigh
   // (resnet18's 47 MB) a layer of few tiles streams its weight from memory, and there the
   // transformed weight's 16/9 bytes cost more than the multiply-adds saved: on the Xeon, one
   // thread, caches flushed, 256 > 256 channels on a 4x4 map 0.81x (4 tiles), 128 > 128 on
-  // 8x8 1.0x (16 tiles), 512 > 512 on 7x7 1.25x. Hence at least 32 output pixels.
+  // 8x8 1.0x (16 tiles), 512 > 512 on 7x7 1.25x. Hence at least 32 output pixels. And not on
+  // an odd map of fewer than 32 tiles (batch x 2x2 tiles): there the tiles past the map's edge
+  // take a quarter of the products too (a 7x7 map is 16 tiles of 64 outputs for 49). In the
+  // replay on the Sapphire Rapids VM, one thread, nimble_gemm was 1.2x faster on resnet50 224's
+  // 512 > 512 on 7x7 and 1.3x-1.75x on googlenet 224's four 7x7 layers, where on even maps of
+  // 16 tiles (8x8: resnet18 and resnet50 at 64) Winograd was 1.0x-1.4x faster (docs/cpu.md).
   const WinogradAsked winograd = winograd_asked();
   if (winograd != WinogradAsked::kNowhere && winograd_applies(weight_sizes, geometry) &&
       (winograd == WinogradAsked::kEverywhere ||
        (input_sizes[1] >= 32 &&
-        input_sizes[0] * output_pixels(input_sizes, weight_sizes, geometry) >= 32)))
+        input_sizes[0] * output_pixels(input_sizes, weight_sizes, geometry) >= 32 &&
+        !odd_map_of_few_tiles(input_sizes, weight_sizes, geometry))))
     return Kernel::kNimbleWinograd;
   if (groups == 1 || weight_sizes[0] / groups > 8) return Kernel::kNimbleGemm;
   if (geometry.padding.size() != 2 || geometry.stride.size() != 2 || geometry.dilation.size() != 2)
