@@ -141,6 +141,7 @@ py::dict comparison_to_python(const Comparison& c) {
   d["runs"] = runs;
   d["table"] = comparison_table(c);
   d["reference_ms"] = c.trace_reference_seconds * 1e3;
+  d["own_reference_ms"] = c.own_reference_seconds * 1e3;
   d["budget_seconds"] = c.budget_seconds;
   d["slot_seconds"] = c.slot_seconds;
   return d;
@@ -206,7 +207,7 @@ void bind_simulator(py::module_& t) {
          double budget_seconds, long early_stop_trials, std::optional<double> c, bool adaptive,
          bool cold_filter, int batch_size, int mcmc_walkers, int mcmc_steps, int mcmc_samples,
          int threads, bool finish_when_cold, const py::object& trace, int mcmc_warm_steps,
-         double complete_share) {
+         double complete_share, double reference_ms) {
         if (schedulers.empty()) schedulers = scheduler_names();
         // On a trace, no slot given: one batch of its median task (default_trace_slot_seconds).
         const double slot_seconds = slot ? *slot : trace.is_none() ? 20.0 : 0.0;
@@ -222,7 +223,7 @@ void bind_simulator(py::module_& t) {
         Comparison c_result;
         {
           py::gil_scoped_release release;
-          c_result = compare_schedulers(schedulers, seeds, base, threads);
+          c_result = compare_schedulers(schedulers, seeds, base, threads, reference_ms * 1e-3);
         }
         return comparison_to_python(c_result);
       },
@@ -236,11 +237,13 @@ void bind_simulator(py::module_& t) {
       py::arg("mcmc_steps") = 500, py::arg("mcmc_samples") = 200, py::arg("threads") = 2,
       py::arg("finish_when_cold") = false, py::arg("trace") = py::none(),
       py::arg("mcmc_warm_steps") = 40, py::arg("complete_share") = 0.0,
+      py::arg("reference_ms") = 0.0,
       "Every scheduler on the same simulated models, one per seed; medians over seeds. "
       "finish_when_cold: a task finishes once every candidate left is cold (docs/tuning.md). "
       "trace: a recorded model (nimble.tuning.trace.load) replayed instead, every seed on it with "
       "its own noise, against a budget of a third of exhausting it and slots of one batch of its "
-      "median task unless they are given.");
+      "median task unless they are given. reference_ms (> 0, on a trace): score against it instead "
+      "of the best of these runs (own_reference_ms), to judge variants against one bar.");
 
   t.def(
       "trace_budget_seconds",

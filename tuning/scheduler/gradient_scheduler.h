@@ -1,11 +1,14 @@
 #pragma once
 // Ansor's gradient-based task scheduler (TVM auto_scheduler.TaskScheduler, objective = the
-// weighted sum of task latencies): after one warm-up slot per task, the next slot goes to the
+// weighted sum of task latencies): after one warm-up round per task, the next round goes to the
 // task whose latency is expected to fall fastest,
 //   grad_i = w_i * (alpha * backward_i + (1 - alpha) * forward_i),
-// backward_i = the task's latency change over its last `backward_window` slots, forward_i the
-// optimistic next-slot change min(best - best/slots, beta * flops / best group GFLOPS) - best,
-// with an epsilon of random picks.
+// backward_i = the task's latency change over its last `backward_window` rounds, forward_i the
+// optimistic next-round change min(best - best/rounds, beta * flops / best group GFLOPS) - best,
+// with an epsilon of random picks (the paper's; TVM's code has none). A round is one batch of
+// the task's search (TVM: `continue_search_one_round(num_measures_per_round)`, the warm-up
+// round too), not a slot's worth of seconds: a time slot gave a cheap task several batches per
+// decision and made the warm-up round most of the budget.
 #include <random>
 
 #include "tuning/scheduler/task_scheduler.h"
@@ -25,6 +28,7 @@ class GradientScheduler : public TaskScheduler {
       : options_(options), rng_(seed) {}
   std::string name() const override { return "gradient"; }
   std::optional<size_t> choose(const SchedulerView& view) override;
+  bool one_batch_slots() const override { return true; }
   // The gradient of one task (negative: the latency is expected to fall); exposed for tests.
   double gradient(const SchedulerView& view, size_t task) const;
 

@@ -48,6 +48,11 @@ class TaskScheduler {
   virtual bool slot_ends_when_flat(size_t /*task*/, const SchedulerView& /*view*/) const {
     return false;
   }
+  // Whether every slot of this scheduler is one batch of its task's search, whatever the slot's
+  // length in seconds (Ansor's round: one call of the search policy for num_measures_per_round
+  // measurements, so each decision sees the same number of trials on a cheap task as on a
+  // dear one).
+  virtual bool one_batch_slots() const { return false; }
   // The weighted model-latency reduction (ms) this scheduler expects from one more slot of
   // `task`, for progress shown to users; nothing from a scheduler without a belief, or before
   // it has one for the task.

@@ -142,7 +142,7 @@ TuningReport run_simulation(const SimulationOptions& options, TuningDatabase* da
 
 Comparison compare_schedulers(const std::vector<std::string>& schedulers,
                               const std::vector<uint64_t>& seeds, const SimulationOptions& base,
-                              int threads) {
+                              int threads, double reference_seconds) {
   Comparison out;
   for (const auto seed : seeds)
     for (const auto& name : schedulers) out.runs.push_back({name, seed, {}, 0, 0, {}, 0});
@@ -174,6 +174,8 @@ Comparison compare_schedulers(const std::vector<std::string>& schedulers,
       r.remeasured_final_seconds = r.remeasured_curve.back().model_seconds;
       best = std::min(best, r.remeasured_final_seconds);
     }
+    out.own_reference_seconds = best;
+    if (reference_seconds > 0) best = reference_seconds;
     for (const auto seed : seeds) reference[seed] = best;
     out.trace_reference_seconds = best;
     const TunerOptions& t = common.tuner;

@@ -96,14 +96,20 @@ struct Comparison {
   // on a trace the best re-measured final latency of any run, the same for every seed (a
   // lucky noise draw must not set a bar that no run really reached).
   double trace_reference_seconds = 0;
+  // On a trace: the best re-measured final of this comparison's own runs (the reference unless
+  // one was given).
+  double own_reference_seconds = 0;
   double budget_seconds = 0;  // on a trace: the budget the runs had
   double slot_seconds = 0;    // the slot they had
 };
 
 // Every scheduler on the model of every seed; `threads` runs go in parallel.
+// `reference_seconds` (> 0, on a trace): score against it instead of the best of these runs, so
+// that variants compared on one seed set share one bar: the best of one call's runs moves with
+// the variant (a variant whose best run is worse gets an easier bar).
 Comparison compare_schedulers(const std::vector<std::string>& schedulers,
                               const std::vector<uint64_t>& seeds, const SimulationOptions& base,
-                              int threads = 1);
+                              int threads = 1, double reference_seconds = 0);
 
 std::string comparison_table(const Comparison& comparison);  // Markdown
 

@@ -89,6 +89,7 @@ class TuningRun {
     double used = 0;              // measurement time of its batches that came back
     bool no_more = false;         // its task had nothing left to propose, or its search went flat
     bool ends_when_flat = false;  // at its first batch that does not improve the task's best
+    bool one_batch = false;       // ends with its first batch (TaskScheduler::one_batch_slots)
   };
   struct InFlight {
     size_t task = 0;

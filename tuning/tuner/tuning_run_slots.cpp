@@ -50,6 +50,7 @@ void TuningRun::submit(TaskScheduler& scheduler, MeasurePool& pool) {
     if (!slot) {
       slot = &open_slots_.emplace_back(Slot{*task, next_slot_id_++});
       slot->ends_when_flat = scheduler.slot_ends_when_flat(*task, refreshed_view());
+      slot->one_batch = scheduler.one_batch_slots();
     }
   }
   const size_t k = slot->task;
@@ -70,7 +71,7 @@ void TuningRun::submit(TaskScheduler& scheduler, MeasurePool& pool) {
   }
   // A search left with only cold candidates ends its slot with this batch: the rest of the slot
   // would measure more of what the filter expects cold; the scheduler chooses again.
-  if (tuners_[k]->only_cold_left()) slot->no_more = true;
+  if (tuners_[k]->only_cold_left() || slot->one_batch) slot->no_more = true;
   MeasureRequest request;
   request.ticket = next_ticket_++;
   request.task = k;

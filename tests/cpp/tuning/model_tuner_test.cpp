@@ -300,15 +300,25 @@ TEST(ModelTuner, SurveyStopEndsTheRunAtTheGoal) {
 // Every config of these tasks times the same, so a search's second batch never improves on
 // its first. A candidate costs about 1.1 s of tuning time, a batch of 8 about 9 s: a whole
 // 40 s slot takes four or more batches.
+std::vector<Task> flat_tasks() {
+  std::vector<Task> tasks = testing::three_tasks();
+  for (Task& t : tasks)
+    t.measurer = std::make_shared<testing::FormulaMeasurer>([](const Config&) { return 1e-3; },
+                                                            nullptr, 0.0, 1);
+  return tasks;
+}
+
+TunerOptions forty_second_slots() {
+  TunerOptions o = testing::small_options(0);
+  o.slot_seconds = 40;
+  o.budget_seconds = 200;
+  return o;
+}
+
 TEST(ModelTuner, AWarmUpSlotEndsAtItsFirstBatchWithoutImprovement) {
   const auto first_slot_trials = [](bool ends_when_flat) {
-    std::vector<Task> tasks = testing::three_tasks();
-    for (Task& t : tasks)
-      t.measurer = std::make_shared<testing::FormulaMeasurer>([](const Config&) { return 1e-3; },
-                                                              nullptr, 0.0, 1);
-    TunerOptions o = testing::small_options(0);
-    o.slot_seconds = 40;
-    o.budget_seconds = 200;
+    std::vector<Task> tasks = flat_tasks();
+    TunerOptions o = forty_second_slots();
     DynaTuneOptions d;
     d.warm_up_ends_when_flat = ends_when_flat;
     d.belief.mcmc.steps = 50;
@@ -322,6 +332,18 @@ TEST(ModelTuner, AWarmUpSlotEndsAtItsFirstBatchWithoutImprovement) {
   };
   EXPECT_EQ(first_slot_trials(true), (std::vector<long>{16, 16, 16}));
   for (const long t : first_slot_trials(false)) EXPECT_GE(t, 32);
+}
+
+// Ansor's task scheduler decides after every round, one batch of the task's search
+// (continue_search_one_round), the warm-up round too; a 40 s slot holds four batches here.
+TEST(ModelTuner, TheGradientSchedulersSlotsAreOneBatchEach) {
+  const auto trials_per_slot = [](const std::string& scheduler) {
+    const TuningReport r =
+        ModelTuner(flat_tasks(), forty_second_slots()).run(*make_scheduler(scheduler, {}));
+    return static_cast<double>(r.trials) / static_cast<double>(r.slots);
+  };
+  EXPECT_EQ(trials_per_slot("gradient"), 8.0);
+  EXPECT_GE(trials_per_slot("round-robin"), 24.0);
 }
 
 TEST(Simulation, EverySchedulerImprovesTheSimulatedModel) {
