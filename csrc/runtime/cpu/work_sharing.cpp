@@ -59,6 +59,7 @@ inline void cpu_pause() {
 }
 
 thread_local bool t_helper = false;
+thread_local bool t_left_before = false;  // shared_work_left_before()
 thread_local int t_shared_threads = 0;
 
 using Body = std::function<void(int64_t, int64_t)>;
@@ -92,8 +93,8 @@ struct Job {
   }
 
   // Claims up to a share of what is left from the front (the caller) or the back (a helper);
-  // false when nothing is left.
-  bool claim(bool front, int64_t& begin, int64_t& end) {
+  // false when nothing is left. `left_before`: units before `begin` are still unclaimed.
+  bool claim(bool front, int64_t& begin, int64_t& end, bool& left_before) {
     uint64_t packed = range.load();
     for (;;) {
       const int64_t lo = static_cast<int64_t>(packed >> 32);
@@ -107,6 +108,7 @@ struct Job {
       take = std::min(take, left);
       begin = front ? lo : hi - take;
       end = begin + take;
+      left_before = begin > lo;
       if (range.compare_exchange_weak(packed, front ? pack(end, hi) : pack(lo, begin))) return true;
     }
   }
@@ -114,7 +116,9 @@ struct Job {
   // Claims and runs units until none is left (or one failed); returns how many pieces it ran.
   int64_t work(bool front, bool traced = false) {
     int64_t pieces = 0;
-    for (int64_t begin, end; claim(front, begin, end); ++pieces) {
+    bool left_before = false;
+    for (int64_t begin, end; claim(front, begin, end, left_before); ++pieces) {
+      t_left_before = !front && left_before;
       if (traced && !front) {
         int64_t none = -1;
         helper_claim_ns.compare_exchange_strong(none, steady_ns());
@@ -129,6 +133,7 @@ struct Job {
       if (traced && !front) helper_end_ns.store(steady_ns());
       done.fetch_add(end - begin);
     }
+    t_left_before = false;
     return pieces;
   }
 
@@ -314,6 +319,8 @@ void share_work(int64_t units, int threads, const Body& body) {
 }
 
 bool in_shared_work() { return t_helper; }
+
+bool shared_work_left_before() { return t_left_before; }
 
 SharedWorkScope::SharedWorkScope(int threads) : previous_(t_shared_threads) {
   t_shared_threads = std::max(1, threads);

@@ -25,6 +25,11 @@ void share_work(int64_t units, int threads, const std::function<void(int64_t, in
 // Whether the calling thread is one of the helpers.
 bool in_shared_work();
 
+// In a helper's piece: whether units before it were left unclaimed when the helper claimed it,
+// so that the helper's next claim is likely the units just before (unless the caller takes
+// them first). False in its last piece, and on any other thread.
+bool shared_work_left_before();
+
 // While one lives, the calling thread's kernels split their work through share_work over
 // `threads` threads (the caller among them); elsewhere through an OpenMP region. A replay opens
 // one on each of its stream threads and runs ATen's ops there on one OpenMP thread, so that no

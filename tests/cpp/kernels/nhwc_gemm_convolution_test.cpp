@@ -562,11 +562,16 @@ TEST_P(GemmConvolutionIsaTest, FewRowLayersRunWholeTilesBitForBitAsOnePanelBlock
     const float* residual = p.has_residual ? p.residual.data() : nullptr;
     one_panel.run_tiles(p.input.data(), want.data(), residual, p.epilogue, 0,
                         one_panel.row_blocks() * one_panel.column_blocks());
-    // Blocks of at least the register tile's panels: at most panels / tile panels of them.
+    // Blocks of at least the register tile's panels: at most panels / tile panels of them; or,
+    // a small weight's rows in one block (the rule's weight_bound), two of half the panels.
     const int64_t panels = one_panel.column_blocks();
     const int64_t tile_panels =
         std::min<int64_t>(std::max<int64_t>(1, rule.tiling().tile_vectors / 2), panels);
-    EXPECT_LE(rule.column_blocks(), (panels + tile_panels - 1) / tile_panels) << describe(p);
+    const bool halves =
+        rule.tiling().loop_order == LoopOrder::kRowsOutside && rule.row_blocks() == 1;
+    EXPECT_LE(rule.column_blocks(),
+              std::max<int64_t>((panels + tile_panels - 1) / tile_panels, halves ? 2 : 1))
+        << describe(p);
     const int64_t tiles = rule.row_blocks() * rule.column_blocks();
     rule.run_tiles(p.input.data(), got.data(), residual, p.epilogue, 0, tiles);
     const std::vector<float> ranges = run_in_ranges(rule, p, residual, [&] { return pick(1, 3); });
@@ -574,6 +579,43 @@ TEST_P(GemmConvolutionIsaTest, FewRowLayersRunWholeTilesBitForBitAsOnePanelBlock
     EXPECT_EQ(0, std::memcmp(want.data(), got.data(), size * sizeof(float))) << describe(p);
     EXPECT_EQ(0, std::memcmp(got.data(), ranges.data(), size * sizeof(float))) << describe(p);
     if (HasFailure()) return;
+  }
+}
+
+// Few rows against many output channels and a small weight (googlenet's 4x4 layers at 64x64,
+// resnet50's 8x8 128 > 512): the rule's rows in one block, the columns in two or more, run
+// together where one thread runs several (rows outside). Bit for bit the floats of the rows in
+// blocks of 8 and one column block (the rule before), in one call, in the threads' halves and
+// in claims from the back; and the reference's. Layers of fewer channels keep their row blocks.
+TEST_P(GemmConvolutionIsaTest, WeightBoundFewRowLayersSplitColumnsBitForBit) {
+  std::mt19937 rng(15);
+  for (const ConvolutionGeometry& g :
+       {square_map(4, 512, 112, 1), square_map(4, 512, 64, 1), square_map(4, 24, 64, 3),
+        square_map(4, 512, 128, 1), square_map(4, 32, 128, 3), square_map(8, 128, 512, 1),
+        square_map(8, 256, 128, 1), square_map(8, 192, 64, 1), square_map(4, 512, 24, 1)}) {
+    const Problem p = make_problem(g, rng, true, true, {Activation::kRelu});
+    const GemmConvolution rule(p.weight.data(), p.bias.data(), g, GetParam());
+    const bool few_rows = g.out_channels >= 2 * g.out_pixels() && g.out_channels > 32;
+    EXPECT_EQ(rule.row_blocks() == 1 && rule.column_blocks() >= 2, few_rows) << describe(p);
+    GemmTiling rows_split;
+    rows_split.rows_per_block = 8;
+    rows_split.column_splits = 1;
+    rows_split.loop_order = LoopOrder::kRowsOutside;
+    const GemmConvolution before(p.weight.data(), p.bias.data(), g, GetParam(), rows_split);
+    const size_t size = g.out_pixels() * g.out_channels;
+    const std::vector<float> want = run_all_tiles_checked(before, p);
+    const std::vector<float> whole = run_all_tiles_checked(rule, p);
+    EXPECT_EQ(0, std::memcmp(want.data(), whole.data(), size * sizeof(float))) << describe(p);
+    const int64_t tiles = rule.row_blocks() * rule.column_blocks(), half = (tiles + 1) / 2;
+    const std::vector<float> halves =
+        run_in_ranges(rule, p, p.residual.data(), [&, first = true]() mutable {
+          const int64_t length = first ? half : tiles;
+          first = false;
+          return length;
+        });
+    EXPECT_EQ(0, std::memcmp(want.data(), halves.data(), size * sizeof(float))) << describe(p);
+    const std::vector<float> back = run_from_back(rule, p, p.residual.data(), [] { return 1; });
+    EXPECT_EQ(0, std::memcmp(want.data(), back.data(), size * sizeof(float))) << describe(p);
   }
 }
 

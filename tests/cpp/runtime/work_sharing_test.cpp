@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -140,6 +141,35 @@ TEST(WorkSharing, HelpersShareTheWorkWhenTheyAreThere) {
     ran_on.insert(std::this_thread::get_id());
   });
   EXPECT_EQ(ran_on.size(), 2u);
+}
+
+// A helper's pieces say whether units before them were left (its next claim): every one of its
+// pieces but its last (later claims take units below it, so they were left); the caller's and
+// any thread's outside a piece, never.
+TEST(WorkSharing, AHelpersPiecesSayWhetherUnitsWereLeftBeforeThem) {
+  for (int call = 0; call < 5; ++call) {
+    std::mutex mutex;
+    std::vector<std::pair<int64_t, bool>> helper;  // (begin, left before), in claim order
+    bool caller_saw_left = false;
+    share_work(64, 2, [&](int64_t begin, int64_t end) {
+      const auto until =
+          std::chrono::steady_clock::now() + std::chrono::microseconds(50) * (end - begin);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      const std::lock_guard<std::mutex> lock(mutex);
+      if (in_shared_work()) {
+        helper.emplace_back(begin, shared_work_left_before());
+      } else {
+        caller_saw_left = caller_saw_left || shared_work_left_before();
+      }
+    });
+    EXPECT_FALSE(caller_saw_left);
+    for (size_t i = 0; i + 1 < helper.size(); ++i) {
+      EXPECT_GT(helper[i].first, helper[i + 1].first);
+      EXPECT_TRUE(helper[i].second) << "piece " << i << " of " << helper.size();
+    }
+  }
+  EXPECT_FALSE(shared_work_left_before());
 }
 
 // The diagnostic trace: one record a traced job, its times in order, the helper's units those

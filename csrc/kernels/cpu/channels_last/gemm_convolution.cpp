@@ -19,6 +19,9 @@ constexpr int64_t kSplitMacs = int64_t{1} << 17;
 constexpr int64_t kMinBlockRows = 8;
 constexpr int64_t kBlockInputFloats = int64_t{1} << 16;  // 256 KiB
 constexpr int64_t kSmallWeightBytes = int64_t{256} << 10;
+// Output channels a row from which a few-row layer of a small weight splits its columns, not
+// its rows (the constructor).
+constexpr int64_t kColumnsPerRow = 2;
 // Below this many pieces the rule makes their count even (two threads split them evenly).
 constexpr int64_t kEvenPiecesBelow = 16;
 // Groups of at most half this many output channels are merged up to it (the constructor).
@@ -206,6 +209,11 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
   }
   const int64_t rows = g.out_pixels();
   const int64_t reduction = taps_ * group_in_;
+  const bool small_weight =
+      static_cast<int64_t>(sizeof(float)) * group_floats_ * groups_ <= kSmallWeightBytes;
+  // Few rows against a small weight of many columns (rows outside, below): the rule's blocks
+  // are one row block by column blocks (weight_bound, below).
+  bool weight_bound = false;
   const int64_t macs = rows * groups_ * group_columns_ * reduction;
   int64_t tiles = std::max<int64_t>(1, macs / kTileMacs);
   if (macs >= kSplitMacs) tiles = std::max<int64_t>(tiles, 2);
@@ -228,6 +236,16 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
       return std::min(kMaxBlockRows, subtiles_per_block * height);
     };
     rows_per_block_ = block_rows(row_blocks);
+    // Few rows, a small weight and at least kColumnsPerRow output channels a row: the rows in
+    // one block, the columns split. Each thread of two then reads half the weight, where two
+    // row blocks had each read all of it (from L3: these layers' time is their weight's):
+    // googlenet's 1x1 512 > 112 on 4x4 at 64x64, one thread, L2 swept, the slower half 13.9 ->
+    // 9.1 us (docs/cpu.md, "Few rows on two threads").
+    weight_bound = small_weight && groups_ == 1 && panels_ >= 2 && tiles >= 2 &&
+                   tiling.pieces <= 0 && tiling.column_splits <= 0 &&
+                   tiling.loop_order == LoopOrder::kRule && rows <= max_rows &&
+                   group_columns_ >= kColumnsPerRow * rows;
+    if (weight_bound) rows_per_block_ = block_rows(1);
     // Few pieces, an odd count of them (the constructor's end says why): one row block more
     // where the rows allow it (googlenet's 1x1 192 > 64 on 8x8 at 64x64: 3 blocks of 24 rows,
     // now 4 of 16).
@@ -238,8 +256,6 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
       if (ceil_div(rows, more) * groups_ % 2 == 0) rows_per_block_ = more;
     }
   }
-  const bool small_weight =
-      static_cast<int64_t>(sizeof(float)) * group_floats_ * groups_ <= kSmallWeightBytes;
   prefetch_rows_ =
       kernel_isa_ == Isa::kAvx512 &&
       static_cast<int64_t>(sizeof(float)) * rows * g.out_channels > kPrefetchOutputBytes;
@@ -261,8 +277,11 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
     // tile would read two. Small maps made these blocks (the rule's tiles split the columns
     // where the rows are few): resnet50 at 64x64, one thread, in the replay, 1x1 2048 > 512 and
     // 3x3 512 > 512 on 2x2 maps, 1x1 256 > 1024 on 4x4 (docs/cpu.md).
+    // Where weight_bound, blocks down to half the panels, so that there are two (a thread's run
+    // of several blocks runs them as one, gemm_convolution_run.cpp, at the tile's width).
     const int64_t tile_panels = std::max(1, register_tile(rows_per_block_, false).vectors / 2);
-    panels_per_block_ = std::max(panels_per_block_, std::min(tile_panels, panels_));
+    panels_per_block_ =
+        std::max(panels_per_block_, std::min(tile_panels, weight_bound ? panels_ / 2 : panels_));
     // Few pieces, an odd count of them: two threads split 3 as 2 + 1 and 5 as 3 + 2, so the
     // product takes 2/3 or 3/5 of its one-thread time, where an even count would take half.
     // The nearest even count of column blocks of near-equal widths, narrower ones first (down

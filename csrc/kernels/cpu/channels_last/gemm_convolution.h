@@ -139,8 +139,11 @@ class GemmConvolution {
   // panels are swept over the same rows; a block is a whole number of register tiles, all of
   // one height (the rows split evenly into tiles of at most the tile shape's rows). A group's
   // panels are split only when rows cannot be: few-row products (linear layers, late small feature
-  // maps) split their panels. E.g. (rows, C, K): (4, 576, 160) is 1 x 2 tiles, (1, 1280, 1000) 1 x
-  // 4, (3136, 24, 144) 40 x 1. A GemmTiling replaces any of these choices (kernel_parameters.h).
+  // maps) split their panels, and so do few rows of a small weight with at least two output
+  // channels a row (two threads then read half the weight each, not all of it: the .cpp's
+  // weight_bound). E.g. (rows, C, K): (4, 576, 160) is 1 x 2 tiles, (1, 1280, 1000) 1 x 4,
+  // (3136, 24, 144) 40 x 1, (16, 512, 112) 1 x 2. A GemmTiling replaces any of these choices
+  // (kernel_parameters.h).
   int64_t rows_per_block_ = 1, panels_per_block_ = 1, blocks_per_group_ = 1;
   int64_t max_tile_rows_ = 0;  // 0: the tile shape's
   int tile_vectors_ = 0;       // 0: the tile shape's; else 2, 4 or 8 (GemmTiling::tile_vectors)

@@ -37,8 +37,22 @@ void GemmConvolution::run_range(const float* input, float* output, const float* 
               parts);
   };
   if (rows_outside_) {
+    // A row block's column blocks of one group in one run_block: its register tiles as wide as
+    // the tile shape, across the blocks (a few-row layer's columns split in blocks narrower
+    // than the tile: gemm_convolution.cpp, weight_bound). The same sums as block by block.
     for (int64_t rb = row_block_begin; rb < row_block_end; ++rb) {
-      for (int64_t cb = column_block_begin; cb < column_block_end; ++cb) block(rb, cb, nullptr);
+      const int64_t row_begin = rb * rows_per_block_;
+      for (int64_t cb = column_block_begin; cb < column_block_end;) {
+        const int64_t group = cb / blocks_per_group_;
+        const int64_t last = std::min(column_block_end, (group + 1) * blocks_per_group_);
+        const int64_t panel_begin = cb % blocks_per_group_ * panels_per_block_;
+        const int64_t panel_end =
+            std::min(panels_, ((last - 1) % blocks_per_group_ + 1) * panels_per_block_);
+        run_block(input, output, residual, epilogue, row_begin,
+                  std::min(rows, row_begin + rows_per_block_), group, panel_begin, panel_end,
+                  input_pixel_stride);
+        cb = last;
+      }
     }
   } else {
     for (int64_t cb = column_block_begin; cb < column_block_end; ++cb) {

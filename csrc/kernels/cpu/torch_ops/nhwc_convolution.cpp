@@ -117,11 +117,14 @@ void NhwcConvolution::run(const float* in, float* out, const float* res, const E
     return;
   }
   // Through share_work (a replay), a helper claims the tiles before its run next
-  // (work_sharing.cpp).
+  // (work_sharing.cpp), where any are left: its last claim asks for no weight beyond it, as
+  // the tiles before are the caller's (asking for their column block made the helper's half
+  // of resnet50's 1x1 1024 > 256 on 4x4 1.26x one call's time, against 1.10x; docs/cpu.md).
   using Claims = nhwc::GemmConvolution::Claims;
   split_work(gemm_->row_blocks() * gemm_->column_blocks(), worth_forking(multiply_adds, threads),
              [&](int64_t begin, int64_t end) {
-               const Claims claims = in_shared_work() ? Claims::kThenBefore : Claims::kAlone;
+               const Claims claims =
+                   shared_work_left_before() ? Claims::kThenBefore : Claims::kAlone;
                gemm_->run_tiles(in, out, res, epilogue, begin, end, input_pixel_stride, claims);
              });
 }
