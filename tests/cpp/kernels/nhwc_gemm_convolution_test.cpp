@@ -424,14 +424,8 @@ TEST_P(GemmConvolutionIsaTest, AnInfinityInOneGroupLeavesItsMergedNeighboursFini
   std::mt19937 rng(11);
   const auto geometry = [](int64_t images, int64_t size, int64_t in, int64_t out, int64_t kernel,
                            int64_t stride, int64_t groups) {
-    ConvolutionGeometry g;
+    ConvolutionGeometry g = square_map(size, in, out, kernel, stride);
     g.images = images;
-    g.height = g.width = size;
-    g.in_channels = in;
-    g.out_channels = out;
-    g.kernel_h = g.kernel_w = kernel;
-    g.pad_h = g.pad_w = kernel / 2;
-    g.stride_h = g.stride_w = stride;
     g.groups = groups;
     return g;
   };
