@@ -21,6 +21,18 @@ bool channels_last_float(const c10::IValue& v) {
          t.layout() == at::kStrided && t.is_contiguous(at::MemoryFormat::ChannelsLast);
 }
 
+// A result the kernels may replace: channels_last float with channels_last's own strides. A
+// value laid out both ways (1x1 pixels, or one channel) that kept the model's strides (the
+// plan left it to ATen's op: its input was converted back) must keep them: a kernel's result
+// has channels_last strides, a 1x1 map of which ATen's ops take for channels_last, and a
+// transposed convolution after it then returns channels_last where the model's view needs
+// NCHW (layout fuzz program 100140).
+bool planned_channels_last(const c10::IValue& v) {
+  return channels_last_float(v) &&
+         v.toTensor().strides() ==
+             at::IntArrayRef(c10::get_channels_last_strides_2d(v.toTensor().sizes()));
+}
+
 // A float [n, c, 1, 1] of x's n and c (dense either way), on the CPU.
 bool is_channel_scale(const at::Tensor& s, const c10::IValue& x) {
   const at::Tensor& t = x.toTensor();
@@ -61,7 +73,7 @@ class ChannelsLastLowering {
     const std::vector<c10::IValue>& a = op.args;
     if (is_spatial_mean(op) && channels_last_float(a[0]))
       return RecordedOp{kernels::mean_hw_nhwc_op(), {a[0], a[2]}, op.returns};
-    if (op.returns.empty() || !channels_last_float(op.returns[0])) return std::nullopt;
+    if (op.returns.empty() || !planned_channels_last(op.returns[0])) return std::nullopt;
     if (named(op, "aten::max_pool2d_with_indices") && a.size() == 6 && channels_last_float(a[0]) &&
         op.returns.size() == 2 && unread(op.returns[1], i)) {
       return RecordedOp{kernels::max_pool2d_nhwc_op(), a, {op.returns[0]}};
@@ -107,7 +119,7 @@ class ChannelsLastLowering {
         fused->activation == Activation::kGeluTanh)
       return false;
     if (writes_first_argument(op)) return true;
-    return channels_last_float(op.returns[0]) && !access_.read_after(result, index) &&
+    return planned_channels_last(op.returns[0]) && !access_.read_after(result, index) &&
            !callbacks_.is_output(result);
   }
 

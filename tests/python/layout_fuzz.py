@@ -8,8 +8,12 @@ views and permutes of 4-d values, and a head of flatten/view/reshape and linear 
 (1-8 pixels) and large (16-48 pixels) spatial sizes. A program passes when the lowered replay
 (`prepare`'s default) equals eager relative to the output's scale without a fallback warning.
 
-    python -m tests.python.layout_fuzz --programs 5000 [--seed 0]
+    python -m tests.python.layout_fuzz --programs 5000 [--seed 0] [--threads 2] [--calls 3]
     python -m tests.python.layout_fuzz --program 1234 --show
+
+One torch thread unless `--threads` says otherwise: with two, nimble's kernels share their
+work with the helper thread (whose GEMM claims run backwards); `--calls N` replays N times, a
+second input between the example's calls, each against eager, so that the helper takes pieces.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 from torch import nn
 
 import nimble
+import nimble._C  # noqa: F401  (the helper threads' piece count)
 
 TOLERANCE = 1e-4  # of the output's largest magnitude
 ACTIVATIONS = ["relu", "relu_", "hardswish", "silu", "sigmoid", "gelu", "leaky_relu", "hardtanh",
@@ -292,12 +297,15 @@ def assert_close_to_scale(out, ref, tol: float = TOLERANCE) -> None:
         assert err <= tol * scale, f"max |out - ref| = {err:.3g}, {err / scale:.3g} of the scale"
 
 
-def check(seed: int) -> str | None:
-    """None if program `seed` replays lowered equal to eager; else what went wrong."""
+def check(seed: int, calls: int = 1) -> str | None:
+    """None if program `seed` replays lowered equal to eager; else what went wrong. `calls` > 1:
+    the replay runs that many times, a second input between the example's calls."""
     model, x = Generator(seed).program()
+    other = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed + 1))
     with torch.no_grad():
         try:
             ref = model(x)
+            ref_other = model(other) if calls > 1 else None
         except RuntimeError:
             return None  # eager refuses it: nothing to compare
         refs = ref if isinstance(ref, tuple) else (ref,)
@@ -317,6 +325,18 @@ def check(seed: int) -> str | None:
             assert_close_to_scale(out, ref)
         except AssertionError as error:
             return f"differs: {error}"
+        for call in range(1, calls):
+            given, want = (other, ref_other) if call % 2 else (x, ref)
+            if any(finite_scale(w) <= 1e-6 for w in (want if isinstance(want, tuple) else (want,))):
+                continue
+            try:
+                out = fast(given)
+            except Exception as error:  # noqa: BLE001
+                return f"call {call} raised {type(error).__name__}: {str(error).splitlines()[0]}"
+            try:
+                assert_close_to_scale(out, want)
+            except AssertionError as error:
+                return f"call {call} differs: {error}"
     return None
 
 
@@ -326,19 +346,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--program", type=int, default=None)
     parser.add_argument("--show", action="store_true")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--calls", type=int, default=1)
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    pieces = nimble._C._kernel_helper_pieces()
     seeds = [args.program] if args.program is not None else range(args.seed, args.seed + args.programs)
     failures, start = 0, time.perf_counter()
     for seed in seeds:
         if args.show:
             model, x = Generator(seed).program()
             print(f"input {list(x.shape)}\n{model.describe()}")
-        problem = check(seed)
+        problem = check(seed, args.calls)
         if problem:
             failures += 1
             print(f"program {seed}: {problem}", flush=True)
-    print(f"{len(seeds)} programs, {failures} failed, {time.perf_counter() - start:.0f} s")
+    print(f"{len(seeds)} programs (seeds {seeds[0]}-{seeds[-1]}), {failures} failed, "
+          f"{time.perf_counter() - start:.0f} s; torch threads {torch.get_num_threads()}, "
+          f"{args.calls} calls each, helper pieces {nimble._C._kernel_helper_pieces() - pieces}")
     return 1 if failures else 0
 
 

@@ -8,6 +8,7 @@ import os
 import random
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -298,6 +299,29 @@ def test_a_product_that_is_not_per_channel_stays_atens_and_the_kernel_takes_any_
     for a, b in [(x, s), (x.contiguous(memory_format=torch.channels_last), torch.randn(2, 5, 4, 3))]:
         got = torch.ops.nimble.scale_channels_nhwc(a, b)
         assert torch.equal(got, a * b) and got.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("pixels,channels", [(1, 4), (3, 1)])
+def test_a_value_laid_out_both_ways_that_kept_the_models_strides_keeps_them(pixels, channels):
+    """A 1x1 map (or one channel) is dense both ways: the plan left the product to ATen (its
+    input converted back, as the transposed convolution after it is not nimble's), so its
+    result keeps the model's strides; a channels_last kernel's would make ATen's transposed
+    convolution return channels_last, which the view cannot view (layout fuzz 100140)."""
+    class Transposed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(16, channels, 3, padding=1)
+            self.up = torch.nn.ConvTranspose2d(channels, 4, 2, 2)
+
+        def forward(self, x):
+            y = self.a(x)
+            y = y * torch.sigmoid(y.mean((2, 3), keepdim=True))
+            z = self.up(y)
+            return z.view(z.shape[0], -1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback of the lowering
+        _check(Transposed().eval(), torch.randn(2, 16, pixels, pixels), names=[CONV])
 
 
 @pytest.mark.parametrize("channels", [19, 64])

@@ -8,7 +8,11 @@ initialisations, whose near-zero logits would pass any comparison.
 
 Slow (hours on 2 cores, the large models at 224 most of it): runs with NIMBLE_LOWERING_ZOO=1;
 `python -m tests.python.test_lowering_zoo [--zoo torchvision|timm] [--sizes 32 64 224]
-[--models a b]` prints a table. CI runs `CI_SAMPLE`, small models at each size.
+[--models a b] [--batch B] [--calls N] [--threads T]` prints a table. CI runs `CI_SAMPLE`, small
+models at each size. `--calls N` replays N times, a second input between the example's calls (a
+stale result shows), each call against eager; the table's last column counts the pieces of
+nimble's kernels the helper thread ran (their GEMM claims run backwards: with one torch thread,
+or a single call, few or none run).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 import torchvision
 
 import nimble
+import nimble._C  # noqa: F401  (the helper threads' piece count)
 from nimble.testing import assert_matches_eager
 from nimble.zoo import TIMM_MODELS, realistic_weights
 
@@ -46,21 +51,25 @@ def _build(zoo: str, name: str, size: int) -> tuple[torch.nn.Module, int]:
     return model, config["input_size"][-1] if config.get("fixed_input_size") else size
 
 
-def check(name: str, size: int, zoo: str = "torchvision") -> tuple[str, str]:
+def check(name: str, size: int, zoo: str = "torchvision", batch: int = 1,
+          calls: int = 1) -> tuple[str, str]:
     """(outcome, detail): outcome is "ok", "skip" (eager or the unlowered replay refuses the
-    model at this size) or "FAIL"."""
+    model at this size) or "FAIL". `calls` > 1: the lowered replay runs that many times, a
+    second input between the example's calls, each result against eager."""
     torch.manual_seed(0)
     try:
         model, size = _build(zoo, name, size)
     except Exception as error:  # noqa: BLE001 - reported, not raised
         return "skip", f"cannot build: {error}"
     model.eval()
-    x = torch.randn(1, 3, size, size)
+    x = torch.randn(batch, 3, size, size)
+    other = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(2))
     typical = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         try:
             realistic_weights(model, lambda: model(typical))
             want = model(x)
+            want_other = model(other) if calls > 1 else None
         except Exception as error:  # noqa: BLE001
             return "skip", f"eager: {str(error).splitlines()[0][:80]}"
         try:
@@ -83,6 +92,16 @@ def check(name: str, size: int, zoo: str = "torchvision") -> tuple[str, str]:
             assert_matches_eager(got, want, model=model, inputs=(x,))
         except AssertionError as error:
             return "FAIL", f"differs: {error}"
+        for call in range(1, calls):
+            given, expected = (other, want_other) if call % 2 else (x, want)
+            try:
+                got = fast(given)
+            except Exception as error:  # noqa: BLE001
+                return "FAIL", f"call {call} raised {type(error).__name__}: {str(error)[:120]}"
+            try:
+                assert_matches_eager(got, expected, model=model, inputs=(given,))
+            except AssertionError as error:
+                return "FAIL", f"call {call} differs: {error}"
     return "ok", ""
 
 
@@ -122,17 +141,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zoo", choices=sorted(SIZES), default="torchvision")
     parser.add_argument("--sizes", type=int, nargs="+", default=None)
     parser.add_argument("--models", nargs="+", default=None)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--calls", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default torch's)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     everything = classification_models() if args.zoo == "torchvision" else TIMM_MODELS
-    failures = 0
+    counts = {"ok": 0, "skip": 0, "FAIL": 0}
+    began = time.perf_counter()
+    print(f"torch threads {torch.get_num_threads()}, batch {args.batch}, calls {args.calls}")
     for name in args.models or everything:
         for size in args.sizes or SIZES[args.zoo]:
-            start = time.perf_counter()
-            outcome, detail = check(name, size, args.zoo)
-            failures += outcome == "FAIL"
+            start, pieces = time.perf_counter(), nimble._C._kernel_helper_pieces()
+            outcome, detail = check(name, size, args.zoo, args.batch, args.calls)
+            counts[outcome] += 1
             print(f"| {args.zoo}:{name} | {size} | {outcome} | {time.perf_counter() - start:.0f} s "
-                  f"| {detail} |", flush=True)
-    return 1 if failures else 0
+                  f"| {detail} | {nimble._C._kernel_helper_pieces() - pieces} |", flush=True)
+    print(f"{sum(counts.values())} cases: {counts['ok']} ok, {counts['skip']} skip, "
+          f"{counts['FAIL']} FAIL, {time.perf_counter() - began:.0f} s")
+    return 1 if counts["FAIL"] else 0
 
 
 if __name__ == "__main__":

@@ -82,6 +82,7 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
   for (int64_t m = 2; m * out_per_group <= kMergedGroupWidth; ++m) {
     if (g.groups % m == 0) merge = m;
   }
+  merge_ = merge;
   groups_ = g.groups / merge;
   group_in_ = in_per_group * merge;
   group_out_ = out_per_group * merge;

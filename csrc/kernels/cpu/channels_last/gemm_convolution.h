@@ -88,6 +88,14 @@ class GemmConvolution {
                  int64_t row_begin, int64_t row_end, int64_t group, int64_t panel_begin,
                  int64_t panel_end, int64_t input_pixel_stride, const float* ahead = nullptr,
                  int64_t ahead_part = 0, int64_t ahead_parts = 1) const;
+  // Merged groups only (merge_ > 1): the rows of a block just run whose results hold a NaN or
+  // an infinity are computed again group by group, skipping the block-diagonal weight's zeros
+  // (0 x inf is NaN: an infinity in one group's input would turn its merged neighbours' results
+  // to NaN where eager's are finite). Arguments as run_block's; `bases` and `offsets` its rows'.
+  void repair_merged_rows(const float* const* bases, const int32_t* const* offsets,
+                          const float* group_input, float* output, const float* residual,
+                          const Epilogue& epilogue, int64_t row_begin, int64_t rows, int64_t group,
+                          int64_t panel_begin, int64_t panel_end, int64_t input_pixel_stride) const;
   // The packed weight of panel `panel` of group `group`.
   const float* panel_weight(int64_t group, int64_t panel) const {
     return packed_.data() + group * group_floats_ + panel * panel_floats_;
@@ -114,6 +122,7 @@ class GemmConvolution {
   // The groups as the kernel runs them: the geometry's, or fewer and wider where tiny groups
   // are merged (.cpp, kMergedGroupWidth). The reduction is taps_ x group_in_.
   int64_t groups_ = 1, taps_ = 1, group_in_ = 0, group_out_ = 0;
+  int64_t merge_ = 1;  // the geometry's groups a kernel group holds
   // Output channels of a group are packed into panels_ column panels of panel_width_ floats
   // (two vectors of kernel_isa_), [tap][channel][width] each, panel_floats_ apart; the last panel
   // is one vector wide when that covers the group's remaining channels (narrow_last_), else it is

@@ -1,6 +1,8 @@
 // GemmConvolution (gemm_convolution.h): running its tiles, in the tiling's order, and the loop
 // over a tile's register tiles (gemm_microkernels.cpp) and the parts of its reduction.
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -239,6 +241,64 @@ void GemmConvolution::run_block(const float* input, float* output, const float* 
         }
       }
     }
+  }
+  if (merge_ > 1) {
+    repair_merged_rows(bases, offsets, group_input, output, residual, epilogue, row_begin, n, group,
+                       panel_begin, panel_end, input_pixel_stride);
+  }
+}
+
+namespace {
+
+// Whether any of x[0, n) is a NaN or an infinity (all exponent bits set), without an early
+// exit, so that the loop vectorises.
+bool any_non_finite(const float* x, int64_t n) {
+  uint32_t found = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    found |= static_cast<uint32_t>((bits & 0x7f800000U) == 0x7f800000U);
+  }
+  return found != 0;
+}
+
+}  // namespace
+
+void GemmConvolution::repair_merged_rows(const float* const* bases, const int32_t* const* offsets,
+                                         const float* group_input, float* output,
+                                         const float* residual, const Epilogue& epilogue,
+                                         int64_t row_begin, int64_t rows, int64_t group,
+                                         int64_t panel_begin, int64_t panel_end,
+                                         int64_t input_pixel_stride) const {
+  const ConvolutionGeometry& g = geometry_;
+  const int64_t in_per_group = group_in_ / merge_, out_per_group = group_out_ / merge_;
+  const int64_t first = panel_begin * panel_width_;
+  const int64_t columns = std::min(group_out_, panel_end * panel_width_) - first;
+  const int64_t lanes = gemm::lanes(kernel_isa_);
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t at = (row_begin + i) * g.out_channels + group * group_out_ + first;
+    float* out = output + at;
+    if (!any_non_finite(out, columns)) continue;
+    for (int64_t column = first; column < first + columns; ++column) {
+      const int64_t panel = column / panel_width_, j = column % panel_width_;
+      const int64_t width = narrow_last_ && panel == panels_ - 1 ? lanes : panel_width_;
+      const float* weight = panel_weight(group, panel) + j;
+      const int64_t c0 = column / out_per_group * in_per_group;  // its own group's channels
+      float sum = bias_[group * group_columns_ + column];
+      for (int64_t tap = 0; tap < taps_; ++tap) {
+        const float* in = nullptr;  // the row's input for this tap; null: padding
+        if (direct_) {
+          in = group_input + (row_begin + i) * input_pixel_stride;
+        } else if (offsets[i][tap] >= 0) {
+          in = bases[i] + offsets[i][tap];
+        }
+        if (in == nullptr) continue;
+        for (int64_t c = c0; c < c0 + in_per_group; ++c)
+          sum += in[c] * weight[(tap * group_in_ + c) * width];
+      }
+      out[column - first] = sum;
+    }
+    finish(isa_, out, residual ? residual + at : nullptr, columns, epilogue);
   }
 }
 
