@@ -2,15 +2,12 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
-#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -58,43 +55,6 @@ inline void cpu_pause() {
   asm volatile("yield");
 #else
   std::this_thread::yield();
-#endif
-}
-
-// The scheduler slice a helper asks for, nanoseconds; 0 keeps the kernel's. Linux's EEVDF
-// scheduler (6.12 on) lets a thread that woke with a shorter slice than the running one's take
-// the core at once, where otherwise it waits out the running thread's slice: a helper woken
-// for a replay's first op on a core that another runtime's spinning thread holds (ONNX
-// Runtime's after its run, libgomp's after an eager op) came milliseconds late. Kernels before
-// 6.12 ignore the request. NIMBLE_HELPER_SLICE_US overrides (0: the kernel's slice).
-constexpr int64_t kHelperSliceNs = 100'000;
-
-int64_t helper_slice_ns() {
-  const char* setting = std::getenv("NIMBLE_HELPER_SLICE_US");
-  return setting ? std::max<int64_t>(0, std::atoll(setting)) * 1000 : kHelperSliceNs;
-}
-
-// Asks the kernel for `slice_ns` as this thread's slice, keeping its policy and nice value;
-// best effort (an older kernel, a seccomp filter or a non-Linux system leaves it as it was).
-void request_slice(int64_t slice_ns) {
-#if defined(__linux__) && defined(SYS_sched_setattr) && defined(SYS_sched_getattr)
-  if (slice_ns <= 0) return;
-  struct Attr {  // the kernel's struct sched_attr (glibc has no wrapper)
-    uint32_t size, policy;
-    uint64_t flags;
-    int32_t nice;
-    uint32_t priority;
-    uint64_t runtime, deadline, period;
-    uint32_t util_min, util_max;
-  } attr{};
-  if (syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0) return;
-  if (attr.policy != SCHED_OTHER && attr.policy != SCHED_BATCH) return;
-  attr.size = sizeof attr;
-  attr.flags = 0;
-  attr.runtime = static_cast<uint64_t>(slice_ns);
-  syscall(SYS_sched_setattr, 0, &attr, 0);
-#else
-  (void)slice_ns;
 #endif
 }
 
@@ -289,7 +249,6 @@ class Helpers {
     t_helper = true;
     // Named so that top, perf and a debugger tell nimble's helpers from ATen's threads.
     pthread_setname_np(pthread_self(), "nimble-helper");
-    request_slice(helper_slice_ns());
     for (;;) {
       await_work(seen);
       await_unstalled();
