@@ -342,7 +342,8 @@ def test_stake_aware_completion_measures_the_onednn_neighbour_of_the_largest_tas
     that neighbour cold, and on 2 of seeds 5-9 DynaTune never measured it (3.75 and 3.95 ms
     against 3.37-3.40). With complete_share a task holding a quarter of the model measures it
     once, and the cold filter's coin restarts after the jump, so the cold share stays under 15%
-    (docs/numbers.md, "Schedulers on real kernels", session 13)."""
+    (docs/history/numbers-earlier.md, "Schedulers on real kernels, sessions 11 to 13",
+    session 13)."""
     t = trace.load(str(LOWERED))
     slot = tuning.trace_slot_seconds(t, adaptive=True)
     runs = {share: tuning.compare(schedulers=["dynatune"], seeds=[5, 6, 7, 8, 9], trace=t,

@@ -296,8 +296,8 @@ def test_replays_split_with_helpers_and_give_the_same_numbers_however_called(spe
 
 
 def test_traced_jobs_give_each_shared_jobs_timeline():
-    # The diagnostic trace (docs/cpu.md, "Interleaved: caches against cores"): one record a
-    # shared job, its times in order, the helper's units within the job's.
+    # The diagnostic trace (docs/history/cpu-measurements.md, "Interleaved: caches against
+    # cores"): one record a shared job, its times in order, the helper's units within the job's.
     model, example = build("torchvision:googlenet", image_size=32)
     fast = nimble.Nimble(model).prepare(example)
     nimble._C._trace_kernel_helpers(False)

@@ -5,7 +5,7 @@
 
 `prepare(x)` and `prepare(x, tuned=db)`, then `repetitions` times the two alternating call by
 call (`nimble.tuning.models.side_by_side`, `rounds` calls each, medians). Two programs built
-apart can differ by more than their kernels do (docs/tuning.md, session 11), so with
+apart can differ by more than their kernels do (docs/history/tuning-sessions.md, "Session 11"), so with
 `--whole-replay` it also confirms the database's picks again in the untuned program's replay
 itself (`_C.kernels.confirm_in_replay` on a copy of the database: paired runs with and without
 each pick) and prints each pick's verdict. With `--ops`, each op's median time in the two

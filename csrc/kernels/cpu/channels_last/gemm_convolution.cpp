@@ -241,7 +241,8 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
     // one block, the columns split. Each thread of two then reads half the weight, where two
     // row blocks had each read all of it (from L3: these layers' time is their weight's):
     // googlenet's 1x1 512 > 112 on 4x4 at 64x64, one thread, L2 swept, the slower half 13.9 ->
-    // 9.1 us (docs/cpu.md, "Few rows on two threads").
+    // 9.1 us (docs/history/cpu-measurements.md,
+    // "Few rows on two threads").
     weight_bound = small_weight && groups_ == 1 && panels_ >= 2 && tiles >= 2 &&
                    tiling.pieces <= 0 && tiling.column_splits <= 0 &&
                    tiling.loop_order == LoopOrder::kRule && rows <= max_rows &&
@@ -277,7 +278,8 @@ GemmConvolution::GemmConvolution(const float* weight, const float* bias,
     // on a map of a few rows whose weight streams from memory, one stream of weight where the
     // tile would read two. Small maps made these blocks (the rule's tiles split the columns
     // where the rows are few): resnet50 at 64x64, one thread, in the replay, 1x1 2048 > 512 and
-    // 3x3 512 > 512 on 2x2 maps, 1x1 256 > 1024 on 4x4 (docs/cpu.md).
+    // 3x3 512 > 512 on 2x2 maps, 1x1 256 > 1024 on 4x4 (docs/history/cpu-measurements.md,
+    // "The stem's windows and the column blocks of small maps").
     // Where weight_bound, blocks down to half the panels, so that there are two (a thread's run
     // of several blocks runs them as one, gemm_convolution_run.cpp, at the tile's width).
     const int64_t tile_panels = std::max(1, register_tile(rows_per_block_, false).vectors / 2);

@@ -90,7 +90,8 @@ void GemmConvolution::run_tiles(const float* input, float* output, const float* 
   // to its first, each asking for the one before, the first for the one before the run: a run
   // of one column block (a helper's claim on a map of few rows) otherwise starts each claim
   // on a weight not asked for. Measured one thread, caches swept, a helper's claims against the
-  // same tiles as one run (docs/cpu.md, "Two threads, session 13"): 3x3 256 > 256 on 4x4
+  // same tiles as one run (docs/history/cpu-measurements.md,
+  // "Two threads, session 13"): 3x3 256 > 256 on 4x4
   // (resnet50 at 64x64) 1.40x -> 1.21x, 1x1 1024 > 512 on 4x4 1.31x -> 1.11x. Only where the
   // register tile is 2 vectors wide: with the 4-vector tile (reductions below
   // kWideTileReduction) the claims were slower with it (1x1 832 > 256 on 7x7 1.11x -> 1.26x).
