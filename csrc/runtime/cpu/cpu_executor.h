@@ -59,7 +59,7 @@ class CpuExecutor final : public Executor {
   // (runtime/cpu/work_sharing.h), the stream's thread claiming pieces with them, and run
   // ATen's ops on the stream's thread alone: where the program has kernels of nimble's.
   // Then no op waits at an OpenMP barrier for a thread that an idle or busy core holds up,
-  // and OpenMP's threads never spin beside the helpers (docs/cpu.md, "Threads").
+  // and OpenMP's threads never spin beside the helpers (docs/cpu.md, "nimble's kernels").
   bool shared_work_ = false;
   std::vector<Stream> streams_;
   std::unique_ptr<ReplayArena> arena_;
