@@ -39,7 +39,7 @@ void FoldedBatchNorm::compute() {
 }
 
 void FoldedBatchNorm::refresh_if_stale() {
-  if (versions_of(sources()) == versions_) return;
+  if (unchanged(versions_, sources())) return;
   // The replay runs below autograd; the refresh is ordinary tensor math.
   at::AutoDispatchBelowADInplaceOrView below;
   compute();

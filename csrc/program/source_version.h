@@ -24,11 +24,6 @@ class SourceVersion {
     }
     return v;
   }
-  bool operator==(const SourceVersion& other) const {
-    return version_ == other.version_ && data_ == other.data_ &&
-           storage_.unsafeGetStorageImpl() == other.storage_.unsafeGetStorageImpl();
-  }
-  bool operator!=(const SourceVersion& other) const { return !(*this == other); }
   // Whether `t` is still as it was when this was taken (the check a replay makes on every
   // call, without taking a new SourceVersion).
   bool matches(const at::Tensor& t) const {
@@ -52,6 +47,17 @@ inline std::vector<SourceVersion> versions_of(const std::vector<at::Tensor>& sou
   out.reserve(sources.size());
   for (const at::Tensor& t : sources) out.push_back(SourceVersion::of(t));
   return out;
+}
+
+// Whether every one of `sources` is still as `versions` (versions_of them, earlier) recorded
+// it: the check a replay makes on every call, so it allocates nothing and moves no storage's
+// reference count (versions_of's copies did both, for every source of every op, every call).
+inline bool unchanged(const std::vector<SourceVersion>& versions,
+                      const std::vector<at::Tensor>& sources) {
+  if (versions.size() != sources.size()) return false;
+  for (size_t i = 0; i < sources.size(); ++i)
+    if (!versions[i].matches(sources[i])) return false;
+  return true;
 }
 
 }  // namespace nimble

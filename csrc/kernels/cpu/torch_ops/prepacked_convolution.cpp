@@ -244,7 +244,7 @@ void PrepackedConvolution::pack() {
 
 at::Tensor PrepackedConvolution::run(const at::Tensor& input,
                                      const std::optional<at::Tensor>& other) {
-  if (versions_of(sources_) != versions_) {
+  if (!unchanged(versions_, sources_)) {
     // The packed weight outlives this replay: packed on a thread of its own, it is not
     // allocated from the replay's private pool (runtime/cpu/replay_arena.h), whose plan
     // would hand its bytes to a later replay's intermediates.

@@ -51,11 +51,10 @@ class DerivedTensor {
  public:
   const at::Tensor& get(const at::Tensor& source,
                         const std::function<at::Tensor(const at::Tensor&)>& derive) const {
-    const SourceVersion version = SourceVersion::of(source);
     // The data pointer too: one kernel may serve views at other offsets of one storage.
-    if (!derived_.defined() || version != version_ || source.data_ptr() != data_) {
+    if (!derived_.defined() || !version_.matches(source) || source.data_ptr() != data_) {
       derived_ = derive(source);
-      version_ = version;
+      version_ = SourceVersion::of(source);
       data_ = source.data_ptr();
     }
     return derived_;
