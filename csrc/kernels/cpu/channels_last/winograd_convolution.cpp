@@ -25,9 +25,10 @@ constexpr int64_t kMinBlockTiles = 16, kMaxBlockTiles = 128;
 // transforming the block's input (a call running both, once). Blocks of tiles transform no
 // input twice: resnet18's and resnet50's 3x3 64 > 64 on 16x16, one block of 64 tiles with
 // its 64 channels split in two before, took 1.77x less time on two threads than on one, in
-// 4 blocks of 16 tiles 2.0x, and 0.9x the time on one (docs/cpu.md, "Small maps on two
-// threads, session 13"). More column blocks, or blocks of 8 tiles on 8x8 maps, measured no
-// better: narrower column blocks run narrower register tiles, each transforming the input.
+// 4 blocks of 16 tiles 2.0x, and 0.9x the time on one (docs/history/cpu-measurements.md,
+// "Small maps on two threads, session 13"). More column blocks, or blocks of 8 tiles on 8x8 maps,
+// measured no better: narrower column blocks run narrower register tiles, each transforming the
+// input.
 constexpr int64_t kFewPieces = 4;
 constexpr int64_t kPieceMacs = int64_t{1} << 16;
 // Each block of tiles reads all of U (16 C K floats) once: where U is more than 1.5x every
@@ -37,7 +38,8 @@ constexpr int64_t kPieceMacs = int64_t{1} << 16;
 // L2), one thread, caches swept, us: 256 > 256 on 14x14 (4 blocks of 13 tiles) 1374 -> 1119
 // (hot 915 -> 620), each thread's half 817 -> 619; 160 > 320 969 -> 835; 128 > 256 649 -> 590
 // (3 pieces, 500 + 300, -> 2 of 334 and 337); 96 > 208 (1.34x) 398 against 395: left as it
-// was; 28x28 maps and larger (U below the tiles' V and M) lose with one block (docs/cpu.md).
+// was; 28x28 maps and larger (U below the tiles' V and M) lose with one block
+// (docs/history/cpu-measurements.md, "Winograd's blocks at 224, session 14").
 constexpr int64_t kWeightOverTiles = 3;  // in halves: U > 1.5 x (V + M)
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
