@@ -29,7 +29,7 @@ def run(args):
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     for model in args.models.split(","):
         tr = load(f"tests/data/traces/{model}_32_lowered.jsonl.gz")
-        r = tuning.compare(schedulers=SCHEDULERS, seeds=seeds, trace=tr, threads=args.threads,
+        r = tuning.compare(schedulers=args.schedulers.split(","), seeds=seeds, trace=tr, threads=args.threads,
                            slot_seconds=tuning.trace_slot_seconds(tr, adaptive=True),
                            **json.loads(args.options))
         out.append({"label": args.label, "model": model, "seeds": seeds,
@@ -71,6 +71,10 @@ def score(args):
         t_pool, t_own = {}, {}
         for s in SCHEDULERS:
             runs = [r for r in c["runs"] if r["scheduler"] == s]
+            if not runs:  # run with --schedulers: the first call on the same model and seeds
+                runs = next(([r for r in o["runs"] if r["scheduler"] == s] for o in calls
+                             if (o["model"], o["seeds"]) == (c["model"], c["seeds"])
+                             and any(r["scheduler"] == s for r in o["runs"])), [])
             tp = [time_to(r["remeasured_curve"], ref / 0.99) for r in runs]
             to = [time_to(r["remeasured_curve"], c["reference_ms"] / 0.99) for r in runs]
             t_pool[s], t_own[s] = median(tp), median(to)
@@ -99,6 +103,9 @@ def main():
     r.add_argument("--options", default="{}")
     r.add_argument("--models", default=",".join(MODELS))
     r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--schedulers", default=",".join(SCHEDULERS),
+                   help="a subset: score borrows the others' runs from another call on the same "
+                        "model and seeds (a DynaTune variant beside the default's baselines)")
     s = sub.add_parser("score")
     s.add_argument("files", nargs="+")
     a = p.parse_args()
