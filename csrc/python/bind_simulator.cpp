@@ -236,7 +236,7 @@ void bind_simulator(py::module_& t) {
       py::arg("cold_filter") = true, py::arg("batch_size") = 8, py::arg("mcmc_walkers") = 10,
       py::arg("mcmc_steps") = 500, py::arg("mcmc_samples") = 200, py::arg("threads") = 2,
       py::arg("finish_when_cold") = false, py::arg("trace") = py::none(),
-      py::arg("mcmc_warm_steps") = 40, py::arg("complete_share") = 0.0,
+      py::arg("mcmc_warm_steps") = 40, py::arg("complete_share") = 0.1,
       py::arg("reference_ms") = 0.0,
       "Every scheduler on the same simulated models, one per seed; medians over seeds. "
       "finish_when_cold: a task finishes once every candidate left is cold (docs/tuning.md). "

@@ -34,13 +34,15 @@ struct SearchOptions {
   // ... and only after this many trials without improvement: a model that has just found a
   // new best region may call everything else cold too early.
   int cold_patience = 24;
-  // Stake-aware neighbour completion (0: off, the default). A task holding at least this share
-  // of the model's latency (weight x best over the model, set by the run before each
-  // proposal) measures one of the start's neighbours the move memory calls cold once its warm
-  // ones are used up: resnet18's 512-channel convolutions (a fifth of the model each) wait
-  // for good on their oneDNN neighbour (0.37x and 0.76x of the rule) once the smaller tasks
-  // found oneDNN 1.8-4.4x slower (docs/numbers.md, "Schedulers on real kernels", session 14).
-  double complete_share = 0;
+  // Stake-aware neighbour completion (0: off). A task holding at least this share of the
+  // model's latency (weight x best over the model, set by the run before each proposal)
+  // measures one of the start's neighbours the move memory calls cold once its warm ones are
+  // used up: resnet18's 512-channel convolutions (a fifth of the model each) wait for good on
+  // their oneDNN neighbour (0.37x and 0.76x of the rule) once the smaller tasks found oneDNN
+  // 1.8-4.4x slower. A tenth, chosen on the lowered traces' seeds 0-9 among 0.1-0.25 and held
+  // on 100-109: DynaTune's median final no worse on any of resnet18, mobilenet_v2, googlenet,
+  // shufflenet_v2, 5.3% better on held-out resnet18 (docs/numbers.md, session 15).
+  double complete_share = 0.1;
   // With completion on, the cold filter's coin restarts (Trimmer's decay counted from there)
   // after a completed neighbour improves its task, and after an improvement of at least
   // reset_jump x on a task of at least reset_share of the model: a cost model trained on the

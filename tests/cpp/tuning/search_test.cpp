@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <string>
 #include <unordered_set>
 
 #include "test_tasks.h"
@@ -139,10 +140,16 @@ TEST(MoveMemory, JudgesAMoveOnlyByOtherTasksOnceEnoughMeasuredIt) {
   EXPECT_FALSE(memory.combined_best(0, task.space, start));
 }
 
-TEST(TaskTuner, OtherTasksMovesDeferColdNeighboursAndLeadWithTheirBestCombination) {
-  Task task = testing::bowl_task("transfer", 1e9, 1, 6);
+// A bowl task started at a random configuration, with the start's one-knob neighbours.
+Task started_task(const std::string& name) {
+  Task task = testing::bowl_task(name, 1e9, 1, 6);
   std::mt19937_64 rng(9);
   task.start = task.space.random_config(rng);
+  return task;
+}
+
+TEST(TaskTuner, OtherTasksMovesDeferColdNeighboursAndLeadWithTheirBestCombination) {
+  const Task task = started_task("transfer");
   const std::vector<Config> near = task.space.one_knob_neighbors(task.start);
   ASSERT_GT(near.size(), 8u);
   const Config& cold = near.front();
@@ -167,6 +174,29 @@ TEST(TaskTuner, OtherTasksMovesDeferColdNeighboursAndLeadWithTheirBestCombinatio
   // Without the memory the cold neighbour is measured with the rest.
   const std::vector<Config> without = TaskTuner(task, options, 6).propose(all);
   EXPECT_EQ(std::count(without.begin(), without.end(), cold), 1);
+}
+
+// Stake-aware completion is on by default for a task holding a tenth of the model: it measures
+// the neighbour the other tasks call cold, once, after its warm ones (docs/numbers.md, session
+// 15); a task under a tenth does not.
+TEST(TaskTuner, ByDefaultATaskHoldingATenthOfTheModelMeasuresTheColdNeighbourOnce) {
+  const Task task = started_task("completion");
+  const std::vector<Config> near = task.space.one_knob_neighbors(task.start);
+  ASSERT_GT(near.size(), 8u);
+  const Config& cold = near.front();
+  MoveMemory memory;
+  for (size_t other = 1; other <= 2; ++other)
+    memory.remember(other, task.space, task.start, cold, 4.0, false);
+  SearchOptions options;
+  EXPECT_DOUBLE_EQ(options.complete_share, 0.1);
+  options.cold_filter.enabled = false;  // only the other tasks judge
+  const int all = static_cast<int>(near.size()) + 1;
+  for (const double stake : {0.08, 0.12}) {
+    TaskTuner tuner(task, options, 6, &memory, 0);
+    tuner.set_stake_share(stake);
+    const std::vector<Config> batch = tuner.propose(all);
+    EXPECT_EQ(std::count(batch.begin(), batch.end(), cold), stake >= 0.1 ? 1 : 0) << stake;
+  }
 }
 
 TEST(TaskTuner, ExhaustsASmallSpaceWithoutRepeating) {
