@@ -17,7 +17,8 @@ struct TaskProgress {
   double best_seconds = 0;      // the task's contribution per occurrence (baseline until tuned)
   double baseline_seconds = 0;  // the task's start's (0: unknown)
   long trials = 0;
-  long slots = 0;  // slots given to the task so far
+  double measure_seconds = 0;  // its measurements' seconds so far, cold ones included
+  long slots = 0;              // slots given to the task so far
   long last_slot_trials = 0;
   bool finished = false;  // no improvement for long enough, or space exhausted
   // Its search's last proposal found only candidates the cold filter calls cold

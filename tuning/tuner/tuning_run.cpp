@@ -197,6 +197,7 @@ SchedulerView TuningRun::refreshed_view(bool skip_busy) {
     p.best_seconds = task_seconds(tasks_[i], *tuners_[i]);
     p.baseline_seconds = tasks_[i].baseline_seconds;
     p.trials = tuners_[i]->trials();
+    p.measure_seconds = tuners_[i]->cold_stats().total_seconds;
     p.slots = slots_[i];
     p.last_slot_trials = last_slot_trials_[i];
     p.finished = finished_[i] || (skip_busy && task_in_flight_[i] > 0);
