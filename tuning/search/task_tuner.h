@@ -39,7 +39,7 @@ struct SearchOptions {
   // measures one of the start's neighbours the move memory calls cold once its warm ones are
   // used up: resnet18's 512-channel convolutions (a fifth of the model each) wait for good on
   // their oneDNN neighbour (0.37x and 0.76x of the rule) once the smaller tasks found oneDNN
-  // 1.8-4.4x slower. A tenth, chosen on the lowered traces' seeds 0-9 among 0.1-0.25 and held
+  // 1.8-4.4x slower. A tenth, chosen on the lowered traces' seeds 0-9 among 0.05-0.25 and held
   // on 100-109: DynaTune's median final no worse on any of resnet18, mobilenet_v2, googlenet,
   // shufflenet_v2, 5.3% better on held-out resnet18 (docs/numbers.md, session 15).
   double complete_share = 0.1;
