@@ -142,6 +142,23 @@ def test_large_layers_split_over_threads_match_one_thread(kernel):
     assert_matches_eager(one, expected(conv, "relu", x, None))
 
 
+@pytest.mark.parametrize("stem", [(64, 7, 2, 3, 2, 67, 61), (32, 3, 2, 1, 2, 65, 47),
+                                  (96, 4, 4, 0, 1, 64, 64), (64, 7, 2, 3, 1, 224, 224)])
+def test_stems_read_an_nchw_input_as_they_read_its_channels_last_copy(stem):
+    # A program's NCHW input reaches its stem through nimble's 3-channel copy (channel_ops.cpp):
+    # odd sizes, padding, strides and batch 2; large enough at 224 to split over two threads.
+    out, kernel, stride, pad, batch, h, w = stem
+    torch.manual_seed(stride * kernel)
+    conv = torch.nn.Conv2d(3, out, kernel, stride, pad).eval()
+    x = torch.randn(batch, 3, h, w)
+    packed = make(conv, "relu", False, x, "nimble_gemm")
+    one, two = on_one_and_two_threads(x, None, packed)
+    copied, _ = on_one_and_two_threads(x.contiguous(memory_format=torch.channels_last), None,
+                                       packed)
+    assert torch.equal(one, two) and torch.equal(one, copied)
+    assert_matches_eager(one, expected(conv, "relu", x, None))
+
+
 @pytest.mark.parametrize("kernel", ["nimble_depthwise", "nimble_gemm"])
 def test_nan_in_the_input_stays_nan_through_relu(kernel):
     torch.manual_seed(0)

@@ -63,24 +63,6 @@ void shuffle_channels(const ChannelRows* inputs, int64_t count, int64_t groups, 
   }
 }
 
-void to_channels_last(const float* x, float* y, int64_t channels, int64_t pixels, int64_t begin,
-                      int64_t end) {
-  // Blocks of pixels: each channel's run of a block is read in one sweep (a few cache lines),
-  // and the block's rows are written whole.
-  constexpr int64_t kBlock = 64;
-  for (int64_t first = begin; first < end;) {
-    const int64_t image = first / pixels, pixel = first % pixels;
-    const int64_t count = std::min({kBlock, end - first, pixels - pixel});
-    const float* in = x + image * channels * pixels + pixel;
-    float* __restrict out = y + first * channels;
-    for (int64_t c = 0; c < channels; ++c) {
-      const float* __restrict plane = in + c * pixels;
-      for (int64_t p = 0; p < count; ++p) out[p * channels + c] = plane[p];
-    }
-    first += count;
-  }
-}
-
 namespace {
 
 #define NIMBLE_CHANNEL_OPS_INLINE __attribute__((always_inline)) inline
@@ -133,6 +115,40 @@ NIMBLE_CHANNEL_OPS_INLINE void scale_body(const float* x, const float* scale, fl
   }
 }
 
+// Blocks of pixels: each channel's run of a block is read in one sweep (a few cache lines),
+// and the block's rows are written whole. `kChannels` > 0: that many channels, known to the
+// compiler, which then interleaves whole vectors of the planes (3 channels, a program's
+// input: the stores of one float each ran at 0.4 ns a float, 5-7 us of the 7x7 stem's 120 at
+// 64x64 and 60-70 of its 1350 at 224x224, one thread).
+template <int64_t kChannels>
+NIMBLE_CHANNEL_OPS_INLINE void to_channels_last_body(const float* x, float* y, int64_t channels,
+                                                     int64_t pixels, int64_t begin, int64_t end) {
+  constexpr int64_t kBlock = 64;
+  const int64_t c_count = kChannels > 0 ? kChannels : channels;
+  for (int64_t first = begin; first < end;) {
+    const int64_t image = first / pixels, pixel = first % pixels;
+    const int64_t count = std::min({kBlock, end - first, pixels - pixel});
+    const float* in = x + image * c_count * pixels + pixel;
+    float* __restrict out = y + first * c_count;
+    if constexpr (kChannels == 3) {
+      const float* __restrict p0 = in;
+      const float* __restrict p1 = in + pixels;
+      const float* __restrict p2 = in + 2 * pixels;
+      for (int64_t p = 0; p < count; ++p) {
+        out[3 * p] = p0[p];
+        out[3 * p + 1] = p1[p];
+        out[3 * p + 2] = p2[p];
+      }
+    } else {
+      for (int64_t c = 0; c < c_count; ++c) {
+        const float* __restrict plane = in + c * pixels;
+        for (int64_t p = 0; p < count; ++p) out[p * c_count + c] = plane[p];
+      }
+    }
+    first += count;
+  }
+}
+
 #undef NIMBLE_CHANNEL_OPS_INLINE
 
 }  // namespace
@@ -148,6 +164,18 @@ void scale_channels(Isa isa, const float* x, const float* scale, float* y, int64
   run_for_isa(
       isa, [&]() __attribute__((always_inline)) {
         scale_body(x, scale, y, pixels, channels, begin, end);
+      });
+}
+
+void to_channels_last(Isa isa, const float* x, float* y, int64_t channels, int64_t pixels,
+                      int64_t begin, int64_t end) {
+  run_for_isa(
+      isa, [&]() __attribute__((always_inline)) {
+        if (channels == 3) {
+          to_channels_last_body<3>(x, y, channels, pixels, begin, end);
+        } else {
+          to_channels_last_body<0>(x, y, channels, pixels, begin, end);
+        }
       });
 }
 

@@ -34,8 +34,8 @@ void shuffle_channels(const ChannelRows* inputs, int64_t count, int64_t groups, 
 // y[n, p, c] = x[n, c, p] for the pixels [begin, end) of all `images` (flattened images x
 // pixels): an NCHW array [images, channels, pixels] to NHWC [images, pixels, channels] (a
 // program's input on its way to the first convolution).
-void to_channels_last(const float* x, float* y, int64_t channels, int64_t pixels, int64_t begin,
-                      int64_t end);
+void to_channels_last(Isa isa, const float* x, float* y, int64_t channels, int64_t pixels,
+                      int64_t begin, int64_t end);
 
 // Channels a unit of mean_over_pixels: a cache line of each pixel, so that the units of one
 // image (efficientnet's first squeeze-excitation: 32 channels) can run on different threads.

@@ -34,7 +34,7 @@ at::Tensor channels_last(const at::Tensor& t) {
   const float* x_data = t.const_data_ptr<float>();
   float* y_data = y.mutable_data_ptr<float>();
   split_work(t.size(0) * pixels, t.numel() >= kParallelCopyFrom, [&](int64_t begin, int64_t end) {
-    nhwc::to_channels_last(x_data, y_data, channels, pixels, begin, end);
+    nhwc::to_channels_last(nhwc::best_isa(), x_data, y_data, channels, pixels, begin, end);
   });
   return y;
 }
