@@ -84,3 +84,45 @@ def test_timed_replays_time_every_op():
     assert total > 0
     assert sorted(op[0] for op in ops) == list(range(len(fast.schedule["ops"])))
     assert all(op[3] >= op[2] for op in ops)
+
+
+class Mixed(torch.nn.Module):
+    """Pooling, concatenation, ShuffleNet's channel shuffle and the global mean between
+    convolutions: the other nimble:: ops with direct calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 8, 1)
+        self.c = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.d = torch.nn.Conv2d(16, 16, 1)
+        self.e = torch.nn.Conv2d(16, 16, 1)
+
+    def forward(self, x):
+        y = torch.nn.functional.max_pool2d(torch.relu(self.a(x)), 3, 2, 1)
+        b, c = self.b(y), self.c(y)
+        u = self.e(torch.cat([b, c], 1))
+        z = torch.cat([c, b], 1)
+        n, ch, h, w = z.shape
+        z = z.view(n, 2, ch // 2, h, w).transpose(1, 2).contiguous().view(n, ch, h, w)
+        z = torch.relu(self.d(z)) + u
+        return z.mean((2, 3))
+
+
+def test_pool_cat_shuffle_and_mean_match_eager_call_after_call():
+    torch.manual_seed(1)
+    model = Mixed().eval()
+    x = torch.randn(1, 3, 16, 16)
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        with torch.no_grad():
+            fast = nimble.Nimble(model).prepare(x)
+            names = fast.schedule["ops"]
+            for op in ("max_pool2d_nhwc", "cat_nhwc", "channel_shuffle_nhwc", "mean_hw_nhwc"):
+                assert "nimble::" + op in names, names
+            outs = []
+            for i in range(4):
+                xi = torch.randn_like(x)
+                outs.append((fast(xi), model(xi)))
+            for got, want in outs:  # earlier results stay the caller's
+                assert_matches_eager(got, want)

@@ -1,11 +1,13 @@
 #pragma once
-// Unboxed calls of nimble's prepacked ops (nimble::convolution_prepacked,
-// nimble::linear_prepacked) for the CPU replay. Called through the dispatcher, each such op
+// Unboxed calls of nimble's own ops for the CPU replay: nimble::convolution_prepacked,
+// linear_prepacked, max_pool2d_nhwc, cat_nhwc, channel_shuffle(_nhwc) and mean_hw_nhwc (the
+// others, and ATen's, keep the boxed call of op_call.h). Called through the dispatcher, each op
 // had its boxed stack built from the program's values (a reference count per argument), its
-// custom-class argument checked and unwrapped (a type lookup and several reference counts),
-// the dispatcher's table consulted and its result boxed and unboxed again: about 0.3 us an op
-// of work that is not the kernel's. A direct call holds the prepacked object unwrapped once,
-// when the executor is built, and calls its `run` with the program's current values. The
+// constants copied in (int lists: reference counts; a prepacked object: a type check and
+// several reference counts to unwrap it), a Tensor[] built on the heap, the dispatcher's table
+// consulted and its result boxed and unboxed again. A direct call holds the constants unboxed
+// once, when the executor is built, and calls the kernel with the program's current values;
+// tensor lists are gathered on the call's own stack, so no call keeps another's tensors. The
 // kernel is the same one (its own staleness checks included): only the way to it changes.
 // (The boxed path redispatches below autograd, which runs no RecordFunction either: a
 // profiler saw neither.)
