@@ -4,6 +4,8 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/grad_mode.h>
 
+#include <iterator>
+
 namespace nimble {
 
 FoldedBatchNorm::FoldedBatchNorm(at::Tensor weight, at::Tensor bias, at::Tensor gamma,
@@ -39,7 +41,12 @@ void FoldedBatchNorm::compute() {
 }
 
 void FoldedBatchNorm::refresh_if_stale() {
-  if (unchanged(versions_, sources())) return;
+  // Compared in place, on every call: sources() would build a vector and move six reference
+  // counts for each fold.
+  const at::Tensor* const current[] = {&weight_, &bias_, &gamma_, &beta_, &mean_, &var_};
+  bool same = versions_.size() == std::size(current);
+  for (size_t i = 0; same && i < std::size(current); ++i) same = versions_[i].matches(*current[i]);
+  if (same) return;
   // The replay runs below autograd; the refresh is ordinary tensor math.
   at::AutoDispatchBelowADInplaceOrView below;
   compute();

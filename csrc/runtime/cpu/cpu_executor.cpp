@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "csrc/runtime/cpu/direct_calls.h"
 #include "csrc/runtime/cpu/intra_op_threads.h"
 #include "csrc/runtime/cpu/steady_ns.h"
 #include "csrc/runtime/cpu/work_sharing.h"
@@ -52,6 +53,8 @@ CpuExecutor::CpuExecutor(const Program& program, ProgramState& state, StreamPlan
   if (memory_pool && streams == 1) arena_ = std::make_unique<ReplayArena>(program, state);
   stream_done_.resize(streams);
   errors_.resize(streams);
+  direct_.reserve(program.ops.size());
+  for (const OpNode& op : program.ops) direct_.push_back(direct_call_for(op));
   for (int s = 1; s < streams; ++s) workers_.emplace_back([this, s] { worker(s); });
 }
 
@@ -78,21 +81,11 @@ void CpuExecutor::run_stream(int stream, uint64_t epoch) {
         const OpNode& op = program_.ops[step.op];
         const OpState& op_state = state_.ops[step.op];
         if (arena_) arena_->op_begins(step.op);
-        push_args(op, op_state, state_.values, s.stack);
-        if (!timed_) {
-          invoke(op, op_state, s.stack);
-          keep_results(op, state_.values, s.stack, release);
+        const DirectCall* direct = direct_call_allowed(op_state) ? direct_[step.op].get() : nullptr;
+        if (direct != nullptr) {
+          call_direct(*direct, step.op, stream, release);
         } else {
-          const int64_t start = steady_ns();
-          invoke(op, op_state, s.stack);
-          const int64_t end = steady_ns();
-          keep_results(op, state_.values, s.stack, {});
-          // Dropping the values this op read last frees tensors: timed on its own, so
-          // that reports can tell memory release from dispatch overhead.
-          for (int slot : release) state_.values[slot] = c10::IValue();
-          const int64_t released = steady_ns();
-          s.timings->push_back(
-              {step.op, stream, start - origin_ns_, end - origin_ns_, released - end});
+          call_boxed(op, op_state, step.op, stream, release);
         }
         // Returned values the program does not keep go now, inside the op (for the pool's
         // lifetimes), not at the next op.
@@ -106,6 +99,38 @@ void CpuExecutor::run_stream(int stream, uint64_t epoch) {
     // Signal even after a failure, so that no other stream waits forever.
     if (step.signal >= 0) events_[step.signal].signal(epoch, queue_);
   }
+}
+
+void CpuExecutor::call_direct(const DirectCall& direct, int op, int stream,
+                              const std::vector<int>& release) {
+  const int64_t start = timed_ ? steady_ns() : 0;
+  at::Tensor result = direct.call(state_.values);
+  const int64_t end = timed_ ? steady_ns() : 0;
+  state_.values[direct.out_slot()] = std::move(result);
+  for (int slot : release) state_.values[slot] = c10::IValue();
+  if (timed_)
+    streams_[stream].timings->push_back(
+        {op, stream, start - origin_ns_, end - origin_ns_, steady_ns() - end});
+}
+
+void CpuExecutor::call_boxed(const OpNode& op, const OpState& op_state, int index, int stream,
+                             const std::vector<int>& release) {
+  Stream& s = streams_[stream];
+  push_args(op, op_state, state_.values, s.stack);
+  if (!timed_) {
+    invoke(op, op_state, s.stack);
+    keep_results(op, state_.values, s.stack, release);
+    return;
+  }
+  const int64_t start = steady_ns();
+  invoke(op, op_state, s.stack);
+  const int64_t end = steady_ns();
+  keep_results(op, state_.values, s.stack, {});
+  // Dropping the values this op read last frees tensors: timed on its own, so that reports
+  // can tell memory release from dispatch overhead.
+  for (int slot : release) state_.values[slot] = c10::IValue();
+  const int64_t released = steady_ns();
+  s.timings->push_back({index, stream, start - origin_ns_, end - origin_ns_, released - end});
 }
 
 void CpuExecutor::worker(int stream) {

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "csrc/runtime/cpu/direct_calls.h"
 #include "csrc/runtime/cpu/replay_arena.h"
 #include "csrc/runtime/cpu/stream_event.h"
 #include "csrc/runtime/executor.h"
@@ -43,6 +44,10 @@ class CpuExecutor final : public Executor {
   };
 
   void run_stream(int stream, uint64_t epoch);
+  // One op, with its result kept and the values it read last dropped (timed when timed_).
+  void call_direct(const DirectCall& direct, int op, int stream, const std::vector<int>& release);
+  void call_boxed(const OpNode& op, const OpState& op_state, int index, int stream,
+                  const std::vector<int>& release);
   void worker(int stream);
   void replay(bool timed, std::vector<OpTiming>* timings);
 
@@ -62,6 +67,8 @@ class CpuExecutor final : public Executor {
   // and OpenMP's threads never spin beside the helpers (docs/cpu.md, "nimble's kernels").
   bool shared_work_ = false;
   std::vector<Stream> streams_;
+  // Per op: its unboxed call, or null (runtime/cpu/direct_calls.h).
+  std::vector<std::unique_ptr<const DirectCall>> direct_;
   std::unique_ptr<ReplayArena> arena_;
   std::deque<StreamEvent> events_;
   std::deque<StreamEvent> stream_done_;

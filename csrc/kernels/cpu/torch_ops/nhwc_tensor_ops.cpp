@@ -261,6 +261,26 @@ c10::OperatorHandle channel_shuffle_nhwc_op() { return nimble_op("nimble::channe
 c10::OperatorHandle mean_hw_nhwc_op() { return nimble_op("nimble::mean_hw_nhwc"); }
 c10::OperatorHandle scale_channels_nhwc_op() { return nimble_op("nimble::scale_channels_nhwc"); }
 
+namespace direct {
+
+at::Tensor max_pool2d_nhwc(const at::Tensor& self, at::IntArrayRef kernel_size,
+                           at::IntArrayRef stride, at::IntArrayRef padding,
+                           at::IntArrayRef dilation, bool ceil_mode) {
+  return kernels::max_pool2d_nhwc(self, kernel_size, stride, padding, dilation, ceil_mode);
+}
+at::Tensor cat_nhwc(at::TensorList inputs) { return kernels::cat_nhwc(inputs); }
+at::Tensor channel_shuffle(at::TensorList inputs, int64_t groups) {
+  return kernels::channel_shuffle(inputs, groups);
+}
+at::Tensor channel_shuffle_nhwc(at::TensorList inputs, int64_t groups) {
+  return kernels::channel_shuffle_nhwc(inputs, groups);
+}
+at::Tensor mean_hw_nhwc(const at::Tensor& self, bool keepdim) {
+  return kernels::mean_hw_nhwc(self, keepdim);
+}
+
+}  // namespace direct
+
 TORCH_LIBRARY_FRAGMENT(nimble, m) {
   m.def(
       "max_pool2d_nhwc(Tensor self, int[2] kernel_size, int[2] stride, int[2] padding, "

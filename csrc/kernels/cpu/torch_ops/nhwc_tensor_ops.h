@@ -24,6 +24,7 @@
 // tensors' concatenation along channels (view(n, groups, c / groups, h, w), transpose(1, 2),
 // contiguous, view(n, c, h, w)), contiguous as torch gives it; passes/channel_shuffle_fusion.h
 // makes it from those ops.
+#include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 namespace nimble::kernels {
@@ -36,5 +37,17 @@ c10::OperatorHandle channel_shuffle_op();
 c10::OperatorHandle channel_shuffle_nhwc_op();
 c10::OperatorHandle mean_hw_nhwc_op();
 c10::OperatorHandle scale_channels_nhwc_op();
+
+// The ops' kernels themselves, for callers that skip the dispatcher (the CPU replay's direct
+// calls, runtime/cpu/direct_calls.h).
+namespace direct {
+at::Tensor max_pool2d_nhwc(const at::Tensor& self, at::IntArrayRef kernel_size,
+                           at::IntArrayRef stride, at::IntArrayRef padding,
+                           at::IntArrayRef dilation, bool ceil_mode);
+at::Tensor cat_nhwc(at::TensorList inputs);
+at::Tensor channel_shuffle(at::TensorList inputs, int64_t groups);
+at::Tensor channel_shuffle_nhwc(at::TensorList inputs, int64_t groups);
+at::Tensor mean_hw_nhwc(const at::Tensor& self, bool keepdim);
+}  // namespace direct
 
 }  // namespace nimble::kernels
