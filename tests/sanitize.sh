@@ -54,7 +54,7 @@ run_asan() {
 
 # What runs threads of ours: the CPU executor's streams and events, the pool (replay
 # arena), the tuner's parallel runs (compare_schedulers) and database, and the helper threads
-# nimble's channels-last kernels share their work with (runtime/cpu/work_sharing.h).
+# nimble's channels-last kernels share their work with (threads/work_sharing.h).
 TSAN_TARGETS=(runtime_test tuning_model_tuner_test tuning_database_test work_sharing_test)
 TSAN_TESTS='^(Replay|ReplayArena|CpuStreams|WorkSharing)\.|^tuning\.'
 

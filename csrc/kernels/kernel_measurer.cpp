@@ -7,7 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "csrc/runtime/cpu/steady_ns.h"
+#include "csrc/threads/steady_ns.h"
 #include "tuning/measure/adaptive_evaluator.h"
 #ifdef NIMBLE_WITH_CUDA
 #include "csrc/kernels/cuda/device_timing.h"

@@ -20,9 +20,9 @@
 #include "csrc/python/bindings.h"
 #include "csrc/python/model_watch.h"
 #include "csrc/runtime/cpu/cpu_executor.h"
-#include "csrc/runtime/cpu/work_sharing.h"
 #include "csrc/runtime/replay.h"
 #include "csrc/runtime/trainable_parameters.h"
+#include "csrc/threads/work_sharing.h"
 
 namespace py = pybind11;
 

@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "csrc/kernels/cpu/tuning_families/cpu_families.h"
-#include "csrc/runtime/cpu/steady_ns.h"
 #include "csrc/slot/context_measurer.h"
+#include "csrc/threads/steady_ns.h"
 #include "tuning/measure/adaptive_evaluator.h"
 #include "tuning/measure/measure_result.h"
 

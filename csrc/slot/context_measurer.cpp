@@ -11,9 +11,9 @@
 
 #include "csrc/kernels/cpu/tuning_families/cpu_families.h"
 #include "csrc/kernels/kernel_family.h"
-#include "csrc/runtime/cpu/steady_ns.h"
 #include "csrc/slot/lowering_choices.h"
 #include "csrc/slot/program_tasks.h"
+#include "csrc/threads/steady_ns.h"
 #include "tuning/measure/adaptive_evaluator.h"
 
 namespace nimble::slot {

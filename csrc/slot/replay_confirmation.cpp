@@ -10,10 +10,10 @@
 #include <sstream>
 #include <utility>
 
-#include "csrc/runtime/cpu/steady_ns.h"
 #include "csrc/slot/context_confirmation.h"
 #include "csrc/slot/context_measurer.h"
 #include "csrc/slot/lowering_choices.h"
+#include "csrc/threads/steady_ns.h"
 #include "tuning/measure/measure_result.h"
 
 namespace nimble::slot {

@@ -1,4 +1,4 @@
-"""nimble's helper threads (csrc/runtime/cpu/work_sharing.cpp) as the operating system shows
+"""nimble's helper threads (csrc/threads/work_sharing.cpp) as the operating system shows
 them: named `nimble-helper`, so that top, perf and a debugger tell them from ATen's threads."""
 
 from __future__ import annotations

@@ -11,10 +11,10 @@
 #include <string>
 
 #include "csrc/runtime/cpu/direct_calls.h"
-#include "csrc/runtime/cpu/intra_op_threads.h"
-#include "csrc/runtime/cpu/steady_ns.h"
-#include "csrc/runtime/cpu/work_sharing.h"
 #include "csrc/runtime/op_call.h"
+#include "csrc/threads/intra_op_threads.h"
+#include "csrc/threads/steady_ns.h"
+#include "csrc/threads/work_sharing.h"
 
 namespace nimble {
 

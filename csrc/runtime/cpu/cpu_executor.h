@@ -61,7 +61,7 @@ class CpuExecutor final : public Executor {
   int threads_per_stream() const { return std::max(1, cores_ / plan_.num_streams()); }
   int cores_ = 1;
   // Whether replays split nimble's kernels through their helper threads
-  // (runtime/cpu/work_sharing.h), the stream's thread claiming pieces with them, and run
+  // (threads/work_sharing.h), the stream's thread claiming pieces with them, and run
   // ATen's ops on the stream's thread alone: where the program has kernels of nimble's.
   // Then no op waits at an OpenMP barrier for a thread that an idle or busy core holds up,
   // and OpenMP's threads never spin beside the helpers (docs/cpu.md, "nimble's kernels").

@@ -5,9 +5,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "csrc/runtime/cpu/steady_ns.h"
 #include "csrc/runtime/op_call.h"
 #include "csrc/runtime/state_snapshot.h"
+#include "csrc/threads/steady_ns.h"
 
 namespace nimble {
 

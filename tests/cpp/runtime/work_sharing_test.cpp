@@ -1,7 +1,7 @@
-// runtime/cpu/work_sharing.h: every unit runs exactly once whatever the split, with helpers or
+// threads/work_sharing.h: every unit runs exactly once whatever the split, with helpers or
 // without, from several callers at once, nested, and with a failing piece; the caller never
 // waits for helpers that do not come.
-#include "csrc/runtime/cpu/work_sharing.h"
+#include "csrc/threads/work_sharing.h"
 
 #include <gtest/gtest.h>
 

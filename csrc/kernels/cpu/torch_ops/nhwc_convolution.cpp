@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "csrc/kernels/cpu/channels_last/channel_ops.h"
-#include "csrc/runtime/cpu/intra_op_threads.h"
+#include "csrc/threads/intra_op_threads.h"
 
 namespace nimble::kernels {
 namespace {

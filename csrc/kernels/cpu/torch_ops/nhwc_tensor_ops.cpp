@@ -14,7 +14,7 @@
 #include "csrc/kernels/cpu/channels_last/pooling.h"
 #include "csrc/kernels/cpu/torch_ops/fused_epilogue.h"
 #include "csrc/kernels/cpu/torch_ops/nhwc_convolution.h"
-#include "csrc/runtime/cpu/intra_op_threads.h"
+#include "csrc/threads/intra_op_threads.h"
 
 namespace nimble::kernels {
 

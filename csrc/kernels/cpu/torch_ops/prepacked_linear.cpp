@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "csrc/kernels/aten_epilogue.h"
-#include "csrc/runtime/cpu/intra_op_threads.h"
+#include "csrc/threads/intra_op_threads.h"
 
 namespace nimble::kernels {
 

@@ -11,7 +11,7 @@
 
 #include "csrc/kernels/tunable_op.h"
 #include "csrc/program/source_version.h"
-#include "csrc/runtime/cpu/intra_op_threads.h"
+#include "csrc/threads/intra_op_threads.h"
 #include "tuning/space/knob.h"
 
 namespace nimble::kernels {

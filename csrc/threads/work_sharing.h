@@ -1,6 +1,6 @@
 #pragma once
 // Work split between the calling thread and helper threads that claim pieces of it as they
-// come, for nimble's channels-last kernels (runtime/cpu/intra_op_threads.h). An OpenMP region
+// come, for nimble's channels-last kernels (threads/intra_op_threads.h). An OpenMP region
 // waits at its end for every thread of its team: when the second thread's core is busy with
 // another program's threads, or idle and halted (a VM's idle vCPU takes milliseconds to wake),
 // each forked op waited that long (googlenet at 64x64: 13 ms a call after a 0.2 s pause

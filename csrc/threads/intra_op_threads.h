@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "csrc/runtime/cpu/work_sharing.h"
+#include "csrc/threads/work_sharing.h"
 
 // Weak: torch builds without MKL lack it. (The lower-case names are the Fortran interface,
 // taking pointers.)

@@ -1,4 +1,4 @@
-#include "csrc/runtime/cpu/work_sharing.h"
+#include "csrc/threads/work_sharing.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "csrc/runtime/cpu/steady_ns.h"
+#include "csrc/threads/steady_ns.h"
 
 namespace nimble {
 
