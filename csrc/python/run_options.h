@@ -23,7 +23,8 @@ struct RunOptions {
   bool adaptive = true;
   bool cold_filter = true;
   bool finish_when_cold = false;
-  double complete_share = 0.1;  // stake-aware neighbour completion (SearchOptions), 0: off
+  double complete_share = 0.1;         // stake-aware neighbour completion (SearchOptions), 0: off
+  bool ignore_cut_short_rule = false;  // TransferOptions: a cut-short rule is no reference
   int batch_size = 8;
   int mcmc_walkers = 10;
   int mcmc_steps = 500;

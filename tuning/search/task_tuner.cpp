@@ -38,7 +38,7 @@ bool TaskTuner::transfer_says_cold(const Config& c) const {
 void TaskTuner::teach(const Config& c, double seconds, bool failed) {
   if (!moves_) return;
   if (!(start_seconds_ > 0)) {
-    untaught_.push_back({c, seconds, failed});
+    if (!rule_unknown_) untaught_.push_back({c, seconds, failed});
     return;
   }
   moves_->remember(index_, task_.space, task_.start, c, seconds / start_seconds_, failed);
@@ -296,7 +296,10 @@ void TaskTuner::record(const std::vector<Config>& configs,
       by_source.cold += r.cost_seconds;
     }
     if (moves_ && config == task_.start) {
-      start_seconds_ = r.ok() && seconds > 0 ? seconds : 0;
+      // A cut-short rule's time is a bound: with ignore_cut_short_rule its ratios stay unknown.
+      rule_unknown_ = r.cut_short && options_.transfer.ignore_cut_short_rule;
+      start_seconds_ = r.ok() && seconds > 0 && !rule_unknown_ ? seconds : 0;
+      if (rule_unknown_) untaught_.clear();
       if (start_seconds_ > 0)
         for (const Measured& m : std::exchange(untaught_, {})) teach(m.config, m.seconds, m.failed);
     } else {

@@ -174,7 +174,8 @@ class TaskTuner {
   ColdStats cold_stats_;
   MoveMemory* moves_;
   size_t index_;
-  double start_seconds_ = 0;  // the rule's measured time; 0 until it ran
+  double start_seconds_ = 0;   // the rule's measured time; 0 until it ran
+  bool rule_unknown_ = false;  // the rule ran, cut short (TransferOptions::ignore_cut_short_rule)
   double stake_share_ = 0;
   std::optional<Config> completion_;  // the cold-called neighbour measured, once
   long coin_restart_trial_ = 0;       // the filter's decay counts batches from this trial
