@@ -109,20 +109,70 @@ class Mixed(torch.nn.Module):
         return z.mean((2, 3))
 
 
+def prepared_with_ops(model, x, threads, ops):
+    """`model` prepared on `threads` threads; its program runs each of nimble's `ops`."""
+    torch.set_num_threads(threads)
+    with torch.no_grad():
+        fast = nimble.Nimble(model).prepare(x)
+    names = fast.schedule["ops"]
+    for op in ops:
+        assert "nimble::" + op in names, names
+    return fast
+
+
 def test_pool_cat_shuffle_and_mean_match_eager_call_after_call():
     torch.manual_seed(1)
     model = Mixed().eval()
     x = torch.randn(1, 3, 16, 16)
     for threads in (1, 2):
-        torch.set_num_threads(threads)
+        ops = ("max_pool2d_nhwc", "cat_nhwc", "channel_shuffle_nhwc", "mean_hw_nhwc")
+        fast = prepared_with_ops(model, x, threads, ops)
         with torch.no_grad():
-            fast = nimble.Nimble(model).prepare(x)
-            names = fast.schedule["ops"]
-            for op in ("max_pool2d_nhwc", "cat_nhwc", "channel_shuffle_nhwc", "mean_hw_nhwc"):
-                assert "nimble::" + op in names, names
             outs = []
             for i in range(4):
                 xi = torch.randn_like(x)
                 outs.append((fast(xi), model(xi)))
             for got, want in outs:  # earlier results stay the caller's
                 assert_matches_eager(got, want)
+
+
+class Handed(torch.nn.Module):
+    """Outputs that are nimble's kernels' own results (a concatenation, a convolution, a
+    mean), made past the dispatcher (kernels/cpu/torch_ops/empty_output.h)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 1)
+        self.b = torch.nn.Conv2d(16, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        z = torch.cat([y, torch.nn.functional.max_pool2d(y, 3, 1, 1)], 1)
+        w = self.b(z)
+        return z, w, w.mean((2, 3))
+
+
+def test_results_handed_out_are_the_callers_and_share_no_memory():
+    torch.manual_seed(2)
+    model = Handed().eval()
+    x = torch.randn(2, 3, 8, 8)
+    for threads in (1, 2):
+        fast = prepared_with_ops(model, x, threads, ("cat_nhwc", "max_pool2d_nhwc", "mean_hw_nhwc"))
+        with torch.no_grad():
+            inputs = [torch.randn_like(x) for _ in range(5)]
+            outs = []
+            for xi in inputs:
+                out = fast(xi)
+                outs.append(out)
+                # The caller writes into what it got: no later call reads or hands out
+                # that memory.
+                for t in out:
+                    t.add_(1.0)
+            for xi, out in zip(inputs, outs):
+                for got, want in zip(out, model(xi)):
+                    assert_matches_eager(got - 1.0, want)
+            storages = [t.untyped_storage().data_ptr() for out in outs for t in out]
+            assert len(set(storages)) == len(storages)
+            pool = fast.memory["pool"]
+            assert pool["served_last"] == pool["planned_requests"] > 0
+            assert pool["fallbacks_last"] == 0

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "csrc/program/memory_plan.h"
+#include "csrc/runtime/cpu/spin_lock.h"
 
 namespace nimble {
 
@@ -34,7 +35,9 @@ class ArenaPool {
     return block && ptr >= block.get() && ptr < base() + block_bytes;
   }
 
-  mutable std::mutex mutex;
+  // The replay thread takes it at each allocation and free; other threads seldom
+  // (runtime/cpu/spin_lock.h).
+  mutable SpinLock spin;
   bool serving = false;   // planned; otherwise recording
   bool orphaned = false;  // its ReplayArena is gone, memory it handed out is not
   // Written by the replay thread only, between its own allocations.
@@ -89,7 +92,7 @@ void free_routed(void* ptr) {
   // is live (its arena runs the replay, so it cannot be orphaned), and the registry is
   // not needed.
   if (ArenaPool* pool = active_pool; pool != nullptr) {
-    std::lock_guard<std::mutex> lock(pool->mutex);
+    std::lock_guard<SpinLock> lock(pool->spin);
     if (pool->free(ptr)) return;
   }
   Registry& r = registry();
@@ -97,7 +100,7 @@ void free_routed(void* ptr) {
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     for (auto it = r.pools.begin(); it != r.pools.end(); ++it) {
-      std::unique_lock<std::mutex> pool_lock((*it)->mutex);
+      std::unique_lock<SpinLock> pool_lock((*it)->spin);
       if (!(*it)->free(ptr)) continue;
       if ((*it)->orphaned && (*it)->idle()) {
         pool_lock.unlock();
@@ -150,7 +153,7 @@ bool ArenaPool::overlaps_live(int64_t offset, int64_t bytes) const {
 }
 
 c10::DataPtr ArenaPool::allocate(size_t bytes) {
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<SpinLock> lock(spin);
   if (op < 0) return {};
   const int k = rank++;
   const auto n = static_cast<int64_t>(bytes);
@@ -204,7 +207,7 @@ ReplayArena::~ReplayArena() {
   restore_buffers();
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  std::unique_lock<std::mutex> pool_lock(pool_->mutex);
+  std::unique_lock<SpinLock> pool_lock(pool_->spin);
   if (!pool_->idle()) {
     pool_->orphaned = true;  // the last free unregisters it
     return;
@@ -216,7 +219,7 @@ ReplayArena::~ReplayArena() {
 ReplayArena::Scope::Scope(ReplayArena& arena) : previous_(active_pool) {
   ArenaPool& pool = *arena.pool_;
   {
-    std::lock_guard<std::mutex> lock(pool.mutex);
+    std::lock_guard<SpinLock> lock(pool.spin);
     pool.served = pool.fallbacks = 0;
     pool.op = -1;
   }
@@ -230,7 +233,7 @@ bool ReplayArena::recording() const { return !pool_->serving; }
 void ReplayArena::op_begins(int op) {
   ArenaPool& pool = *pool_;
   if (!pool.serving) {
-    std::lock_guard<std::mutex> lock(pool.mutex);
+    std::lock_guard<SpinLock> lock(pool.spin);
     if (op >= static_cast<int>(pool.op_first.size())) {
       pool.op_first.resize(op + 1, -1);
       pool.op_last.resize(op + 1, -1);
@@ -244,7 +247,7 @@ void ReplayArena::op_begins(int op) {
 void ReplayArena::op_ends() {
   ArenaPool& pool = *pool_;
   if (!pool.serving) {
-    std::lock_guard<std::mutex> lock(pool.mutex);
+    std::lock_guard<SpinLock> lock(pool.spin);
     pool.op_last[pool.op] = pool.clock++;
   }
   pool.op = -1;
@@ -252,7 +255,7 @@ void ReplayArena::op_ends() {
 
 void ReplayArena::discard_recording() {
   ArenaPool& pool = *pool_;
-  std::lock_guard<std::mutex> lock(pool.mutex);
+  std::lock_guard<SpinLock> lock(pool.spin);
   pool.requests.clear();
   for (auto& [ptr, request] : pool.recorded) request = -1;
   std::fill(pool.op_first.begin(), pool.op_first.end(), -1);
@@ -268,7 +271,7 @@ void ReplayArena::plan() {
   };
   std::vector<MovedGroup> groups;
   {
-    std::lock_guard<std::mutex> lock(pool.mutex);
+    std::lock_guard<SpinLock> lock(pool.spin);
     std::vector<Lifetime> items;
     std::vector<int> item_request;
     for (size_t i = 0; i < pool.requests.size(); ++i) {
@@ -358,13 +361,13 @@ void ReplayArena::restore_buffers() {
 }
 
 bool ReplayArena::owns(const void* ptr) const {
-  std::lock_guard<std::mutex> lock(pool_->mutex);
+  std::lock_guard<SpinLock> lock(pool_->spin);
   return pool_->in_block(ptr);
 }
 
 ReplayArena::Stats ReplayArena::stats() const {
   const ArenaPool& pool = *pool_;
-  std::lock_guard<std::mutex> lock(pool.mutex);
+  std::lock_guard<SpinLock> lock(pool.spin);
   Stats s;
   s.planned = pool.serving;
   s.block_bytes = pool.block_bytes;

@@ -1,6 +1,8 @@
 // The replay's private memory pool: a recorded replay is planned; later replays are
 // served from the block; requests that differ, or whose bytes are still held, go to the
-// ordinary allocator; memory outliving its replay or its arena stays valid.
+// ordinary allocator; memory outliving its replay or its arena stays valid, freed on any
+// thread; the results nimble's kernels make past the dispatcher (kernels::empty_output) are
+// at::empty's tensors, served from the block like it.
 #include "csrc/runtime/cpu/replay_arena.h"
 
 #include <ATen/ATen.h>
@@ -8,7 +10,10 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <thread>
 #include <vector>
+
+#include "csrc/kernels/cpu/torch_ops/empty_output.h"
 
 namespace nimble {
 namespace {
@@ -153,6 +158,88 @@ TEST(ReplayArena, DiscardedRecordingStartsOver) {
   EXPECT_TRUE(arena.recording());
   replay(arena);
   arena.plan();
+  replay(arena);
+  EXPECT_EQ(arena.stats().fallbacks_last, 0);
+}
+
+// Ops as nimble's kernels make their results (kernels::empty_output): op 0 makes a, op 1 b
+// from it, op 2 the output. With `keep`, a is kept past its op, as a caller keeps an output.
+at::Tensor kernel_replay(ReplayArena& arena, float value, at::Tensor* keep = nullptr) {
+  const at::Tensor like = at::ones({1});
+  const ReplayArena::Scope scope(arena);
+  arena.op_begins(0);
+  at::Tensor a = kernels::empty_channels_last({2, 8, 4, 4}, like);
+  a.fill_(value);
+  arena.op_ends();
+  arena.op_begins(1);
+  at::Tensor b = kernels::empty_output({2, 8}, like);
+  b.copy_(a.mean({2, 3}));
+  if (keep != nullptr) *keep = a;
+  a.reset();
+  arena.op_ends();
+  arena.op_begins(2);
+  at::Tensor out = b + 1.0f;
+  b.reset();
+  arena.op_ends();
+  return out;
+}
+
+TEST(ReplayArena, KernelOutputsAreAtEmptysTensorsServedFromTheBlock) {
+  const at::Tensor like = at::ones({1});
+  const at::Tensor made = kernels::empty_channels_last({2, 8, 4, 4}, like);
+  const at::Tensor eager =
+      at::empty({2, 8, 4, 4}, like.options().memory_format(at::MemoryFormat::ChannelsLast));
+  EXPECT_EQ(made.strides(), eager.strides());
+  EXPECT_EQ(made.key_set(), eager.key_set());
+  EXPECT_EQ(made.scalar_type(), eager.scalar_type());
+  EXPECT_FALSE(made.requires_grad());
+  {
+    const c10::InferenceMode inference;
+    EXPECT_EQ(kernels::empty_output({3}, like).key_set(), at::empty({3}, like.options()).key_set());
+  }
+
+  Program program;
+  ProgramState state;
+  ReplayArena arena(program, state);
+  kernel_replay(arena, 1.0f);
+  arena.plan();
+  EXPECT_TRUE(at::allclose(kernel_replay(arena, 2.0f), at::full({2, 8}, 3.0f)));
+  EXPECT_EQ(arena.stats().served_last, arena.stats().planned_requests);
+  EXPECT_EQ(arena.stats().fallbacks_last, 0);
+  // A result kept past its lifetime keeps its bytes: the next replays make theirs elsewhere.
+  at::Tensor kept;
+  kernel_replay(arena, 4.0f, &kept);
+  ASSERT_TRUE(arena.owns(kept.data_ptr()));
+  for (float value : {5.0f, 6.0f}) {
+    EXPECT_TRUE(at::allclose(kernel_replay(arena, value), at::full({2, 8}, value + 1.0f)));
+    EXPECT_GE(arena.stats().fallbacks_last, 1);
+  }
+  EXPECT_TRUE(at::equal(kept, at::full({2, 8, 4, 4}, 4.0f)));
+}
+
+TEST(ReplayArena, MemoryFreedOnAnotherThreadWhileReplaying) {
+  Program program;
+  ProgramState state;
+  ReplayArena arena(program, state);
+  replay(arena);
+  arena.plan();
+  // The first from the block, the others (its bytes held) from the ordinary allocator.
+  std::vector<at::Tensor> kept;
+  for (int i = 0; i < 64; ++i) {
+    const ReplayArena::Scope scope(arena);
+    arena.op_begins(0);
+    kept.push_back(at::full({1000}, 7.0f));
+    arena.op_ends();
+  }
+  ASSERT_TRUE(arena.owns(kept.front().data_ptr()));
+  std::thread dropper([&kept] {
+    for (at::Tensor& t : kept) {
+      t.reset();
+      std::this_thread::yield();
+    }
+  });
+  for (int i = 0; i < 200; ++i) EXPECT_FLOAT_EQ(replay(arena)[0].item<float>(), 5000.0f);
+  dropper.join();
   replay(arena);
   EXPECT_EQ(arena.stats().fallbacks_last, 0);
 }

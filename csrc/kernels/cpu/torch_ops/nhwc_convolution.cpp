@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "csrc/kernels/cpu/channels_last/channel_ops.h"
+#include "csrc/kernels/cpu/torch_ops/empty_output.h"
 #include "csrc/threads/intra_op_threads.h"
 
 namespace nimble::kernels {
@@ -29,7 +30,7 @@ at::Tensor channels_last(const at::Tensor& t) {
   if (t.is_contiguous(at::MemoryFormat::ChannelsLast)) return t;
   if (!t.is_contiguous() || t.scalar_type() != at::kFloat || t.dim() != 4)
     return t.contiguous(at::MemoryFormat::ChannelsLast);
-  at::Tensor y = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::ChannelsLast));
+  at::Tensor y = empty_channels_last(t.sizes(), t);
   const int64_t channels = t.size(1), pixels = t.size(2) * t.size(3);
   const float* x_data = t.const_data_ptr<float>();
   float* y_data = y.mutable_data_ptr<float>();
@@ -80,8 +81,8 @@ at::Tensor NhwcConvolution::run(const at::Tensor& input, const std::optional<at:
   const bool strided_rows = gemm_ && gemm_->reads_rows_in_place() && channel_rows(input) &&
                             input.stride(3) != g.in_channels;
   const at::Tensor x = strided_rows ? input : channels_last(input);
-  at::Tensor y = at::empty({g.images, g.out_channels, g.out_height(), g.out_width()},
-                           input.options().memory_format(at::MemoryFormat::ChannelsLast));
+  at::Tensor y =
+      empty_channels_last({g.images, g.out_channels, g.out_height(), g.out_width()}, input);
   at::Tensor r;
   if (residual.has_value()) {
     TORCH_CHECK(residual->sizes() == y.sizes() && residual->scalar_type() == at::kFloat,

@@ -12,6 +12,7 @@
 #include "csrc/kernels/cpu/channels_last/channel_ops.h"
 #include "csrc/kernels/cpu/channels_last/epilogue.h"
 #include "csrc/kernels/cpu/channels_last/pooling.h"
+#include "csrc/kernels/cpu/torch_ops/empty_output.h"
 #include "csrc/kernels/cpu/torch_ops/fused_epilogue.h"
 #include "csrc/kernels/cpu/torch_ops/nhwc_convolution.h"
 #include "csrc/threads/intra_op_threads.h"
@@ -29,10 +30,6 @@ bool worth_forking(int64_t elements) { return elements >= kParallelFromElements;
 bool dense_channels_last(const at::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 4 &&
          t.layout() == at::kStrided && t.is_contiguous(at::MemoryFormat::ChannelsLast);
-}
-
-at::Tensor empty_channels_last(at::IntArrayRef sizes, const at::Tensor& like) {
-  return at::empty(sizes, like.options().memory_format(at::MemoryFormat::ChannelsLast));
 }
 
 nhwc::PoolGeometry pool_geometry(const at::Tensor& x, at::IntArrayRef kernel,
@@ -215,8 +212,8 @@ at::Tensor channel_shuffle_nhwc(at::TensorList inputs, int64_t groups) {
 at::Tensor mean_hw_nhwc(const at::Tensor& self, bool keepdim) {
   if (!dense_channels_last(self)) return at::mean(self, {2, 3}, keepdim);
   const int64_t images = self.size(0), channels = self.size(1);
-  at::Tensor y = keepdim ? at::empty({images, channels, 1, 1}, self.options())
-                         : at::empty({images, channels}, self.options());
+  at::Tensor y = keepdim ? empty_output({images, channels, 1, 1}, self)
+                         : empty_output({images, channels}, self);
   const float* x_data = self.const_data_ptr<float>();
   float* y_data = y.mutable_data_ptr<float>();
   const int64_t pixels = self.size(2) * self.size(3);

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/util/accumulate.h>
 #include <torch/library.h>
 
 #include <future>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "csrc/kernels/aten_epilogue.h"
+#include "csrc/kernels/cpu/torch_ops/empty_output.h"
 #include "csrc/threads/intra_op_threads.h"
 
 namespace nimble::kernels {
@@ -84,6 +86,9 @@ PrepackedLinear::PrepackedLinear(at::Tensor source, bool transposed, at::Tensor 
   TORCH_CHECK(source_.dim() == 2 && (!bias_.defined() || bias_.dim() == 1),
               "nimble::linear_prepacked: expected a 2-d weight and a 1-d bias, got ",
               source_.sizes(), " and ", bias_.defined() ? bias_.sizes() : c10::IntArrayRef{});
+  TORCH_CHECK(c10::multiply_integers(result_sizes_) == rows_ * source_.size(transposed_ ? 0 : 1),
+              "nimble::linear_prepacked: result sizes ", c10::IntArrayRef(result_sizes_),
+              " hold another number of elements than ", rows_, " rows of the product");
   pack();
 }
 
@@ -139,9 +144,10 @@ at::Tensor PrepackedLinear::run(const at::Tensor& input, const std::optional<at:
     const OneDnnThreads threads(threads_);
     return run_onednn(input, other).view(result_sizes_);
   }
-  at::Tensor y = at::empty({input.size(0), nhwc_->out_channels()}, input.options());
+  // Made in the result's sizes (the same bytes as [rows, out]): no view of it to make.
+  at::Tensor y = empty_output(result_sizes_, input);
   run_nimble(input, other, y);
-  return y.view(result_sizes_);
+  return y;
 }
 
 void PrepackedLinear::run_into(const at::Tensor& input, const std::optional<at::Tensor>& other,
