@@ -9,7 +9,6 @@
 #include <climits>
 #include <condition_variable>
 #include <exception>
-#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -65,16 +64,22 @@ thread_local int t_shared_threads = 0;
 using Body = std::function<void(int64_t, int64_t)>;
 
 // One call's work: the units not yet claimed are [front, back), packed in one word so that
-// both ends move by one compare-and-swap. Helpers hold the job by shared_ptr, so it outlives
-// a late helper's look at it; `body` (the caller's) is touched only by a thread that claimed
-// units, whose end the caller waits for (`done`).
+// both ends move by one compare-and-swap. One Job serves every call, one after another (no
+// allocation and no shared_ptr, whose atomic loads and stores take a lock, per call): a
+// helper late for a call finds its range empty, or finds the next call's, which it may
+// claim from. Only a successful claim reads `body` (the caller's), and the claim's
+// compare-and-swap reads the range the caller stored after setting up that call (or a later
+// claim's), so it sees that call's `body`; the caller waits for the end of every claimed
+// piece (`done`) before it sets up the next call. The fields a late helper may read while the
+// caller sets them are atomic.
 struct Job {
-  const Body* body = nullptr;
-  int64_t units = 0;
-  int64_t threads = 0;
-  int helpers = 0;                 // helpers that may join
-  std::atomic<uint64_t> range{0};  // front << 32 | back
-  std::atomic<int64_t> done{0};    // units run, or skipped after a failure
+  std::atomic<const Body*> body{nullptr};
+  std::atomic<int64_t> units{0};
+  std::atomic<int64_t> threads{0};
+  std::atomic<int> helpers{0};          // helpers that may join
+  std::atomic<uint64_t> generation{0};  // the helpers' generation that announces the call
+  std::atomic<uint64_t> range{0};       // front << 32 | back
+  std::atomic<int64_t> done{0};         // units run, or skipped after a failure
   std::mutex error_mutex;
   std::exception_ptr error;
   // Traced jobs only (trace_helpers_for_test): when a helper saw the job, claimed its first
@@ -86,9 +91,19 @@ struct Job {
   static uint64_t pack(int64_t front, int64_t back) {
     return static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(back);
   }
-  void start(int64_t n, int64_t team) {
-    units = n;
-    threads = team;
+  // Sets up a call; its range last, which publishes it to the claims.
+  void start(const Body& f, int64_t n, int64_t team, uint64_t announced) {
+    body.store(&f, std::memory_order_relaxed);
+    generation.store(announced, std::memory_order_relaxed);
+    units.store(n, std::memory_order_relaxed);
+    threads.store(team, std::memory_order_relaxed);
+    helpers.store(static_cast<int>(team) - 1, std::memory_order_relaxed);
+    done.store(0, std::memory_order_relaxed);
+    error = nullptr;
+    for (auto* stamp : {&helper_seen_ns, &helper_claim_ns, &helper_end_ns})
+      stamp->store(-1, std::memory_order_relaxed);
+    helper_cpu.store(-1, std::memory_order_relaxed);
+    helper_units.store(0, std::memory_order_relaxed);
     range.store(pack(0, n));
   }
 
@@ -97,6 +112,10 @@ struct Job {
   bool claim(bool front, int64_t& begin, int64_t& end, bool& left_before) {
     uint64_t packed = range.load();
     for (;;) {
+      // The call's whose range `packed` is, or (a helper late for it) the next call's: the
+      // pieces' sizes may be the other call's, never their units.
+      const int64_t threads = this->threads.load(std::memory_order_relaxed);
+      const int64_t units = this->units.load(std::memory_order_relaxed);
       const int64_t lo = static_cast<int64_t>(packed >> 32);
       const int64_t hi = static_cast<int64_t>(packed & 0xffffffffu);
       if (lo >= hi) return false;
@@ -126,7 +145,7 @@ struct Job {
         helper_units.fetch_add(end - begin);
       }
       try {
-        (*body)(begin, end);
+        (*body.load(std::memory_order_relaxed))(begin, end);
       } catch (...) {
         fail();
       }
@@ -179,14 +198,11 @@ class Helpers {
       const uint64_t seen = generation_.load();
       std::thread([this, index, seen] { serve(index, seen); }).detach();
     }
-    auto job = std::make_shared<Job>();
-    job->body = &body;
-    job->start(units, threads);
-    job->helpers = threads - 1;
+    Job* const job = &job_;
     const bool traced = tracing_.load();
     const int64_t published = traced ? steady_ns() : 0;
     caller_cpu_.store(sched_getcpu());
-    std::atomic_store(&job_, job);
+    job->start(body, units, threads, generation_.load() + 1);  // only this caller adds to it
     generation_.fetch_add(1);
     if (sleeping_.load() > 0) {
       const std::lock_guard<std::mutex> lock(sleep_mutex_);
@@ -206,13 +222,20 @@ class Helpers {
         spins = 0;
       }
     }
-    std::atomic_store(&job_, std::shared_ptr<Job>());
     if (traced) {
+      // A helper late for the call before may stamp this call's `helper_seen_ns` out of
+      // turn (the one Job): kept between this call's publication and its first claim.
+      int64_t seen = job->helper_seen_ns.load();
+      const int64_t claimed = job->helper_claim_ns.load();
+      if (claimed >= 0) {
+        seen = std::clamp(seen, published, claimed);
+      } else if (seen >= 0) {
+        seen = std::max(seen, published);
+      }
       const std::lock_guard<std::mutex> lock(trace_mutex_);
       if (trace_.size() < kMaxTraced)
-        trace_.push_back({units, published, caller_done, steady_ns(), caller_cpu_.load(),
-                          job->helper_seen_ns.load(), job->helper_claim_ns.load(),
-                          job->helper_end_ns.load(), job->helper_cpu.load(),
+        trace_.push_back({units, published, caller_done, steady_ns(), caller_cpu_.load(), seen,
+                          claimed, job->helper_end_ns.load(), job->helper_cpu.load(),
                           job->helper_units.load()});
     }
     if (job->error) std::rethrow_exception(job->error);
@@ -253,8 +276,11 @@ class Helpers {
       await_work(seen);
       await_unstalled();
       seen = generation_.load();
-      const std::shared_ptr<Job> job = std::atomic_load(&job_);
-      if (!job || index >= job->helpers) continue;
+      // The call its generation announced, else (a later call's already) round again.
+      Job* const job = &job_;
+      if (job->generation.load(std::memory_order_relaxed) != seen ||
+          index >= job->helpers.load(std::memory_order_relaxed))
+        continue;
       const bool traced = tracing_.load();
       if (traced) {
         int64_t none = -1;
@@ -294,7 +320,7 @@ class Helpers {
   std::mutex owner_;                 // held by the caller whose work the helpers serve
   int started_ = 0;                  // helpers started, under owner_
   std::atomic<bool> forked_{false};  // this is a child process forked from the one that ran us
-  std::shared_ptr<Job> job_;         // accessed through std::atomic_load / atomic_store
+  Job job_;                          // every call's, one after another (see Job)
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> caller_cpu_{-1};  // where the last job's caller ran
   std::atomic<int> replays_{0};      // SharedWorkScopes of two threads or more alive

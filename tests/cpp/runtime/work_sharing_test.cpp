@@ -51,6 +51,24 @@ TEST(WorkSharing, EveryUnitRunsOnceForRandomSplits) {
   }
 }
 
+// One job slot serves every call: many tiny calls back to back, each with a body of its own
+// (a helper late for one call finds the next one's range), run each call's units once, by
+// that call's body only.
+TEST(WorkSharing, BackToBackCallsRunOnlyTheirOwnBody) {
+  for (int call = 0; call < 3000; ++call) {
+    const int64_t units = 2 + call % 7;
+    Tally tally(units);
+    std::atomic<int> foreign{0};
+    share_work(units, 2 + call % 3, [&, call](int64_t b, int64_t e) {
+      if (b < 0 || e > units) foreign.fetch_add(1);
+      tally(b, e);
+      if (call % 5 == 0) std::this_thread::yield();
+    });
+    ASSERT_TRUE(tally.each_once()) << "call " << call;
+    ASSERT_EQ(foreign.load(), 0) << "call " << call;
+  }
+}
+
 TEST(WorkSharing, TheCallerFinishesAloneWhenTheHelpersAreLate) {
   // After a long pause the helpers sleep; the call still returns with every unit done.
   share_work(8, 2, [](int64_t, int64_t) {});
