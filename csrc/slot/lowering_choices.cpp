@@ -9,6 +9,7 @@
 #include <tuple>
 #include <utility>
 
+#include "csrc/kernels/cpu/channels_last/convolution_geometry.h"
 #include "csrc/kernels/cpu/torch_ops/tuned_convolution.h"
 #include "csrc/kernels/cpu/tuning_families/cpu_families.h"
 #include "csrc/kernels/kernel_family.h"
@@ -45,7 +46,8 @@ kernels::TunableOp convolution_of_match(const std::smatch& m, int in, int weight
   op.dilation = {at(geometry + 4), at(geometry + 5)};
   op.groups = at(geometry + 6);
   const auto out_size = [&](int64_t size, int64_t kernel, int d) {
-    return (size + 2 * op.padding[d] - op.dilation[d] * (kernel - 1) - 1) / op.stride[d] + 1;
+    return kernels::nhwc::convolution_output_side(size, kernel, op.stride[d], op.padding[d],
+                                                  op.dilation[d]);
   };
   op.out_sizes = {op.n, op.k, out_size(op.h, op.r, 0), out_size(op.w, op.s, 1)};
   return op;

@@ -117,8 +117,8 @@ std::unique_ptr<const DirectCall> pool_call(const OpNode& op) {
   return function_call(
       op, [self = op.args[0].slot, kernel = list(1), stride = list(2), padding = list(3),
            dilation = list(4), ceil = op.args[5].constant.toBool()](const Values& values) {
-        return kernels::direct::max_pool2d_nhwc(values[self].toTensor(), kernel, stride, padding,
-                                                dilation, ceil);
+        return kernels::max_pool2d_nhwc(values[self].toTensor(), kernel, stride, padding, dilation,
+                                        ceil);
       });
 }
 
@@ -129,7 +129,7 @@ std::unique_ptr<const DirectCall> list_call(const OpNode& op, bool shuffle, bool
     return function_call(op, [slots = op.args[0].slots](const Values& values) {
       Tensors inputs;
       gather(slots, values, inputs);
-      return kernels::direct::cat_nhwc(inputs);
+      return kernels::cat_nhwc(inputs);
     });
   }
   if (!shaped(op, {L, C}) || !op.args[1].constant.isInt()) return nullptr;
@@ -137,8 +137,8 @@ std::unique_ptr<const DirectCall> list_call(const OpNode& op, bool shuffle, bool
                             nhwc](const Values& values) {
     Tensors inputs;
     gather(slots, values, inputs);
-    return nhwc ? kernels::direct::channel_shuffle_nhwc(inputs, groups)
-                : kernels::direct::channel_shuffle(inputs, groups);
+    return nhwc ? kernels::channel_shuffle_nhwc(inputs, groups)
+                : kernels::channel_shuffle(inputs, groups);
   });
 }
 
@@ -147,7 +147,7 @@ std::unique_ptr<const DirectCall> mean_call(const OpNode& op) {
     return nullptr;
   return function_call(
       op, [self = op.args[0].slot, keepdim = op.args[1].constant.toBool()](const Values& values) {
-        return kernels::direct::mean_hw_nhwc(values[self].toTensor(), keepdim);
+        return kernels::mean_hw_nhwc(values[self].toTensor(), keepdim);
       });
 }
 

@@ -5,6 +5,14 @@
 
 namespace nimble::kernels::nhwc {
 
+// One side of a 2-d convolution's output, as torch computes it: `in` input pixels, `pad` on
+// each edge, a kernel of `kernel` taps `dilation` apart, moved `stride` at a time. Every
+// output size of a convolution in csrc/ comes from here.
+constexpr int64_t convolution_output_side(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                                          int64_t dilation) {
+  return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
+}
+
 struct ConvolutionGeometry {
   int64_t images = 1;
   int64_t height = 0, width = 0;  // input pixels
@@ -16,10 +24,10 @@ struct ConvolutionGeometry {
   int64_t groups = 1;
 
   int64_t out_height() const {
-    return (height + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1;
+    return convolution_output_side(height, kernel_h, stride_h, pad_h, dilation_h);
   }
   int64_t out_width() const {
-    return (width + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1;
+    return convolution_output_side(width, kernel_w, stride_w, pad_w, dilation_w);
   }
   // Output rows (one row: one output pixel's channels) over all images.
   int64_t out_pixels() const { return images * out_height() * out_width(); }

@@ -7,6 +7,17 @@
 // mode included). What at::empty's kernel adds, a NaN fill of the memory under
 // torch.use_deterministic_algorithms, is not needed: every kernel writes its whole result.
 // Tensors of another device go through at::empty.
+//
+// One kernel's result is not made here: PrepackedConvolution's oneDNN path (kOneDnn), whose
+// result mkldnn::_convolution_pointwise (torch 2.11) makes itself, by at::empty through the
+// dispatcher, from the same allocator (so from the replay's pool alike). No entry to oneDNN
+// that torch exports takes a destination for it: the op and its .binary overload take none;
+// _convolution_pointwise_.binary writes into `other`, the residual, which is a value of the
+// program (copying it into a new result first would add a pass over the output);
+// aten::mkldnn_convolution.out is generated (native_functions.yaml's autogen): it makes its
+// own result and copies it into `out`, and fuses no epilogue; and the at::native / ideep
+// functions under them are not among torch's installed headers. Its at::empty costs a dispatch
+// against oneDNN's 10-40 us a call (prepacked_convolution.cpp).
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/empty.h>
 

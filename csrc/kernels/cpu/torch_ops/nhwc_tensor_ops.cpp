@@ -58,6 +58,56 @@ nhwc::PoolGeometry pool_geometry(const at::Tensor& x, at::IntArrayRef kernel,
   return g;
 }
 
+// The inputs as ChannelRows when each is (channel_rows) and all have the same images and
+// pixels; else none.
+std::optional<std::vector<nhwc::ChannelRows>> rows_of(at::TensorList inputs) {
+  std::vector<nhwc::ChannelRows> rows;
+  for (const at::Tensor& t : inputs) {
+    if (!channel_rows(t) || t.size(0) != inputs[0].size(0) || t.size(2) != inputs[0].size(2) ||
+        t.size(3) != inputs[0].size(3))
+      return std::nullopt;
+    rows.push_back({t.const_data_ptr<float>(), t.size(1), t.stride(3)});
+  }
+  if (rows.empty()) return std::nullopt;
+  return rows;
+}
+
+int64_t channels_of(at::TensorList inputs) {
+  int64_t total = 0;
+  for (const at::Tensor& t : inputs) total += t.size(1);
+  return total;
+}
+
+// A new channels_last tensor of the inputs' images and pixels and all their channels, its
+// pixels [begin, end) filled by `fill(rows, count, y, begin, end)` (channels_last/channel_ops.h).
+template <class Fill>
+at::Tensor from_rows(at::TensorList inputs, const std::vector<nhwc::ChannelRows>& rows, Fill fill) {
+  const at::Tensor& first = inputs[0];
+  at::Tensor y = empty_channels_last(
+      {first.size(0), channels_of(inputs), first.size(2), first.size(3)}, first);
+  float* y_data = y.mutable_data_ptr<float>();
+  const int64_t pixels = first.size(0) * first.size(2) * first.size(3);
+  split_work(pixels, worth_forking(y.numel()), [&](int64_t begin, int64_t end) {
+    fill(rows.data(), static_cast<int64_t>(rows.size()), y_data, begin, end);
+  });
+  return y;
+}
+
+void check_shuffle(at::TensorList inputs, int64_t groups) {
+  TORCH_CHECK(!inputs.empty() && inputs[0].dim() == 4,
+              "nimble::channel_shuffle: expected 4-d tensors, got ",
+              inputs.empty() ? "none" : std::to_string(inputs[0].dim()) + "-d");
+  TORCH_CHECK(groups > 0 && channels_of(inputs) % groups == 0,
+              "nimble::channel_shuffle: expected groups dividing the ", channels_of(inputs),
+              " channels, got ", groups);
+}
+
+c10::OperatorHandle nimble_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+}
+
+}  // namespace
+
 at::Tensor max_pool2d_nhwc(const at::Tensor& self, at::IntArrayRef kernel_size,
                            at::IntArrayRef stride, at::IntArrayRef padding,
                            at::IntArrayRef dilation, bool ceil_mode) {
@@ -138,54 +188,10 @@ at::Tensor batch_norm_nhwc(const at::Tensor& input, const std::optional<at::Tens
   return y;
 }
 
-// The inputs as ChannelRows when each is (channel_rows) and all have the same images and
-// pixels; else none.
-std::optional<std::vector<nhwc::ChannelRows>> rows_of(at::TensorList inputs) {
-  std::vector<nhwc::ChannelRows> rows;
-  for (const at::Tensor& t : inputs) {
-    if (!channel_rows(t) || t.size(0) != inputs[0].size(0) || t.size(2) != inputs[0].size(2) ||
-        t.size(3) != inputs[0].size(3))
-      return std::nullopt;
-    rows.push_back({t.const_data_ptr<float>(), t.size(1), t.stride(3)});
-  }
-  if (rows.empty()) return std::nullopt;
-  return rows;
-}
-
-int64_t channels_of(at::TensorList inputs) {
-  int64_t total = 0;
-  for (const at::Tensor& t : inputs) total += t.size(1);
-  return total;
-}
-
-// A new channels_last tensor of the inputs' images and pixels and all their channels, its
-// pixels [begin, end) filled by `fill(rows, count, y, begin, end)` (channels_last/channel_ops.h).
-template <class Fill>
-at::Tensor from_rows(at::TensorList inputs, const std::vector<nhwc::ChannelRows>& rows, Fill fill) {
-  const at::Tensor& first = inputs[0];
-  at::Tensor y = empty_channels_last(
-      {first.size(0), channels_of(inputs), first.size(2), first.size(3)}, first);
-  float* y_data = y.mutable_data_ptr<float>();
-  const int64_t pixels = first.size(0) * first.size(2) * first.size(3);
-  split_work(pixels, worth_forking(y.numel()), [&](int64_t begin, int64_t end) {
-    fill(rows.data(), static_cast<int64_t>(rows.size()), y_data, begin, end);
-  });
-  return y;
-}
-
 at::Tensor cat_nhwc(at::TensorList inputs) {
   const std::optional<std::vector<nhwc::ChannelRows>> rows = rows_of(inputs);
   if (!rows) return at::cat(inputs, 1).contiguous(at::MemoryFormat::ChannelsLast);
   return from_rows(inputs, *rows, nhwc::concatenate_channels);
-}
-
-void check_shuffle(at::TensorList inputs, int64_t groups) {
-  TORCH_CHECK(!inputs.empty() && inputs[0].dim() == 4,
-              "nimble::channel_shuffle: expected 4-d tensors, got ",
-              inputs.empty() ? "none" : std::to_string(inputs[0].dim()) + "-d");
-  TORCH_CHECK(groups > 0 && channels_of(inputs) % groups == 0,
-              "nimble::channel_shuffle: expected groups dividing the ", channels_of(inputs),
-              " channels, got ", groups);
 }
 
 // view(n, groups, c / groups, h, w), transpose(1, 2), contiguous, view(n, c, h, w) of the
@@ -243,12 +249,6 @@ at::Tensor scale_channels_nhwc(const at::Tensor& self, const at::Tensor& scale) 
   return y;
 }
 
-c10::OperatorHandle nimble_op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
-}
-
-}  // namespace
-
 c10::OperatorHandle max_pool2d_nhwc_op() { return nimble_op("nimble::max_pool2d_nhwc"); }
 c10::OperatorHandle avg_pool2d_nhwc_op() { return nimble_op("nimble::avg_pool2d_nhwc"); }
 c10::OperatorHandle batch_norm_nhwc_op() { return nimble_op("nimble::batch_norm_nhwc"); }
@@ -257,26 +257,6 @@ c10::OperatorHandle channel_shuffle_op() { return nimble_op("nimble::channel_shu
 c10::OperatorHandle channel_shuffle_nhwc_op() { return nimble_op("nimble::channel_shuffle_nhwc"); }
 c10::OperatorHandle mean_hw_nhwc_op() { return nimble_op("nimble::mean_hw_nhwc"); }
 c10::OperatorHandle scale_channels_nhwc_op() { return nimble_op("nimble::scale_channels_nhwc"); }
-
-namespace direct {
-
-at::Tensor max_pool2d_nhwc(const at::Tensor& self, at::IntArrayRef kernel_size,
-                           at::IntArrayRef stride, at::IntArrayRef padding,
-                           at::IntArrayRef dilation, bool ceil_mode) {
-  return kernels::max_pool2d_nhwc(self, kernel_size, stride, padding, dilation, ceil_mode);
-}
-at::Tensor cat_nhwc(at::TensorList inputs) { return kernels::cat_nhwc(inputs); }
-at::Tensor channel_shuffle(at::TensorList inputs, int64_t groups) {
-  return kernels::channel_shuffle(inputs, groups);
-}
-at::Tensor channel_shuffle_nhwc(at::TensorList inputs, int64_t groups) {
-  return kernels::channel_shuffle_nhwc(inputs, groups);
-}
-at::Tensor mean_hw_nhwc(const at::Tensor& self, bool keepdim) {
-  return kernels::mean_hw_nhwc(self, keepdim);
-}
-
-}  // namespace direct
 
 TORCH_LIBRARY_FRAGMENT(nimble, m) {
   m.def(

@@ -1,17 +1,9 @@
 #pragma once
 // nimble's channels-last kernels for the ops between convolutions (channels_last/pooling.h,
-// channels_last/channel_ops.h), registered as `nimble::` ops the lowered program calls where the
-// layout plan left their inputs channels_last (passes/channels_last_ops.h):
-//
-//   max_pool2d_nhwc(self, kernel_size, stride, padding, dilation, ceil_mode)
-//   avg_pool2d_nhwc(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-//                   divisor_override)
-//   batch_norm_nhwc(input, weight?, bias?, running_mean, running_var, eps, activation, lo, hi)
-//   cat_nhwc(tensors)  (along channels)
-//   channel_shuffle_nhwc(tensors, groups)  (channel_shuffle's, channels_last)
-//   mean_hw_nhwc(self, keepdim)  (over the pixels: mean(self, [2, 3], keepdim))
-//   scale_channels_nhwc(self, scale)  (self * scale, scale of sizes [n, c, 1, 1]: the
-//                                      channel-wise product of squeeze-excitation)
+// channels_last/channel_ops.h), registered as `nimble::` ops of the same names and arguments,
+// which the lowered program calls where the layout plan left their inputs channels_last
+// (passes/channels_last_ops.h). The CPU replay calls some of them without the dispatcher
+// (runtime/cpu/direct_calls.h).
 //
 // Each returns a new channels_last tensor equal to its ATen op's (batch_norm_nhwc: the
 // inference batch norm, then `activation` as activation_name (program/epilogue.h) names it, with
@@ -27,6 +19,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <optional>
+#include <string>
+
 namespace nimble::kernels {
 
 c10::OperatorHandle max_pool2d_nhwc_op();
@@ -38,16 +33,24 @@ c10::OperatorHandle channel_shuffle_nhwc_op();
 c10::OperatorHandle mean_hw_nhwc_op();
 c10::OperatorHandle scale_channels_nhwc_op();
 
-// The ops' kernels themselves, for callers that skip the dispatcher (the CPU replay's direct
-// calls, runtime/cpu/direct_calls.h).
-namespace direct {
 at::Tensor max_pool2d_nhwc(const at::Tensor& self, at::IntArrayRef kernel_size,
                            at::IntArrayRef stride, at::IntArrayRef padding,
                            at::IntArrayRef dilation, bool ceil_mode);
-at::Tensor cat_nhwc(at::TensorList inputs);
-at::Tensor channel_shuffle(at::TensorList inputs, int64_t groups);
-at::Tensor channel_shuffle_nhwc(at::TensorList inputs, int64_t groups);
+at::Tensor avg_pool2d_nhwc(const at::Tensor& self, at::IntArrayRef kernel_size,
+                           at::IntArrayRef stride, at::IntArrayRef padding, bool ceil_mode,
+                           bool count_include_pad, std::optional<int64_t> divisor_override);
+at::Tensor batch_norm_nhwc(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                           const std::optional<at::Tensor>& bias, const at::Tensor& running_mean,
+                           const at::Tensor& running_var, double eps, const std::string& activation,
+                           double lo, double hi);
+// Along channels.
+at::Tensor cat_nhwc(at::TensorList tensors);
+at::Tensor channel_shuffle(at::TensorList tensors, int64_t groups);
+// channel_shuffle's, channels_last.
+at::Tensor channel_shuffle_nhwc(at::TensorList tensors, int64_t groups);
+// Over the pixels: mean(self, [2, 3], keepdim).
 at::Tensor mean_hw_nhwc(const at::Tensor& self, bool keepdim);
-}  // namespace direct
+// self * scale, scale of sizes [n, c, 1, 1]: the channel-wise product of squeeze-excitation.
+at::Tensor scale_channels_nhwc(const at::Tensor& self, const at::Tensor& scale);
 
 }  // namespace nimble::kernels

@@ -29,8 +29,8 @@ std::string join(const std::vector<int64_t>& values, const char* separator = ","
 
 int64_t output_side(c10::IntArrayRef input, c10::IntArrayRef weight, const ConvolutionGeometry& g,
                     size_t d) {
-  return (input[2 + d] + 2 * g.padding[d] - g.dilation[d] * (weight[2 + d] - 1) - 1) / g.stride[d] +
-         1;
+  return nhwc::convolution_output_side(input[2 + d], weight[2 + d], g.stride[d], g.padding[d],
+                                       g.dilation[d]);
 }
 
 int64_t output_pixels(c10::IntArrayRef input, c10::IntArrayRef weight,
