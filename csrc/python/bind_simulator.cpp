@@ -207,7 +207,8 @@ void bind_simulator(py::module_& t) {
          double budget_seconds, long early_stop_trials, std::optional<double> c, bool adaptive,
          bool cold_filter, int batch_size, int mcmc_walkers, int mcmc_steps, int mcmc_samples,
          int threads, bool finish_when_cold, const py::object& trace, int mcmc_warm_steps,
-         double complete_share, double reference_ms, bool ignore_cut_short_rule) {
+         double complete_share, double reference_ms, double repeat_cost_slot_share,
+         bool retime_cut_short_rule) {
         if (schedulers.empty()) schedulers = scheduler_names();
         // On a trace, no slot given: one batch of its median task (default_trace_slot_seconds).
         const double slot_seconds = slot ? *slot : trace.is_none() ? 20.0 : 0.0;
@@ -217,7 +218,8 @@ void bind_simulator(py::module_& t) {
         run.finish_when_cold = finish_when_cold;
         run.mcmc_warm_steps = mcmc_warm_steps;
         run.complete_share = complete_share;
-        run.ignore_cut_short_rule = ignore_cut_short_rule;
+        run.repeat_cost_slot_share = repeat_cost_slot_share;
+        run.retime_cut_short_rule = retime_cut_short_rule;
         SimulationOptions base = simulation_options(schedulers[0], 0, tasks, trials_per_task, run);
         if (!trace.is_none()) base.trace = trace_from_python(trace.cast<py::dict>());
         for (const auto& name : schedulers) make_scheduler(name, base.scheduler_options);
@@ -238,7 +240,8 @@ void bind_simulator(py::module_& t) {
       py::arg("mcmc_steps") = 500, py::arg("mcmc_samples") = 200, py::arg("threads") = 2,
       py::arg("finish_when_cold") = false, py::arg("trace") = py::none(),
       py::arg("mcmc_warm_steps") = 40, py::arg("complete_share") = 0.1,
-      py::arg("reference_ms") = 0.0, py::arg("ignore_cut_short_rule") = false,
+      py::arg("reference_ms") = 0.0, py::arg("repeat_cost_slot_share") = 0.0,
+      py::arg("retime_cut_short_rule") = false,
       "Every scheduler on the same simulated models, one per seed; medians over seeds. "
       "finish_when_cold: a task finishes once every candidate left is cold (docs/tuning.md). "
       "trace: a recorded model (nimble.tuning.trace.load) replayed instead, every seed on it with "

@@ -16,8 +16,9 @@ void RunOptions::apply(TunerOptions& t, SchedulerOptions& s) const {
   t.search.cold_filter.enabled = cold_filter;
   t.search.finish_when_all_cold = finish_when_cold;
   t.search.complete_share = complete_share;
-  t.search.transfer.ignore_cut_short_rule = ignore_cut_short_rule;
   t.search.batch_size = batch_size;
+  t.repeat_cost_slot_share = repeat_cost_slot_share;
+  t.search.retime_cut_short_rule = retime_cut_short_rule;
   if (c) s.dynatune.c = *c;
   s.dynatune.belief.mcmc.walkers = mcmc_walkers;
   s.dynatune.belief.mcmc.steps = mcmc_steps;

@@ -46,6 +46,8 @@ RepeatSettings repeat_settings_from_python(const py::dict& d) {
   r.evaluator.confidence_z = d["confidence_z"].cast<double>();
   if (d.contains("first_call_cut_factor"))
     r.evaluator.first_call_cut_factor = d["first_call_cut_factor"].cast<double>();
+  if (d.contains("max_repeat_cost_seconds"))
+    r.evaluator.max_repeat_cost_seconds = d["max_repeat_cost_seconds"].cast<double>();
   return r;
 }
 
@@ -61,6 +63,7 @@ py::dict repeat_settings_to_python(const RepeatSettings& r) {
   d["one_sample_cut_factor"] = r.evaluator.one_sample_cut_factor;
   d["confidence_z"] = r.evaluator.confidence_z;
   d["first_call_cut_factor"] = r.evaluator.first_call_cut_factor;
+  d["max_repeat_cost_seconds"] = r.evaluator.max_repeat_cost_seconds;
   return d;
 }
 

@@ -4,7 +4,8 @@
 
 namespace nimble::tuning {
 
-RepeatDecision AdaptiveEvaluator::after_repeat(const std::vector<double>& seconds) const {
+RepeatDecision AdaptiveEvaluator::after_repeat(const std::vector<double>& seconds,
+                                               double repeats_cost_seconds) const {
   const auto n = static_cast<double>(seconds.size());
   double mean = 0;
   for (const double s : seconds) mean += s;
@@ -27,6 +28,7 @@ RepeatDecision AdaptiveEvaluator::after_repeat(const std::vector<double>& second
       return RepeatDecision::kCutShort;
   }
   if (relative_error <= options_.target_relative_error) return RepeatDecision::kEnough;
+  if (repeats_cost_seconds > options_.max_repeat_cost_seconds) return RepeatDecision::kEnough;
   if (static_cast<int>(n) >= options_.max_repeats) return RepeatDecision::kEnough;
   return RepeatDecision::kContinue;
 }

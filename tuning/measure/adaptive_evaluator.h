@@ -26,13 +26,18 @@ struct AdaptiveEvaluatorOptions {
   // candidates cost seconds each (oneDNN on a 232>232 1x1: 0.92 s of setup, 0.59 s a call).
   double first_call_cut_factor = 3.0;
   double confidence_z = 2.0;  // "optimistic" = mean lowered by z standard errors
+  // Stop repeating (enough: the mean so far is the candidate's time) once its timed repeats have
+  // cost more than this, after min_repeats: precision on one candidate is then dearer than
+  // other candidates. The run sets it from the slot (TunerOptions::repeat_cost_slot_share).
+  double max_repeat_cost_seconds = std::numeric_limits<double>::infinity();
 };
 
 class AdaptiveEvaluator : public RepeatPolicy {
  public:
   AdaptiveEvaluator(AdaptiveEvaluatorOptions options, double best_seconds)
       : options_(options), best_seconds_(best_seconds) {}
-  RepeatDecision after_repeat(const std::vector<double>& seconds) const override;
+  RepeatDecision after_repeat(const std::vector<double>& seconds,
+                              double repeats_cost_seconds) const override;
   bool slow_on_first_call(double seconds) const override;
 
  private:
@@ -44,7 +49,7 @@ class AdaptiveEvaluator : public RepeatPolicy {
 class FixedRepeats : public RepeatPolicy {
  public:
   explicit FixedRepeats(int repeats) : repeats_(repeats) {}
-  RepeatDecision after_repeat(const std::vector<double>& seconds) const override {
+  RepeatDecision after_repeat(const std::vector<double>& seconds, double) const override {
     return static_cast<int>(seconds.size()) >= repeats_ ? RepeatDecision::kEnough
                                                         : RepeatDecision::kContinue;
   }

@@ -47,9 +47,7 @@ double DynaTuneScheduler::upper_confidence_bound(const SchedulerView& view, size
     return t.weight * t.best_seconds * 1e3 * *share / initial_ms +
            range * std::sqrt(options_.c * std::log(round));
   }
-  double predicted = predicted_reduction_ms(view, task) / initial_ms;
-  if (options_.gain_per_second)
-    if (const std::optional<double> ratio = cost_ratio(task)) predicted /= *ratio;
+  const double predicted = predicted_reduction_ms(view, task) / initial_ms;
   if (options_.no_bonus_when_only_cold_left && t.only_cold_left) return predicted;
   return predicted + range * std::sqrt(options_.c * std::log(round) / static_cast<double>(t.slots));
 }
@@ -80,29 +78,7 @@ std::optional<size_t> DynaTuneScheduler::choose(const SchedulerView& view) {
   return pick;
 }
 
-std::optional<double> DynaTuneScheduler::cost_ratio(size_t task) const {
-  auto cost = [this](size_t k) -> std::optional<double> {
-    if (k >= slot_costs_.size() || slot_costs_[k].size() < 2) return std::nullopt;
-    double sum = 0;
-    for (size_t j = 1; j < slot_costs_[k].size(); ++j) sum += slot_costs_[k][j];
-    const double mean = sum / static_cast<double>(slot_costs_[k].size() - 1);
-    return mean > 0 ? std::optional<double>(mean) : std::nullopt;
-  };
-  const std::optional<double> mine = cost(task);
-  if (!mine) return std::nullopt;
-  std::vector<double> all;
-  for (size_t k = 0; k < slot_costs_.size(); ++k)
-    if (const std::optional<double> c = cost(k)) all.push_back(*c);
-  const auto middle = all.begin() + static_cast<std::ptrdiff_t>(all.size() / 2);
-  std::nth_element(all.begin(), middle, all.end());
-  return *mine / *middle;
-}
-
 void DynaTuneScheduler::observe(size_t task, const SchedulerView& view) {
-  if (slot_costs_.size() < view.tasks.size()) slot_costs_.resize(view.tasks.size());
-  if (seen_seconds_.size() < view.tasks.size()) seen_seconds_.resize(view.tasks.size(), 0.0);
-  slot_costs_[task].push_back(view.tasks[task].measure_seconds - seen_seconds_[task]);
-  seen_seconds_[task] = view.tasks[task].measure_seconds;
   if (beliefs_.size() < view.tasks.size()) beliefs_.resize(view.tasks.size());
   if (chains_.size() < view.tasks.size()) chains_.resize(view.tasks.size());
   const TaskProgress& t = view.tasks[task];

@@ -47,14 +47,6 @@ struct DynaTuneOptions {
   // 512-channel convolutions once oneDNN was found) drew slot after slot of cold candidates:
   // DynaTune's cold share was 24% there (docs/numbers.md, "Schedulers on real kernels").
   bool no_bonus_when_only_cold_left = true;
-  // The predicted reduction per second (off): once a task has had two slots, its predicted
-  // reduction is divided by its cost, the mean seconds of its slots after the first (a warm-up
-  // that ends when flat) over the median of that among the tasks with two or more; the
-  // exploration bonus and the untried bound as without it, so a dear task's first slots are
-  // explored like any other's. On the lowered traces (with stake-aware completion) it moved
-  // DynaTune's median final by -1.2% to +0.2% and held-out shufflenet_v2's cold share from 15.0
-  // to 16.9%: no clear gain, so not the default (docs/numbers.md, session 15).
-  bool gain_per_second = false;
   BeliefOptions belief;
 };
 
@@ -73,18 +65,13 @@ class DynaTuneScheduler : public TaskScheduler {
   // The largest share of its start's latency any tried task's first slot removed; nothing
   // before a task with a known start has been tried.
   std::optional<double> first_slot_reduction(const SchedulerView& view) const;
-  // The task's seconds per slot after its first over the median of that among the tasks with
-  // 2+ slots; nothing before the task has 2 slots.
-  std::optional<double> cost_ratio(size_t task) const;
   const std::vector<BeliefPrediction>& beliefs() const { return beliefs_; }
 
  private:
   DynaTuneOptions options_;
   std::mt19937_64 rng_;
-  std::vector<BeliefPrediction> beliefs_;        // rested arms: refreshed only when a task is tuned
-  std::vector<BeliefChain> chains_;              // each task's last fit, where its next one starts
-  std::vector<std::vector<double>> slot_costs_;  // each task's measurement seconds per slot
-  std::vector<double> seen_seconds_;             // its measure_seconds at its last slot's end
+  std::vector<BeliefPrediction> beliefs_;  // rested arms: refreshed only when a task is tuned
+  std::vector<BeliefChain> chains_;        // each task's last fit, where its next one starts
 };
 
 }  // namespace nimble::tuning

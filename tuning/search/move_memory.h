@@ -22,16 +22,6 @@ struct TransferOptions {
   // (seeds 0-4) DynaTune, which tunes few tasks, reached 99% on 3 of 5 googlenet seeds with
   // it and on 1 with two, the cold shares within 1.5 points except resnet18's (19% against 27%).
   int min_tasks = 1;
-  // A rule whose measurement was cut short (the adaptive evaluator stopped it as clearly slow,
-  // often at one sample: a bound, not a time) is no reference for the task's ratios: the task
-  // then neither teaches moves nor judges them against its best (only a move's own ratio,
-  // factor x or more, calls it cold). Off by default: on the lowered traces a rule cut at one
-  // stalled sample 10x its recorded time (shufflenet_v2's 464>1024 1x1) made every unmeasured
-  // config cold by transfer, so the task reported only cold left after 2 slots (0.80x of the
-  // rule; the trace's best 0.59x); with this on DynaTune's median final fell 0.5-2.9% on
-  // shufflenet_v2 and mobilenet_v2, but shufflenet_v2's cold share rose from 12.5% to 15.1%
-  // (seeds 0-9), over issue 44's 15% line (docs/numbers.md, session 15).
-  bool ignore_cut_short_rule = false;
 };
 
 class MoveMemory {

@@ -77,6 +77,10 @@ std::vector<Config> TaskTuner::first_proposals(int count,
     if (fresh(start)) {
       mark(start, CandidateSource::kStart);
       take(start);
+    } else if (retime_ == Retime::kWanted && !pending_.count(start) && !taken.count(start)) {
+      retime_ = Retime::kInFlight;
+      mark(start, CandidateSource::kStart);
+      take(start);
     }
     // What the other tasks' moves say is the best combination: a warm first candidate that can
     // reach several knobs' gains at once (the neighbourhood changes one knob at a time).
@@ -270,6 +274,40 @@ std::vector<Config> TaskTuner::search(int count) {
   return out;
 }
 
+void TaskTuner::record_retimed_start(const MeasureResult& r) {
+  retime_ = Retime::kDone;
+  cold_stats_.total_seconds += r.cost_seconds;
+  cold_stats_.by_source[static_cast<size_t>(CandidateSource::kStart)].total += r.cost_seconds;
+  if (!r.ok()) cold_stats_.failed_seconds += r.cost_seconds;
+  if (!r.ok() || !(r.mean_seconds() > 0)) {
+    rule_unknown_ = true;
+    untaught_.clear();
+    return;
+  }
+  const double seconds = r.mean_seconds();
+  // Cut short again: still a bound, so no reference for the moves (the task teaches nothing and
+  // judges moves by their own ratios); the cost model keeps the faster of the two bounds.
+  if (r.cut_short) {
+    rule_unknown_ = true;
+    untaught_.clear();
+  } else {
+    start_seconds_ = seconds;
+    for (const Measured& m : std::exchange(untaught_, {})) teach(m.config, m.seconds, m.failed);
+  }
+  if (!(task_.flops > 0)) return;  // throughput is the cost model's and the best's only record
+  const auto at = std::find(configs_.begin(), configs_.end(), task_.start) - configs_.begin();
+  const double gflops = task_.flops / seconds / 1e9;
+  if (static_cast<size_t>(at) < throughput_.size() && (!r.cut_short || gflops > throughput_[at]))
+    throughput_[at] = gflops;
+  // The best is the fastest record's time now that the rule's changed.
+  const auto fastest = std::max_element(throughput_.begin(), throughput_.end());
+  if (fastest != throughput_.end() && *fastest > 0) {
+    best_config_ = configs_[fastest - throughput_.begin()];
+    best_seconds_ = task_.flops / *fastest / 1e9;
+  }
+  retrain();
+}
+
 void TaskTuner::record(const std::vector<Config>& configs,
                        const std::vector<MeasureResult>& results) {
   for (size_t i = 0; i < configs.size() && i < results.size(); ++i) {
@@ -281,7 +319,12 @@ void TaskTuner::record(const std::vector<Config>& configs,
       source = it->second;
       source_.erase(it);
     }
-    if (!visited_.insert(config).second) continue;  // a restored duplicate adds nothing
+    if (!visited_.insert(config).second) {
+      // The cut-short rule timed again; any other restored duplicate adds nothing.
+      if (config == task_.start && (retime_ == Retime::kWanted || retime_ == Retime::kInFlight))
+        record_retimed_start(r);
+      continue;
+    }
     const double seconds = r.mean_seconds();
     const double gflops = r.ok() && seconds > 0 ? task_.flops / seconds / 1e9 : 0.0;
     SourceSeconds& by_source = cold_stats_.by_source[static_cast<size_t>(source)];
@@ -295,11 +338,11 @@ void TaskTuner::record(const std::vector<Config>& configs,
       cold_stats_.cold_seconds += r.cost_seconds;
       by_source.cold += r.cost_seconds;
     }
-    if (moves_ && config == task_.start) {
-      // A cut-short rule's time is a bound: with ignore_cut_short_rule its ratios stay unknown.
-      rule_unknown_ = r.cut_short && options_.transfer.ignore_cut_short_rule;
-      start_seconds_ = r.ok() && seconds > 0 && !rule_unknown_ ? seconds : 0;
-      if (rule_unknown_) untaught_.clear();
+    if (config == task_.start) {
+      // A cut-short rule's time is a bound: provisional until it is timed again.
+      const bool provisional = r.cut_short && options_.retime_cut_short_rule;
+      if (r.ok() && provisional) retime_ = Retime::kWanted;
+      start_seconds_ = r.ok() && seconds > 0 && !provisional ? seconds : 0;
       if (start_seconds_ > 0)
         for (const Measured& m : std::exchange(untaught_, {})) teach(m.config, m.seconds, m.failed);
     } else {

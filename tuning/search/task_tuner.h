@@ -49,6 +49,11 @@ struct SearchOptions {
   // old region lets its cold picks through at the decayed coin (resnet18's cold share 18%).
   double reset_share = 0.2;
   double reset_jump = 1.2;
+  // A rule the evaluator cut short is provisional and timed once more (TaskTuner::Retime). Off:
+  // with the repeats' cost limit at a slot it gave DynaTune's best medians on the lowered traces,
+  // but lifted shufflenet_v2's cold share to 16.7-17.8%, over issue 44's 15% (docs/numbers.md,
+  // session 16).
+  bool retime_cut_short_rule = false;
   AnnealingOptions annealing;
   CostModelOptions cost_model;
   ColdFilterOptions cold_filter;
@@ -174,8 +179,14 @@ class TaskTuner {
   ColdStats cold_stats_;
   MoveMemory* moves_;
   size_t index_;
-  double start_seconds_ = 0;   // the rule's measured time; 0 until it ran
-  bool rule_unknown_ = false;  // the rule ran, cut short (TransferOptions::ignore_cut_short_rule)
+  double start_seconds_ = 0;   // the rule's measured time; 0 until it ran, and while provisional
+  bool rule_unknown_ = false;  // the rule was cut short twice: no reference for the moves
+  // A rule the evaluator cut short (a stall on its first call: one sample, 10x its time on
+  // shufflenet_v2's lowered 464>1024 1x1) is a bound, not a time: it is timed once more, in the
+  // next proposal, and until then it is provisional (no reference for the move memory).
+  enum class Retime { kNone, kWanted, kInFlight, kDone };
+  Retime retime_ = Retime::kNone;
+  void record_retimed_start(const MeasureResult& r);
   double stake_share_ = 0;
   std::optional<Config> completion_;  // the cold-called neighbour measured, once
   long coin_restart_trial_ = 0;       // the filter's decay counts batches from this trial

@@ -45,8 +45,9 @@ std::vector<MeasureResult> SimulatedMeasurer::measure(const std::vector<Config>&
           if (uniform(rng_) < 0.02) t *= 1.3;  // an occasional disturbed run
           // A repeat runs the kernel often enough to last at least min_repeat_seconds (AutoTVM's
           // min_repeat_ms), once when a single run is longer.
-          r.cost_seconds += std::max(min_repeat_seconds_, t);
-          return t;
+          const double cost = std::max(min_repeat_seconds_, t);
+          r.cost_seconds += cost;
+          return TimedRepeat{t, cost};
         },
         r);
   }

@@ -66,6 +66,9 @@ double trace_finishing_seconds(const Trace& trace, const SimulationOptions& opti
   o.tuner.seed = 0;
   o.scheduler_options.seed = 0;
   o.tuner.budget_trials = 0;
+  // Finishing at the evaluator's precision, without the repeats' cost limit: the budget stays
+  // a property of the trace, so that a run with any limit is compared on the same budget.
+  o.tuner.repeat_cost_slot_share = 0;
   // Finite, so that run_simulation does not ask for the default; more than any task can use.
   o.tuner.budget_seconds = 1e3 * exhaustive_seconds(trace, minimum_repeats(options)) + 1;
   // Sequential's per-task trial cap would end a task before its early stop.

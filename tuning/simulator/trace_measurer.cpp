@@ -32,7 +32,9 @@ std::vector<MeasureResult> TraceMeasurer::measure(const std::vector<Config>& bat
       r.message = p.message;
       continue;
     }
-    std::mt19937_64 rng(seed_ * 1000003ULL ^ ConfigHash{}(batch[i]));
+    const uint64_t before = measured_before_[batch[i]]++;
+    std::mt19937_64 rng((seed_ * 1000003ULL ^ ConfigHash{}(batch[i])) +
+                        before * 0x9e3779b97f4a7c15ULL);
     // The log-normal whose relative standard deviation is the recorded one: a spread of 3 (a
     // loaded machine's stalls) gives a wide, right-skewed tail, not a symmetric one.
     std::normal_distribution<double> normal(0, std::sqrt(std::log1p(p.noise * p.noise)));
@@ -55,7 +57,7 @@ std::vector<MeasureResult> TraceMeasurer::measure(const std::vector<Config>& bat
         repeats,
         [&] {
           r.cost_seconds += p.repeat_seconds;
-          return p.seconds * std::exp(normal(rng));
+          return TimedRepeat{p.seconds * std::exp(normal(rng)), p.repeat_seconds};
         },
         r);
   }

@@ -16,9 +16,10 @@ namespace nimble::tuning {
 
 class TraceMeasurer : public Measurer {
  public:
-  // The noise of a configuration is drawn from a stream seeded by `seed` and the configuration
-  // alone: two runs of one seed see the same timing of a configuration, whatever order their
-  // schedulers measured things in.
+  // The noise of a configuration is drawn from a stream seeded by `seed`, the configuration and
+  // how often it was measured before: two runs of one seed see the same timing of a
+  // configuration, whatever order their schedulers measured things in, and a configuration
+  // measured again (a cut-short rule re-timed) gets fresh draws.
   TraceMeasurer(std::shared_ptr<const Trace> trace, size_t task, uint64_t seed);
   std::vector<MeasureResult> measure(const std::vector<Config>& batch,
                                      const RepeatPolicy& repeats) override;
@@ -28,6 +29,7 @@ class TraceMeasurer : public Measurer {
   const TraceTask& task_;
   uint64_t seed_;
   std::unordered_map<Config, size_t, ConfigHash> index_;
+  std::unordered_map<Config, uint64_t, ConfigHash> measured_before_;
 };
 
 // The trace's tasks for the tuner, each measured by a TraceMeasurer of seed `noise_seed`.

@@ -166,6 +166,10 @@ RepeatSettings TuningRun::repeat_settings(size_t k) const {
   RepeatSettings r;
   r.adaptive = options_.adaptive_evaluator;
   r.evaluator = options_.evaluator;
+  if (options_.repeat_cost_slot_share > 0)
+    r.evaluator.max_repeat_cost_seconds =
+        std::min(r.evaluator.max_repeat_cost_seconds,
+                 options_.repeat_cost_slot_share * options_.slot_seconds);
   r.best_seconds = task_seconds(tasks_[k], *tuners_[k]);
   r.fixed_repeats = options_.fixed_repeats;
   return r;

@@ -148,7 +148,7 @@ TEST(ContextMeasurer, ACandidateGetsTheTimeTheExecutorMeasuredForItsOps) {
 class FirstCallLine : public tuning::RepeatPolicy {
  public:
   explicit FirstCallLine(double line) : line_(line) {}
-  tuning::RepeatDecision after_repeat(const std::vector<double>& seconds) const override {
+  tuning::RepeatDecision after_repeat(const std::vector<double>& seconds, double) const override {
     ++timed_;
     return seconds.size() >= 3 ? tuning::RepeatDecision::kEnough
                                : tuning::RepeatDecision::kContinue;

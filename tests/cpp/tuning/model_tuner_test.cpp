@@ -167,7 +167,11 @@ class ConstantMeasurer : public Measurer {
     std::vector<MeasureResult> out(batch.size());
     for (MeasureResult& r : out) {
       time_with_policy(
-          repeats, [&] { return seconds_; }, r);
+          repeats,
+          [&] {
+            return TimedRepeat{seconds_, seconds_};
+          },
+          r);
       r.cost_seconds = seconds_ * static_cast<double>(r.seconds.size());
       repeats_.push_back(static_cast<int>(r.seconds.size()));
     }

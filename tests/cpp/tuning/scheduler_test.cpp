@@ -315,43 +315,5 @@ TEST(DynaTuneScheduler, AnUntriedTaskIsBoundedByTheLargestFirstSlotReduction) {
   EXPECT_EQ(s.choose(fresh.view()), 0u);
 }
 
-// Gain per second: once a task has had two slots, its predicted reduction is divided by its
-// slots' cost (after its warm-up slot) over the median task's; a task whose slots cost twice
-// as much gets half the index for the same prediction, and first slots cost nothing here.
-TEST(DynaTuneScheduler, GainPerSecondDividesThePredictionByTheTasksSlotCost) {
-  State state(3);
-  DynaTuneOptions o;
-  o.c = 0;  // no exploration bonus: the index is the prediction
-  o.gain_per_second = true;
-  o.belief.mcmc.steps = 100;
-  o.belief.mcmc.samples = 50;
-  DynaTuneScheduler s(o, 1);
-  for (size_t i = 0; i < 3; ++i) {
-    for (int t = 1; t <= 40; ++t) state.gflops[i].push_back(600 * std::pow(t / 40.0, 0.7));
-    state.tasks[i].best_seconds = state.tasks[i].flops / (state.gflops[i].back() * 1e9);
-  }
-  const auto slot = [&](size_t i, double seconds) {
-    state.tasks[i].measure_seconds += seconds;
-    state.give_slot(i, 8);
-    s.observe(i, state.view());
-  };
-  slot(0, 5.0);  // warm-up slots: their cost is not counted
-  slot(1, 0.5);
-  slot(2, 1.0);
-  for (size_t i = 0; i < 3; ++i) EXPECT_FALSE(s.cost_ratio(i).has_value()) << i;
-  slot(0, 1.0);
-  slot(1, 2.0);
-  EXPECT_NEAR(*s.cost_ratio(0), 0.5, 1e-12);  // the median of {1, 2} s is the upper one
-  EXPECT_NEAR(*s.cost_ratio(1), 1.0, 1e-12);
-  EXPECT_FALSE(s.cost_ratio(2).has_value());
-  const double initial_ms = 10;
-  for (const auto& [task, scale] : std::map<size_t, double>{{0, 2.0}, {1, 1.0}, {2, 1.0}}) {
-    const double predicted = s.predicted_reduction_ms(state.view(), task);
-    ASSERT_GT(predicted, 0) << task;
-    EXPECT_NEAR(s.upper_confidence_bound(state.view(), task) * initial_ms / predicted, scale, 1e-9)
-        << task;
-  }
-}
-
 }  // namespace
 }  // namespace nimble::tuning

@@ -39,7 +39,7 @@ class FormulaMeasurer : public Measurer {
           repeats,
           [&] {
             out[i].cost_seconds += 0.1;
-            return t * std::exp(normal(rng_));
+            return TimedRepeat{t * std::exp(normal(rng_)), 0.1};
           },
           out[i]);
     }
