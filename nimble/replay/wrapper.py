@@ -20,6 +20,8 @@ from .structure import ExampleCall
 from .whole_step import WholeStepReplay
 
 
+_PREPARES_PER_CALL = 3  # then a call raises StaleModelError (a model changed by each prepare)
+
 
 class Nimble(torch.nn.Module):
     """Captures a static module's kernel launches once and replays them.
@@ -169,6 +171,18 @@ class Nimble(torch.nn.Module):
         if tuned is not None and tuned[0] is not None:
             self.use_tuned(*tuned)
 
+    def _prepare_again_and_run(self, change: StaleModelError, run, args: tuple, kwargs: dict,
+                               targets=None):
+        """`_prepare_again`, then `run()`; a change between the two (a finalizer removing a
+        hook, run by the cycle collector the capture paused) prepares again too."""
+        for _ in range(_PREPARES_PER_CALL):
+            self._prepare_again(change, args, kwargs, targets)
+            try:
+                return run()
+            except StaleModelError as again:
+                change = again
+        raise change
+
     # -- tuned kernels ---------------------------------------------------------------
 
     def use_tuned(
@@ -245,8 +259,8 @@ class Nimble(torch.nn.Module):
                 self._model_watch.check()
             return self._training.step(args, kwargs, inputs, targets)
         except StaleModelError as change:
-            self._prepare_again(change, args, kwargs, targets)
-            return self._training.step(args, kwargs, self._inputs.tensors(args, kwargs), targets)
+            return self._prepare_again_and_run(change, lambda: self._training.step(
+                args, kwargs, self._call_tensors(args, kwargs), targets), args, kwargs, targets)
 
     # -- replay ----------------------------------------------------------------------
 
@@ -258,8 +272,8 @@ class Nimble(torch.nn.Module):
         try:
             return self._replayed(args, kwargs)
         except StaleModelError as change:
-            self._prepare_again(change, args, kwargs)
-            return self._replayed(args, kwargs)
+            return self._prepare_again_and_run(change, lambda: self._replayed(args, kwargs),
+                                               args, kwargs)
 
     def _call_tensors(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         """The tensors of a call, checked against prepare's structure; the common call,

@@ -380,6 +380,9 @@ CASES = [
 ]
 
 
+# resnet18's ~200 reprepares take ~750 s on a loaded 2-core machine, past pyproject's 900 s under
+# more load (where the change being handled, "StaleModelError: ... removed", was read as the failure).
+@pytest.mark.timeout(2400)
 @pytest.mark.parametrize(
     "name,streams,on_change,count", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES]
 )

@@ -153,6 +153,31 @@ def test_on_change_error_raises_before_anything_runs(name, change, warns):
         torch.testing.assert_close(v, after_change[k], rtol=0, atol=0)
 
 
+def test_a_change_after_preparing_again_and_before_the_replay_prepares_again(monkeypatch):
+    """A change made between a reprepare's watch and its replay (a global hook removed by a
+    finalizer that the cycle collector, paused during the capture, runs right after it) is
+    prepared again too: with on_change="reprepare" a call never raises StaleModelError."""
+    hook = torch.nn.modules.module.register_module_forward_hook(lambda mod, i, o: o)
+    _global_handles.append(hook)  # someone else's, registered before prepare
+    model, fast = _prepared()
+    model.fc = torch.nn.Linear(8, 5)
+    watch = nimble.replay.model_watch.watch
+
+    def watch_then_remove(*args, **kwargs):
+        w = watch(*args, **kwargs)
+        hook.remove()
+        return w
+
+    monkeypatch.setattr(nimble.replay.model_watch, "watch", watch_then_remove)
+    with pytest.warns(UserWarning) as caught:
+        got = fast(X)
+    messages = [str(w.message) for w in caught if "preparing again" in str(w.message)]
+    assert len(messages) == 2 and "fc replaced" in messages[0], messages
+    assert "global forward hook #" in messages[1] and "removed" in messages[1], messages
+    with torch.no_grad():
+        assert_matches_eager(got, model(X), tolerance=1e-5)
+
+
 def test_deleted_parameter_prepares_again_and_eager_raises_the_same():
     model, fast = _prepared()
     del model.fc.bias
