@@ -240,8 +240,8 @@ void bind_simulator(py::module_& t) {
       py::arg("mcmc_steps") = 500, py::arg("mcmc_samples") = 200, py::arg("threads") = 2,
       py::arg("finish_when_cold") = false, py::arg("trace") = py::none(),
       py::arg("mcmc_warm_steps") = 40, py::arg("complete_share") = 0.1,
-      py::arg("reference_ms") = 0.0, py::arg("repeat_cost_slot_share") = 0.0,
-      py::arg("retime_cut_short_rule") = false,
+      py::arg("reference_ms") = 0.0, py::arg("repeat_cost_slot_share") = 1.0,
+      py::arg("retime_cut_short_rule") = true,
       "Every scheduler on the same simulated models, one per seed; medians over seeds. "
       "finish_when_cold: a task finishes once every candidate left is cold (docs/tuning.md). "
       "trace: a recorded model (nimble.tuning.trace.load) replayed instead, every seed on it with "

