@@ -41,12 +41,26 @@ void MoveMemory::remember(size_t task, const KnobSpace& space, const Config& sta
     evidence.push_back({task, log_ratio});
 }
 
-std::optional<double> MoveMemory::median_log_ratio(const std::string& key, size_t task) const {
-  const auto it = moves_.find(key);
-  if (it == moves_.end()) return std::nullopt;
+std::vector<double> MoveMemory::evidence(const std::string& key, size_t task) const {
   std::vector<double> v;
-  for (const Evidence& e : it->second)
-    if (e.task != task) v.push_back(e.log_ratio);
+  if (const auto it = moves_.find(key); it != moves_.end())
+    for (const Evidence& e : it->second)
+      if (e.task != task) v.push_back(e.log_ratio);
+  if (static_cast<int>(v.size()) >= options_.min_tasks || !options_.by_destination) return v;
+  // "knob:from>to": every "knob:*>to" (the exact key among them).
+  const std::string knob = key.substr(0, key.find(':') + 1);
+  const std::string to = key.substr(key.rfind('>'));
+  v.clear();
+  for (const auto& [k, tasks] : moves_)
+    if (k.size() > knob.size() + to.size() && k.compare(0, knob.size(), knob) == 0 &&
+        k.compare(k.size() - to.size(), to.size(), to) == 0)
+      for (const Evidence& e : tasks)
+        if (e.task != task) v.push_back(e.log_ratio);
+  return v;
+}
+
+std::optional<double> MoveMemory::median_log_ratio(const std::string& key, size_t task) const {
+  std::vector<double> v = evidence(key, task);
   if (v.empty() || static_cast<int>(v.size()) < options_.min_tasks) return std::nullopt;
   const size_t m = v.size() / 2;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m), v.end());

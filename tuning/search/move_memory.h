@@ -22,6 +22,13 @@ struct TransferOptions {
   // (seeds 0-4) DynaTune, which tunes few tasks, reached 99% on 3 of 5 googlenet seeds with
   // it and on 1 with two, the cold shares within 1.5 points except resnet18's (19% against 27%).
   int min_tasks = 1;
+  // A move no other task measured from this value is judged by the same knob's moves to the
+  // same value from its other values ("kernel:nimble_depthwise>onednn" by "kernel:nimble_gemm>
+  // onednn" too): a task's first blind neighbourhood then skips a destination the run already
+  // found cold. Off: on the lowered traces it cut shufflenet_v2's DynaTune cold share by 1-1.7
+  // points and bettered googlenet's median final, but mobilenet_v2's (seeds 0-9) was 0.46%
+  // worse (docs/numbers.md, session 16, cold18).
+  bool by_destination = false;
 };
 
 class MoveMemory {
@@ -49,6 +56,9 @@ class MoveMemory {
     size_t task;
     double log_ratio;
   };
+  // The log ratios of `key` on tasks other than `task` (by its destination, by_destination, when
+  // fewer than min_tasks measured the move itself).
+  std::vector<double> evidence(const std::string& key, size_t task) const;
   // The median log ratio of `key` over tasks other than `task`, if enough of them measured it.
   std::optional<double> median_log_ratio(const std::string& key, size_t task) const;
 
