@@ -26,7 +26,7 @@ std::vector<std::string> moves(const KnobSpace& space, const Config& start, cons
 }  // namespace
 
 void MoveMemory::remember(size_t task, const KnobSpace& space, const Config& start,
-                          const Config& config, double ratio, bool failed) {
+                          const Config& config, double ratio, bool failed, double stake) {
   if (!options_.enabled) return;
   const std::vector<std::string> keys = moves(space, start, config);
   if (keys.size() != 1 || (!failed && !(ratio > 0 && std::isfinite(ratio)))) return;
@@ -36,9 +36,24 @@ void MoveMemory::remember(size_t task, const KnobSpace& space, const Config& sta
   const auto same = std::find_if(evidence.begin(), evidence.end(),
                                  [&](const Evidence& e) { return e.task == task; });
   if (same != evidence.end())
-    same->log_ratio = log_ratio;
+    *same = {task, log_ratio, stake};
   else
-    evidence.push_back({task, log_ratio});
+    evidence.push_back({task, log_ratio, stake});
+}
+
+bool MoveMemory::settled_for(size_t task, const KnobSpace& space, const Config& start,
+                             const Config& config, double stake, double factor) const {
+  bool cold_on_one_as_large = false;
+  for (const std::string& key : moves(space, start, config)) {
+    const auto it = moves_.find(key);
+    if (it == moves_.end()) continue;
+    for (const Evidence& e : it->second) {
+      if (e.task == task) continue;
+      if (e.log_ratio < std::log(factor)) return false;  // warm somewhere: still a bet
+      if (e.stake >= stake) cold_on_one_as_large = true;
+    }
+  }
+  return cold_on_one_as_large;
 }
 
 std::vector<double> MoveMemory::evidence(const std::string& key, size_t task) const {

@@ -37,8 +37,9 @@ class MoveMemory {
 
   // Task `task` measured `config`, one knob away from its rule `start`, at `ratio` times the
   // rule's time (a failure: `failed`). Configs that are not one knob away teach nothing here.
+  // `stake`: the task's share of the model's latency when it measured the move.
   void remember(size_t task, const KnobSpace& space, const Config& start, const Config& config,
-                double ratio, bool failed);
+                double ratio, bool failed, double stake = 0);
   // `config`'s predicted time over `start`'s on task `task`, from the other tasks: the product
   // of its moves' median ratios, over the moves measured on at least min_tasks other tasks;
   // nothing when none of its moves was.
@@ -49,12 +50,18 @@ class MoveMemory {
   // a valid config.
   std::optional<Config> combined_best(size_t task, const KnobSpace& space,
                                       const Config& start) const;
+  // A task of at least `stake` measured `config`'s move at `factor` x its rule or more, and no
+  // other task below: what a completion would bet on (a large task unlike the smaller ones that
+  // found the move cold) was already tried on one as large.
+  bool settled_for(size_t task, const KnobSpace& space, const Config& start, const Config& config,
+                   double stake, double factor) const;
   const TransferOptions& options() const { return options_; }
 
  private:
   struct Evidence {
     size_t task;
     double log_ratio;
+    double stake;
   };
   // The log ratios of `key` on tasks other than `task` (by its destination, by_destination, when
   // fewer than min_tasks measured the move itself).

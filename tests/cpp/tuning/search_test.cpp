@@ -172,6 +172,24 @@ TEST(MoveMemory, ByDestinationJudgesAnUnmeasuredMoveByMovesToTheSameValue) {
   }
 }
 
+// A completion bets that a large task differs from the smaller ones that found a move cold; a
+// task at least as large that measured it cold settles the bet, one that found it warm reopens it.
+TEST(MoveMemory, AMoveColdOnATaskAsLargeIsSettledForACompletion) {
+  const Task task = testing::bowl_task("moves", 1e9, 1, 3);
+  std::mt19937_64 rng(4);
+  const Config start = task.space.random_config(rng);
+  const Config move = task.space.one_knob_neighbors(start).front();
+  MoveMemory memory;
+  EXPECT_FALSE(memory.settled_for(0, task.space, start, move, 0.2, 2.0));  // nothing known
+  memory.remember(1, task.space, start, move, 30.0, false, 0.1);           // cold on a smaller task
+  EXPECT_FALSE(memory.settled_for(0, task.space, start, move, 0.2, 2.0));
+  memory.remember(2, task.space, start, move, 100.0, false, 0.25);  // cold on a larger one
+  EXPECT_TRUE(memory.settled_for(0, task.space, start, move, 0.2, 2.0));
+  EXPECT_FALSE(memory.settled_for(0, task.space, start, move, 0.3, 2.0));  // larger than both
+  memory.remember(3, task.space, start, move, 0.5, false, 0.01);           // warm somewhere
+  EXPECT_FALSE(memory.settled_for(0, task.space, start, move, 0.2, 2.0));
+}
+
 // A bowl task started at a random configuration, with the start's one-knob neighbours.
 Task started_task(const std::string& name) {
   Task task = testing::bowl_task(name, 1e9, 1, 6);
