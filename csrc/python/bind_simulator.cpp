@@ -208,7 +208,7 @@ void bind_simulator(py::module_& t) {
          bool cold_filter, int batch_size, int mcmc_walkers, int mcmc_steps, int mcmc_samples,
          int threads, bool finish_when_cold, const py::object& trace, int mcmc_warm_steps,
          double complete_share, double reference_ms, double repeat_cost_slot_share,
-         bool retime_cut_short_rule) {
+         bool retime_cut_short_rule, bool transfer_by_destination, bool complete_untried_only) {
         if (schedulers.empty()) schedulers = scheduler_names();
         // On a trace, no slot given: one batch of its median task (default_trace_slot_seconds).
         const double slot_seconds = slot ? *slot : trace.is_none() ? 20.0 : 0.0;
@@ -220,6 +220,8 @@ void bind_simulator(py::module_& t) {
         run.complete_share = complete_share;
         run.repeat_cost_slot_share = repeat_cost_slot_share;
         run.retime_cut_short_rule = retime_cut_short_rule;
+        run.transfer_by_destination = transfer_by_destination;
+        run.complete_untried_only = complete_untried_only;
         SimulationOptions base = simulation_options(schedulers[0], 0, tasks, trials_per_task, run);
         if (!trace.is_none()) base.trace = trace_from_python(trace.cast<py::dict>());
         for (const auto& name : schedulers) make_scheduler(name, base.scheduler_options);
@@ -241,7 +243,8 @@ void bind_simulator(py::module_& t) {
       py::arg("finish_when_cold") = false, py::arg("trace") = py::none(),
       py::arg("mcmc_warm_steps") = 40, py::arg("complete_share") = 0.1,
       py::arg("reference_ms") = 0.0, py::arg("repeat_cost_slot_share") = 1.0,
-      py::arg("retime_cut_short_rule") = true,
+      py::arg("retime_cut_short_rule") = true, py::arg("transfer_by_destination") = false,
+      py::arg("complete_untried_only") = false,
       "Every scheduler on the same simulated models, one per seed; medians over seeds. "
       "finish_when_cold: a task finishes once every candidate left is cold (docs/tuning.md). "
       "trace: a recorded model (nimble.tuning.trace.load) replayed instead, every seed on it with "

@@ -19,6 +19,8 @@ void RunOptions::apply(TunerOptions& t, SchedulerOptions& s) const {
   t.search.batch_size = batch_size;
   t.repeat_cost_slot_share = repeat_cost_slot_share;
   t.search.retime_cut_short_rule = retime_cut_short_rule;
+  t.search.transfer.by_destination = transfer_by_destination;
+  t.search.complete_untried_only = complete_untried_only;
   if (c) s.dynatune.c = *c;
   s.dynatune.belief.mcmc.walkers = mcmc_walkers;
   s.dynatune.belief.mcmc.steps = mcmc_steps;

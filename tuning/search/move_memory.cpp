@@ -26,7 +26,7 @@ std::vector<std::string> moves(const KnobSpace& space, const Config& start, cons
 }  // namespace
 
 void MoveMemory::remember(size_t task, const KnobSpace& space, const Config& start,
-                          const Config& config, double ratio, bool failed) {
+                          const Config& config, double ratio, bool failed, double stake) {
   if (!options_.enabled) return;
   const std::vector<std::string> keys = moves(space, start, config);
   if (keys.size() != 1 || (!failed && !(ratio > 0 && std::isfinite(ratio)))) return;
@@ -36,17 +36,46 @@ void MoveMemory::remember(size_t task, const KnobSpace& space, const Config& sta
   const auto same = std::find_if(evidence.begin(), evidence.end(),
                                  [&](const Evidence& e) { return e.task == task; });
   if (same != evidence.end())
-    same->log_ratio = log_ratio;
+    *same = {task, log_ratio, stake};
   else
-    evidence.push_back({task, log_ratio});
+    evidence.push_back({task, log_ratio, stake});
+}
+
+bool MoveMemory::settled_for(size_t task, const KnobSpace& space, const Config& start,
+                             const Config& config, double stake, double factor) const {
+  bool cold_on_one_as_large = false;
+  for (const std::string& key : moves(space, start, config)) {
+    const auto it = moves_.find(key);
+    if (it == moves_.end()) continue;
+    for (const Evidence& e : it->second) {
+      if (e.task == task) continue;
+      if (e.log_ratio < std::log(factor)) return false;  // warm somewhere: still a bet
+      if (e.stake >= stake) cold_on_one_as_large = true;
+    }
+  }
+  return cold_on_one_as_large;
+}
+
+std::vector<double> MoveMemory::evidence(const std::string& key, size_t task) const {
+  std::vector<double> v;
+  if (const auto it = moves_.find(key); it != moves_.end())
+    for (const Evidence& e : it->second)
+      if (e.task != task) v.push_back(e.log_ratio);
+  if (static_cast<int>(v.size()) >= options_.min_tasks || !options_.by_destination) return v;
+  // "knob:from>to": every "knob:*>to" (the exact key among them).
+  const std::string knob = key.substr(0, key.find(':') + 1);
+  const std::string to = key.substr(key.rfind('>'));
+  v.clear();
+  for (const auto& [k, tasks] : moves_)
+    if (k.size() > knob.size() + to.size() && k.compare(0, knob.size(), knob) == 0 &&
+        k.compare(k.size() - to.size(), to.size(), to) == 0)
+      for (const Evidence& e : tasks)
+        if (e.task != task) v.push_back(e.log_ratio);
+  return v;
 }
 
 std::optional<double> MoveMemory::median_log_ratio(const std::string& key, size_t task) const {
-  const auto it = moves_.find(key);
-  if (it == moves_.end()) return std::nullopt;
-  std::vector<double> v;
-  for (const Evidence& e : it->second)
-    if (e.task != task) v.push_back(e.log_ratio);
+  std::vector<double> v = evidence(key, task);
   if (v.empty() || static_cast<int>(v.size()) < options_.min_tasks) return std::nullopt;
   const size_t m = v.size() / 2;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m), v.end());

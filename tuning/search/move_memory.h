@@ -22,6 +22,13 @@ struct TransferOptions {
   // (seeds 0-4) DynaTune, which tunes few tasks, reached 99% on 3 of 5 googlenet seeds with
   // it and on 1 with two, the cold shares within 1.5 points except resnet18's (19% against 27%).
   int min_tasks = 1;
+  // A move no other task measured from this value is judged by the same knob's moves to the
+  // same value from its other values ("kernel:nimble_depthwise>onednn" by "kernel:nimble_gemm>
+  // onednn" too): a task's first blind neighbourhood then skips a destination the run already
+  // found cold. Off: on the lowered traces it cut shufflenet_v2's DynaTune cold share by 1-1.7
+  // points and bettered googlenet's median final, but mobilenet_v2's (seeds 0-9) was 0.46%
+  // worse (docs/numbers.md, session 16, cold18).
+  bool by_destination = false;
 };
 
 class MoveMemory {
@@ -30,8 +37,9 @@ class MoveMemory {
 
   // Task `task` measured `config`, one knob away from its rule `start`, at `ratio` times the
   // rule's time (a failure: `failed`). Configs that are not one knob away teach nothing here.
+  // `stake`: the task's share of the model's latency when it measured the move.
   void remember(size_t task, const KnobSpace& space, const Config& start, const Config& config,
-                double ratio, bool failed);
+                double ratio, bool failed, double stake = 0);
   // `config`'s predicted time over `start`'s on task `task`, from the other tasks: the product
   // of its moves' median ratios, over the moves measured on at least min_tasks other tasks;
   // nothing when none of its moves was.
@@ -42,13 +50,22 @@ class MoveMemory {
   // a valid config.
   std::optional<Config> combined_best(size_t task, const KnobSpace& space,
                                       const Config& start) const;
+  // A task of at least `stake` measured `config`'s move at `factor` x its rule or more, and no
+  // other task below: what a completion would bet on (a large task unlike the smaller ones that
+  // found the move cold) was already tried on one as large.
+  bool settled_for(size_t task, const KnobSpace& space, const Config& start, const Config& config,
+                   double stake, double factor) const;
   const TransferOptions& options() const { return options_; }
 
  private:
   struct Evidence {
     size_t task;
     double log_ratio;
+    double stake;
   };
+  // The log ratios of `key` on tasks other than `task` (by its destination, by_destination, when
+  // fewer than min_tasks measured the move itself).
+  std::vector<double> evidence(const std::string& key, size_t task) const;
   // The median log ratio of `key` over tasks other than `task`, if enough of them measured it.
   std::optional<double> median_log_ratio(const std::string& key, size_t task) const;
 

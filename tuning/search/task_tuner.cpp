@@ -41,7 +41,8 @@ void TaskTuner::teach(const Config& c, double seconds, bool failed) {
     if (!rule_unknown_) untaught_.push_back({c, seconds, failed});
     return;
   }
-  moves_->remember(index_, task_.space, task_.start, c, seconds / start_seconds_, failed);
+  moves_->remember(index_, task_.space, task_.start, c, seconds / start_seconds_, failed,
+                   stake_share_);
 }
 
 double TaskTuner::best_gflops() const {
@@ -126,6 +127,10 @@ std::vector<Config> TaskTuner::first_proposals(int count,
         static_cast<int>(out.size()) < count)
       for (Config& c : near) {
         if (c.empty() || !fresh(c) || !transfer_says_cold(c)) continue;
+        if (options_.complete_untried_only &&
+            moves_->settled_for(index_, task_.space, start, c, stake_share_,
+                                options_.cold_filter.cold_factor))
+          continue;
         mark(c, model_.trained() ? CandidateSource::kJudgedNeighbor : CandidateSource::kNeighbor);
         completion_ = c;
         take(std::move(c));

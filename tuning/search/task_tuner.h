@@ -47,6 +47,9 @@ struct SearchOptions {
   // after a completed neighbour improves its task, and after an improvement of at least
   // reset_jump x on a task of at least reset_share of the model: a cost model trained on the
   // old region lets its cold picks through at the decayed coin (resnet18's cold share 18%).
+  // With completion on, a move is not completed where a task of at least this one's stake
+  // already measured it cold and no task found it warm: the bet was tried.
+  bool complete_untried_only = false;
   double reset_share = 0.2;
   double reset_jump = 1.2;
   // A rule the evaluator cut short is provisional and timed once more (TaskTuner::Retime): a

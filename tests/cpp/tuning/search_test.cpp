@@ -140,6 +140,56 @@ TEST(MoveMemory, JudgesAMoveOnlyByOtherTasksOnceEnoughMeasuredIt) {
   EXPECT_FALSE(memory.combined_best(0, task.space, start));
 }
 
+// With by_destination, a move no other task measured from this value is judged by the same
+// knob's moves to the same value from other values (switching to oneDNN from nimble's GEMM
+// kernel says what switching to it from the depthwise kernel does, docs/numbers.md session 16).
+TEST(MoveMemory, ByDestinationJudgesAnUnmeasuredMoveByMovesToTheSameValue) {
+  const Task task = testing::bowl_task("moves", 1e9, 1, 3);
+  const KnobSpace& space = task.space;
+  int k = 0;
+  while (k < static_cast<int>(space.knobs().size()) && space.knobs()[k].size() < 3) ++k;
+  ASSERT_LT(k, static_cast<int>(space.knobs().size()));
+  std::mt19937_64 rng(4);
+  Config from_a = space.random_config(rng);
+  from_a[k] = 0;
+  Config from_b = from_a;
+  from_b[k] = 1;
+  Config to = from_a;
+  to[k] = 2;  // one knob away from both starts, to the same value
+  ASSERT_TRUE(space.valid(from_a) && space.valid(from_b) && space.valid(to));
+  for (const bool by_destination : {false, true}) {
+    TransferOptions options;
+    options.by_destination = by_destination;
+    MoveMemory memory(options);
+    memory.remember(1, space, from_a, to, 8.0, false);  // task 1: k 0>2 is 8x its rule
+    EXPECT_NEAR(*memory.predicted_ratio(0, space, from_a, to), 8.0, 1e-9);
+    const std::optional<double> other = memory.predicted_ratio(0, space, from_b, to);  // k 1>2
+    EXPECT_EQ(other.has_value(), by_destination);
+    if (other) EXPECT_NEAR(*other, 8.0, 1e-9);
+    // A move measured from this value itself outweighs the other values' moves.
+    memory.remember(2, space, from_b, to, 0.5, false);
+    EXPECT_NEAR(*memory.predicted_ratio(0, space, from_b, to), 0.5, 1e-9);
+  }
+}
+
+// A completion bets that a large task differs from the smaller ones that found a move cold; a
+// task at least as large that measured it cold settles the bet, one that found it warm reopens it.
+TEST(MoveMemory, AMoveColdOnATaskAsLargeIsSettledForACompletion) {
+  const Task task = testing::bowl_task("moves", 1e9, 1, 3);
+  std::mt19937_64 rng(4);
+  const Config start = task.space.random_config(rng);
+  const Config move = task.space.one_knob_neighbors(start).front();
+  MoveMemory memory;
+  EXPECT_FALSE(memory.settled_for(0, task.space, start, move, 0.2, 2.0));  // nothing known
+  memory.remember(1, task.space, start, move, 30.0, false, 0.1);           // cold on a smaller task
+  EXPECT_FALSE(memory.settled_for(0, task.space, start, move, 0.2, 2.0));
+  memory.remember(2, task.space, start, move, 100.0, false, 0.25);  // cold on a larger one
+  EXPECT_TRUE(memory.settled_for(0, task.space, start, move, 0.2, 2.0));
+  EXPECT_FALSE(memory.settled_for(0, task.space, start, move, 0.3, 2.0));  // larger than both
+  memory.remember(3, task.space, start, move, 0.5, false, 0.01);           // warm somewhere
+  EXPECT_FALSE(memory.settled_for(0, task.space, start, move, 0.2, 2.0));
+}
+
 // A bowl task started at a random configuration, with the start's one-knob neighbours.
 Task started_task(const std::string& name) {
   Task task = testing::bowl_task(name, 1e9, 1, 6);
