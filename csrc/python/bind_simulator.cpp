@@ -243,8 +243,8 @@ void bind_simulator(py::module_& t) {
       py::arg("finish_when_cold") = false, py::arg("trace") = py::none(),
       py::arg("mcmc_warm_steps") = 40, py::arg("complete_share") = 0.1,
       py::arg("reference_ms") = 0.0, py::arg("repeat_cost_slot_share") = 1.0,
-      py::arg("retime_cut_short_rule") = true, py::arg("transfer_by_destination") = false,
-      py::arg("complete_untried_only") = false,
+      py::arg("retime_cut_short_rule") = true, py::arg("transfer_by_destination") = true,
+      py::arg("complete_untried_only") = true,
       "Every scheduler on the same simulated models, one per seed; medians over seeds. "
       "finish_when_cold: a task finishes once every candidate left is cold (docs/tuning.md). "
       "trace: a recorded model (nimble.tuning.trace.load) replayed instead, every seed on it with "

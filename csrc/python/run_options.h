@@ -23,11 +23,11 @@ struct RunOptions {
   bool adaptive = true;
   bool cold_filter = true;
   bool finish_when_cold = false;
-  double complete_share = 0.1;           // stake-aware neighbour completion (SearchOptions), 0: off
-  double repeat_cost_slot_share = 1.0;   // TunerOptions: a candidate's repeats, at most this x slot
-  bool retime_cut_short_rule = true;     // SearchOptions: a cut-short rule is timed again
-  bool transfer_by_destination = false;  // TransferOptions::by_destination
-  bool complete_untried_only = false;    // SearchOptions::complete_untried_only
+  double complete_share = 0.1;          // stake-aware neighbour completion (SearchOptions), 0: off
+  double repeat_cost_slot_share = 1.0;  // TunerOptions: a candidate's repeats, at most this x slot
+  bool retime_cut_short_rule = true;    // SearchOptions: a cut-short rule is timed again
+  bool transfer_by_destination = true;  // TransferOptions::by_destination
+  bool complete_untried_only = true;    // SearchOptions::complete_untried_only
   int batch_size = 8;
   int mcmc_walkers = 10;
   int mcmc_steps = 500;

@@ -193,14 +193,15 @@ def test_a_candidate_hopeless_on_its_first_call_costs_no_more_than_its_setup():
     """The first-call cut (docs/tuning.md, "Adaptive evaluator"): a lowered trace replays
     ContextMeasurer's rule, so oneDNN on shufflenet_v2's 232>232 1x1 (2166x the rule, 0.92 s of
     setup and 0.59 s a call) costs its setup less a warm-up, not setup and a repeat. DynaTune's
-    cold share there fell from 19.0% to 12.6% (seeds 0-4, docs/numbers.md); with session 16's
-    repeats' cost limit and re-timed rule it is 15.6%, the time they free going to other tasks'
-    first slots (docs/tuning.md), over issue 44's 15%: the bound below holds that line."""
+    cold share there fell from 19.0% to 12.6% (seeds 0-4, docs/numbers.md). Session 16's
+    repeats' cost limit and re-timed rule lifted it to 15.6% (the time they free went to other
+    tasks' blind first slots); judging moves by destination and completing untried bets only
+    bring it back under issue 44's 15%."""
     t = trace.load(str(TRACES / "shufflenet_v2_x1_0_32_lowered.jsonl.gz"))
     assert t["lowered"]
     result = tuning.compare(schedulers=["dynatune"], seeds=[0, 1, 2, 3, 4], trace=t,
                             slot_seconds=tuning.trace_slot_seconds(t), **FAST)
-    assert result["rows"][0]["cold_time_share"] <= 0.16, result["rows"]
+    assert result["rows"][0]["cold_time_share"] <= 0.15, result["rows"]
     # The same trace read as one without warm-ups (no first-call cut to replay): 21.8%.
     uncut = tuning.compare(schedulers=["dynatune"], seeds=[0, 1, 2, 3, 4],
                            trace=dict(t, warm_ups=0), slot_seconds=tuning.trace_slot_seconds(t),

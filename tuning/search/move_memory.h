@@ -25,10 +25,9 @@ struct TransferOptions {
   // A move no other task measured from this value is judged by the same knob's moves to the
   // same value from its other values ("kernel:nimble_depthwise>onednn" by "kernel:nimble_gemm>
   // onednn" too): a task's first blind neighbourhood then skips a destination the run already
-  // found cold. Off: on the lowered traces it cut shufflenet_v2's DynaTune cold share by 1-1.7
-  // points and bettered googlenet's median final, but mobilenet_v2's (seeds 0-9) was 0.46%
-  // worse (docs/numbers.md, session 16, cold18).
-  bool by_destination = false;
+  // found cold. With SearchOptions::complete_untried_only, the default since session 16: every
+  // lowered trace's DynaTune cold share under 15% (docs/numbers.md, session 16, cold18).
+  bool by_destination = true;
 };
 
 class MoveMemory {

@@ -48,8 +48,11 @@ struct SearchOptions {
   // reset_jump x on a task of at least reset_share of the model: a cost model trained on the
   // old region lets its cold picks through at the decayed coin (resnet18's cold share 18%).
   // With completion on, a move is not completed where a task of at least this one's stake
-  // already measured it cold and no task found it warm: the bet was tried.
-  bool complete_untried_only = false;
+  // already measured it cold and no task found it warm: the bet was tried. With
+  // TransferOptions::by_destination it brought every lowered trace's DynaTune cold share under
+  // 15% (shufflenet_v2 16.7/17.8% -> 12.4/14.5%), finals better or level but mobilenet_v2's
+  // seeds 0-9, +0.10% (docs/numbers.md, session 16, cold18).
+  bool complete_untried_only = true;
   double reset_share = 0.2;
   double reset_jump = 1.2;
   // A rule the evaluator cut short is provisional and timed once more (TaskTuner::Retime): a
