@@ -43,16 +43,16 @@ struct SearchOptions {
   // on 100-109: DynaTune's median final no worse on any of resnet18, mobilenet_v2, googlenet,
   // shufflenet_v2, 5.3% better on held-out resnet18 (docs/numbers.md, session 15).
   double complete_share = 0.1;
-  // With completion on, the cold filter's coin restarts (Trimmer's decay counted from there)
-  // after a completed neighbour improves its task, and after an improvement of at least
-  // reset_jump x on a task of at least reset_share of the model: a cost model trained on the
-  // old region lets its cold picks through at the decayed coin (resnet18's cold share 18%).
   // With completion on, a move is not completed where a task of at least this one's stake
   // already measured it cold and no task found it warm: the bet was tried. With
   // TransferOptions::by_destination it brought every lowered trace's DynaTune cold share under
   // 15% (shufflenet_v2 16.7/17.8% -> 12.4/14.5%), finals better or level but mobilenet_v2's
   // seeds 0-9, +0.10% (docs/numbers.md, session 16, cold18).
   bool complete_untried_only = true;
+  // With completion on, the cold filter's coin restarts (Trimmer's decay counted from there)
+  // after a completed neighbour improves its task, and after an improvement of at least
+  // reset_jump x on a task of at least reset_share of the model: a cost model trained on the
+  // old region lets its cold picks through at the decayed coin (resnet18's cold share 18%).
   double reset_share = 0.2;
   double reset_jump = 1.2;
   // A rule the evaluator cut short is provisional and timed once more (TaskTuner::Retime): a
